@@ -1,0 +1,67 @@
+-- gpu_busy: when each rank's GPU was busy, and with what; the base of the per-step figures.
+--
+-- Inputs: gpu_ops (with step), from `traceflow ingest`.
+--
+-- step_windows: one row per rank and step.
+--   rank INTEGER, step INTEGER
+--   start_ns BIGINT  first start (ns since epoch) of a GPU op launched inside the step's host range
+--   end_ns   BIGINT  last end (ns) of such an op; [start_ns, end_ns) is the step's GPU window
+--   n_ops    BIGINT  GPU ops launched in the step
+--
+-- gpu_state: the rank's timeline cut into elementary segments (at every op start/end and
+-- window edge), so each segment has one set of running ops.
+--   rank, start_ns, end_ns (ns)
+--   has_compute / has_comm / has_memory BOOLEAN  a compute kernel / NCCL kernel / memcpy-memset runs
+--   state VARCHAR  'compute' > 'communication' > 'memory' > 'idle' (first that applies), so that
+--                  compute + exposed comm + exposed memory + idle = the window, exactly
+--
+-- gpu_islands: maximal busy intervals of each rank (union of all its GPU ops, all streams).
+--   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
+--   first_op_id: an op starting the island (the op that ended the idle gap before it)
+CREATE OR REPLACE TABLE step_windows AS
+SELECT rank, step, min(start_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS n_ops
+FROM gpu_ops WHERE step IS NOT NULL
+GROUP BY rank, step;
+
+CREATE OR REPLACE TABLE gpu_state AS
+WITH ev AS (
+    SELECT rank, start_ns AS t, (category = 'compute')::INTEGER AS dc, (category = 'communication')::INTEGER AS dn,
+           (category = 'memory')::INTEGER AS dm
+    FROM gpu_ops WHERE end_ns > start_ns
+    UNION ALL
+    SELECT rank, end_ns, -(category = 'compute')::INTEGER, -(category = 'communication')::INTEGER,
+           -(category = 'memory')::INTEGER
+    FROM gpu_ops WHERE end_ns > start_ns
+    UNION ALL SELECT rank, start_ns, 0, 0, 0 FROM step_windows
+    UNION ALL SELECT rank, end_ns, 0, 0, 0 FROM step_windows
+), pts AS (
+    SELECT rank, t, sum(dc) AS dc, sum(dn) AS dn, sum(dm) AS dm FROM ev GROUP BY rank, t
+), run AS (
+    SELECT rank, t AS start_ns, lead(t) OVER (PARTITION BY rank ORDER BY t) AS end_ns,
+           sum(dc) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS n_compute,
+           sum(dn) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS n_comm,
+           sum(dm) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS n_memory
+    FROM pts
+)
+SELECT rank, start_ns, end_ns, n_compute > 0 AS has_compute, n_comm > 0 AS has_comm, n_memory > 0 AS has_memory,
+       CASE WHEN n_compute > 0 THEN 'compute' WHEN n_comm > 0 THEN 'communication'
+            WHEN n_memory > 0 THEN 'memory' ELSE 'idle' END AS state
+FROM run WHERE end_ns > start_ns;
+
+CREATE OR REPLACE TABLE gpu_islands AS
+WITH o AS (
+    SELECT rank, start_ns, end_ns, op_id,
+           max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, end_ns, op_id
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM gpu_ops WHERE end_ns >= start_ns
+), n AS (
+    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank ORDER BY start_ns, end_ns, op_id ROWS UNBOUNDED PRECEDING) AS island
+    FROM o
+), i AS (
+    SELECT rank, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns, arg_min(op_id, start_ns) AS first_op_id
+    FROM n GROUP BY rank, island
+)
+SELECT *, coalesce(sum(end_ns - start_ns) OVER (PARTITION BY rank ORDER BY start_ns
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT AS busy_before_ns
+FROM i;

@@ -1,0 +1,69 @@
+-- idle_gaps (pack `idle-gaps`): every stretch inside a step's GPU window where the rank's GPU
+-- ran nothing, with its cause and what the host was doing meanwhile.
+--
+-- Inputs: gpu_islands, step_windows (gpu_busy.sql), gpu_ops, host_ops, ranges.
+-- Parameters (DuckDB variables; defaults in brackets):
+--   tf_launch_threshold_ns  gaps shorter than this are launch latency when the next op was queued [5000 ns = 5 µs]
+--
+-- One row per gap and step (a gap lies in one step's window; windows of consecutive steps may
+-- overlap, so a gap can be listed under both).
+--   rank, step
+--   start_ns, end_ns  the gap (ns since epoch); dur_ns = end_ns - start_ns (ns)
+--   cause  'host_late'       the op that ended the gap was launched after the gap began: the GPU starved
+--                             waiting for the host
+--          'launch_latency'  the next op was already queued and the gap is shorter than the threshold
+--          'dependency'      the next op was already queued (or launched before the trace began) and
+--                             waited on another stream, an event, a peer or a host sync
+--   next_op          name of the GPU op that ended the gap; next_op_id its op_id
+--   next_api_start_ns when that op's launch call started (ns; NULL if outside the trace)
+--   host_tid         the host thread looked at: the one that launched next_op, else the rank's main thread
+--   host_activity    what that thread was doing: the innermost host op / range covering at least half
+--                    of the gap, else the one overlapping it most (NVTX/annotation ranges, CPU ops,
+--                    CUDA calls, OS runtime calls such as clock_nanosleep)
+--
+-- idle_gaps_summary: per rank, step and cause: n_gaps, total_ns, max_ns (ns).
+CREATE OR REPLACE TABLE idle_gaps AS
+WITH params AS (
+    SELECT coalesce(getvariable('tf_launch_threshold_ns'), 5000)::BIGINT AS launch_thr
+), gaps AS (
+    SELECT rank, lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) AS start_ns, start_ns AS end_ns, first_op_id
+    FROM gpu_islands
+), main_thread AS (
+    SELECT rank, arg_max(launch_tid, n) AS tid FROM (
+        SELECT rank, launch_tid, count(*) AS n FROM gpu_ops WHERE launch_tid IS NOT NULL GROUP BY ALL)
+    GROUP BY rank
+), g AS (
+    SELECT w.rank, w.step, gp.start_ns, gp.end_ns, gp.end_ns - gp.start_ns AS dur_ns,
+           n.name AS next_op, n.op_id AS next_op_id, n.api_start_ns AS next_api_start_ns,
+           coalesce(n.launch_tid, mt.tid) AS host_tid, n.trace_id
+    FROM gaps gp
+    JOIN step_windows w ON gp.rank = w.rank AND gp.start_ns >= w.start_ns AND gp.end_ns <= w.end_ns
+    JOIN gpu_ops n ON n.op_id = gp.first_op_id
+    LEFT JOIN main_thread mt ON mt.rank = gp.rank
+    WHERE gp.start_ns IS NOT NULL AND gp.end_ns > gp.start_ns
+), host_ev AS (
+    SELECT rank, tid, name, start_ns, end_ns FROM host_ops
+    UNION ALL SELECT rank, tid, name, start_ns, end_ns FROM ranges WHERE NOT on_gpu
+), cover AS (
+    SELECT g.rank, g.step, g.start_ns, h.name,
+           least(h.end_ns, g.end_ns) - greatest(h.start_ns, g.start_ns) AS overlap_ns,
+           h.end_ns - h.start_ns AS len_ns, g.dur_ns
+    FROM g JOIN host_ev h
+      ON h.rank = g.rank AND h.tid = g.host_tid AND h.start_ns < g.end_ns AND h.end_ns > g.start_ns
+    WHERE g.dur_ns >= (SELECT launch_thr FROM params)
+), best AS (
+    SELECT rank, step, start_ns,
+           coalesce(arg_min(name, len_ns) FILTER (WHERE 2 * overlap_ns >= dur_ns), arg_max(name, overlap_ns)) AS host_activity
+    FROM cover GROUP BY rank, step, start_ns
+)
+SELECT g.rank, g.step, g.start_ns, g.end_ns, g.dur_ns,
+       CASE WHEN g.next_api_start_ns >= g.start_ns THEN 'host_late'
+            WHEN g.dur_ns < p.launch_thr THEN 'launch_latency'
+            ELSE 'dependency' END AS cause,
+       g.next_op, g.next_op_id, g.next_api_start_ns, g.host_tid, b.host_activity
+FROM g CROSS JOIN params p LEFT JOIN best b USING (rank, step, start_ns)
+ORDER BY g.rank, g.step, g.start_ns;
+
+CREATE OR REPLACE TABLE idle_gaps_summary AS
+SELECT rank, step, cause, count(*) AS n_gaps, sum(dur_ns)::BIGINT AS total_ns, max(dur_ns) AS max_ns
+FROM idle_gaps GROUP BY ALL ORDER BY rank, step, total_ns DESC;

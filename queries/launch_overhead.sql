@@ -1,0 +1,61 @@
+-- launch_overhead (pack `launch-overhead`): what launching each GPU op cost, and how much of it
+-- the GPU sat idle for.
+--
+-- Inputs: gpu_ops (launch columns), gpu_islands, idle_gaps, step_breakdown.
+-- Parameters: tf_launch_bound_share — a step is launch-bound when its exposed launch overhead is
+--   at least this share of the step's GPU window [0.3], and larger than its compute time.
+--
+-- One row per launched GPU op (launch call found in the trace). Times in ns.
+--   rank, step, name, kind, stream, op_id
+--   api_name, api_start_ns     the launch call and when it began (ns since epoch)
+--   api_ns      api_end - api_start: time in the launch call
+--   queue_ns    max(0, gpu_start - api_end): waiting in the stream queue (nsys "queue time")
+--   latency_ns  gpu_start - api_start
+--   exposed_ns  part of [api_start, gpu_start] during which the rank's GPU ran nothing at all
+--
+-- launch_overhead_summary: per rank and kernel name: count, total / mean / p50 / p99 of latency_ns,
+--   total exposed_ns (all ns).
+-- launch_bound_steps (pack `launch-bound`): per rank and step: launches, launch_exposed_ns = the
+--   idle time inside the window during which the op that ended the idle gap was being launched
+--   (gaps are disjoint, so nothing is counted twice), its share of wall_ns, and launch_bound.
+CREATE OR REPLACE TABLE launch_overhead AS
+WITH l AS (
+    SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, api_end_ns, start_ns AS gpu_start_ns
+    FROM gpu_ops WHERE api_start_ns IS NOT NULL AND step IS NOT NULL
+), a AS (
+    SELECT l.*, coalesce(i.busy_before_ns + least(greatest(l.api_start_ns - i.start_ns, 0), i.end_ns - i.start_ns), 0) AS busy_to_api
+    FROM l ASOF LEFT JOIN gpu_islands i ON l.rank = i.rank AND l.api_start_ns >= i.start_ns
+), b AS (
+    SELECT a.*, coalesce(i.busy_before_ns + least(greatest(a.gpu_start_ns - i.start_ns, 0), i.end_ns - i.start_ns), 0) AS busy_to_gpu
+    FROM a ASOF LEFT JOIN gpu_islands i ON a.rank = i.rank AND a.gpu_start_ns >= i.start_ns
+)
+SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns,
+       api_end_ns - api_start_ns AS api_ns,
+       greatest(0, gpu_start_ns - api_end_ns) AS queue_ns,
+       gpu_start_ns - api_start_ns AS latency_ns,
+       greatest(0, (gpu_start_ns - api_start_ns) - (busy_to_gpu - busy_to_api))::BIGINT AS exposed_ns
+FROM b ORDER BY rank, api_start_ns;
+
+CREATE OR REPLACE TABLE launch_overhead_summary AS
+SELECT rank, name, count(*) AS count, sum(latency_ns)::BIGINT AS total_latency_ns,
+       round(avg(latency_ns))::BIGINT AS mean_latency_ns,
+       quantile_disc(latency_ns, 0.5) AS p50_latency_ns, quantile_disc(latency_ns, 0.99) AS p99_latency_ns,
+       sum(api_ns)::BIGINT AS total_api_ns, sum(exposed_ns)::BIGINT AS total_exposed_ns
+FROM launch_overhead GROUP BY rank, name ORDER BY rank, total_exposed_ns DESC;
+
+CREATE OR REPLACE TABLE launch_bound_steps AS
+WITH ex AS (
+    SELECT rank, step,
+           sum(CASE WHEN next_api_start_ns IS NOT NULL AND next_api_start_ns < end_ns
+                    THEN end_ns - greatest(start_ns, next_api_start_ns) ELSE 0 END)::BIGINT AS launch_exposed_ns
+    FROM idle_gaps GROUP BY rank, step
+), n AS (
+    SELECT rank, step, count(*) AS launches, sum(api_ns)::BIGINT AS api_ns FROM launch_overhead GROUP BY rank, step
+)
+SELECT s.rank, s.step, coalesce(n.launches, 0) AS launches, coalesce(n.api_ns, 0) AS api_ns,
+       coalesce(ex.launch_exposed_ns, 0) AS launch_exposed_ns, s.wall_ns, s.compute_ns,
+       round(100.0 * coalesce(ex.launch_exposed_ns, 0) / nullif(s.wall_ns, 0), 2) AS launch_exposed_pct,
+       coalesce(ex.launch_exposed_ns, 0) >= coalesce(getvariable('tf_launch_bound_share'), 0.3) * s.wall_ns
+           AND coalesce(ex.launch_exposed_ns, 0) > s.compute_ns AS launch_bound
+FROM step_breakdown s LEFT JOIN ex USING (rank, step) LEFT JOIN n USING (rank, step)
+ORDER BY s.rank, s.step;

@@ -1,0 +1,34 @@
+-- sync (pack `sync`): host calls that block the CPU until the GPU catches up.
+--
+-- Inputs: host_ops, gpu_ops, steps.
+--
+-- Blocking calls: stream / device / context / event synchronize, synchronous memcpy / memset
+-- (cudaMemcpy, cuMemcpyDtoH, ...), and async memcpy calls whose copy touches pageable host
+-- memory (the driver stages them, so the host waits).
+-- One row per blocking call. Times in ns.
+--   rank, step (of the call's start), tid, name
+--   start_ns, end_ns  the host call (ns since epoch)
+--   blocked_ns        end_ns - start_ns: time the host thread spent inside it
+--   reason            'synchronize' | 'sync memcpy' | 'pageable memcpy'
+--   gpu_op            the GPU op the call launched, when it launched one (memcpy)
+CREATE OR REPLACE TABLE sync AS
+WITH calls AS (
+    SELECT h.rank, h.trace_id, h.tid, h.name, h.start_ns, h.end_ns, h.correlation_id, h.op_id,
+           CASE WHEN regexp_matches(h.name, '(?i)^(cuda(Stream|Device|Event|Thread|Ctx)Synchronize|cu(Stream|Ctx|Event)Synchronize)')
+                     THEN 'synchronize'
+                WHEN regexp_matches(h.name, '(?i)^cu(da)?Mem(cpy|set)') AND NOT regexp_matches(h.name, '(?i)async')
+                     THEN 'sync memcpy'
+           END AS reason
+    FROM host_ops h WHERE h.kind IN ('cuda_runtime', 'cuda_driver')
+), pageable AS (
+    SELECT op_id AS gpu_op_id, name AS gpu_op, trace_id, correlation_id, name ILIKE '%pageable%' AS is_pageable
+    FROM gpu_ops WHERE kind IN ('memcpy', 'memset') AND correlation_id IS NOT NULL
+), j AS (
+    SELECT c.*, p.gpu_op, coalesce(c.reason, CASE WHEN p.is_pageable THEN 'pageable memcpy' END) AS why
+    FROM calls c LEFT JOIN pageable p USING (trace_id, correlation_id)
+)
+SELECT j.rank, CASE WHEN j.start_ns < s.end_ns THEN s.step END AS step, j.tid, j.name, j.start_ns, j.end_ns,
+       j.end_ns - j.start_ns AS blocked_ns, j.why AS reason, j.gpu_op, j.op_id
+FROM j ASOF LEFT JOIN steps s ON j.rank = s.rank AND j.start_ns >= s.start_ns
+WHERE j.why IS NOT NULL
+ORDER BY j.rank, j.start_ns;

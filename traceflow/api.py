@@ -1,0 +1,64 @@
+"""The Python API: the same verbs as the command line."""
+from __future__ import annotations
+
+import os
+
+import duckdb
+
+from . import packs
+from .errors import InputError, UsageError
+
+
+def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to a traceflow database (read-only unless asked)."""
+    if not os.path.exists(database):
+        raise InputError(database, "no such database (run `traceflow ingest` first)")
+    try:
+        return duckdb.connect(database, read_only=read_only)
+    except duckdb.Error as e:
+        raise InputError(database, f"not a readable DuckDB database ({str(e).splitlines()[0]})") from None
+
+
+def _filters(rank, step, columns):
+    where, params = [], []
+    if rank is not None:
+        if "rank" not in columns:
+            raise UsageError("this pack has no rank column; drop --rank")
+        where.append("rank = ?")
+        params.append(int(rank))
+    if step is not None:
+        if "step" not in columns:
+            raise UsageError("this pack has no step column; drop --step")
+        where.append("step = ?")
+        params.append(int(step))
+    return (" WHERE " + " AND ".join(where)) if where else "", params
+
+
+def query_relation(con, name: str, rank=None, step=None):
+    table = packs.PUBLIC.get(name) or packs.PUBLIC.get(name.replace("_", "-"))
+    if table is None:
+        raise UsageError(f"no query pack named {name!r}; `traceflow query DB --list` lists them")
+    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()[0]
+    if not exists:
+        raise UsageError(f"the database has no {table} table: it was made by an older traceflow, ingest again")
+    cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+    where, params = _filters(rank, step, cols)
+    return con.execute(f"SELECT * FROM {table}{where}", params)
+
+
+def query(database: str, name: str, rank=None, step=None):
+    """Rows of a query pack as a polars DataFrame."""
+    con = connect(database)
+    try:
+        return query_relation(con, name, rank, step).pl()
+    finally:
+        con.close()
+
+
+def sql(database: str, text: str):
+    """Any SQL against the database, as a polars DataFrame."""
+    con = connect(database)
+    try:
+        return con.execute(text).pl()
+    finally:
+        con.close()

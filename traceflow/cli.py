@@ -1,0 +1,292 @@
+"""The `traceflow` command: a thin layer over the Python API."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from . import api, packs
+from .errors import InputError, UsageError
+
+EXIT_INPUT = 3
+
+
+def _fail(e: Exception):
+    click.echo(f"traceflow: error: {e}", err=True)
+    sys.exit(getattr(e, "exit_code", EXIT_INPUT))
+
+
+class _Guard(click.Group):
+    """Turns our errors into one line and an exit code, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (InputError, UsageError) as e:
+            _fail(e)
+        except KeyboardInterrupt:
+            click.echo("traceflow: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Guard, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="traceflow")
+def main():
+    """Why is this multi-rank GPU job slow?
+
+    Ingest per-rank profiles (Nsight Systems SQLite / .nsys-rep, PyTorch profiler JSON) into one
+    DuckDB database, then ask: idle gaps and their causes, launch overhead, exposed NCCL time,
+    stragglers, the critical path across ranks.
+
+    \b
+    Examples:
+      traceflow ingest runs/rank*.sqlite -o job.duckdb
+      traceflow query job.duckdb --list
+      traceflow query job.duckdb idle-gaps --rank 3 --step 4
+      traceflow sql job.duckdb "select rank, kind, count(*) from gpu_ops group by all"
+      traceflow postmortem runs/rank*.sqlite -o postmortem/
+    """
+
+
+def _progress_bar(total: int, label: str):
+    if not sys.stderr.isatty():
+        return None, (lambda *_: None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
+                    TimeElapsedColumn(), transient=True, console=None)
+    task = prog.add_task(label, total=total)
+
+    def tick(item=None):
+        if isinstance(item, str) and os.path.exists(item):
+            prog.advance(task)
+    return prog, tick
+
+
+def _ingest_options(f):
+    f = click.option("--append", is_flag=True, help="Add these files to an existing database (ranks already there are kept; identical files are skipped).")(f)
+    f = click.option("--rank-pattern", metavar="REGEX", help=r"Take each file's rank from its name with this regex (first group), e.g. 'node\d+-gpu(\d+)'.")(f)
+    f = click.option("--align", type=click.Choice(["off", "auto", "collectives"]), default="auto", show_default=True,
+                     help="Clock alignment between hosts: auto applies estimated offsets larger than the residual spread.")(f)
+    f = click.option("--nsys", metavar="PATH", help="nsys executable, for .nsys-rep inputs (default: nsys on PATH).")(f)
+    f = click.option("--step-pattern", metavar="REGEX", help="Regex with one group (the step number) for step ranges; default matches 'step N', 'iteration N', 'ProfilerStep#N'.")(f)
+    f = click.option("-j", "--jobs", type=int, help="Reader processes (default: one per core).")(f)
+    return f
+
+
+def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs):
+    from .ingest import expand, ingest
+    paths = expand(files)
+    prog, tick = _progress_bar(len(paths), "reading")
+    if prog:
+        prog.start()
+    try:
+        res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
+                     step_pattern=step_pattern, jobs=jobs, progress=tick)
+    finally:
+        if prog:
+            prog.stop()
+    for w in res.warnings:
+        click.echo(f"traceflow: warning: {w}", err=True)
+    for s in res.skipped:
+        click.echo(f"traceflow: note: {s}", err=True)
+    return res
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
+@_ingest_options
+def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs):
+    """Read rank profiles into one DuckDB database.
+
+    FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
+    (exported with nsys when it is installed) and PyTorch profiler traces (.json, .json.gz),
+    mixed freely; a folder stands for the trace files in it. Formats are detected from content.
+
+    \b
+    Examples:
+      traceflow ingest runs/rank*.sqlite -o job.duckdb
+      traceflow ingest traces/rank-*.pt.trace.json.gz -o job.duckdb
+      traceflow ingest new/rank4.sqlite -o job.duckdb --append
+      traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
+    """
+    res = _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs)
+    con = api.connect(res.database)
+    try:
+        rows = con.execute("""SELECT t.rank, t.source_format, (SELECT count(*) FROM gpu_ops g WHERE g.trace_id = t.trace_id),
+                                     (SELECT count(*) FROM steps s WHERE s.rank = t.rank), t.clock_offset_ns
+                              FROM traces t ORDER BY rank""").fetchall()
+    finally:
+        con.close()
+    click.echo(f"wrote {res.database}: {len(rows)} ranks")
+    for rank, fmt, n_gpu, n_steps, off in rows:
+        click.echo(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {n_steps:>4} steps  clock offset {off / 1e6:+.3f} ms")
+
+
+def _print_rows(rel, fmt: str, limit: int | None):
+    cols = [d[0] for d in rel.description]
+    rows = rel.fetchall()
+    if fmt == "json":
+        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
+    elif fmt == "csv":
+        import csv
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+        t = Table(show_lines=False, header_style="bold")
+        for c in cols:
+            t.add_column(c, overflow="fold", justify="right" if c.endswith(("_ns", "_pct", "count", "rank", "step", "seq")) else "left")
+        shown = rows if limit is None else rows[:limit]
+        for r in shown:
+            t.add_row(*["" if v is None else (f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000 else str(v)) for v in r])
+        Console(width=max(160, len(cols) * 14)).print(t)
+        if limit is not None and len(rows) > limit:
+            click.echo(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
+
+
+@main.command()
+@click.argument("database", type=click.Path())
+@click.argument("name", required=False)
+@click.option("--list", "list_", is_flag=True, help="List the packs with a line on each.")
+@click.option("--rank", type=int, help="Only this rank.")
+@click.option("--step", type=int, help="Only this step.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--limit", type=int, default=50, show_default=True, help="Rows shown in table format (0: all).")
+def query(database, name, list_, rank, step, fmt, limit):
+    """Run a query pack (its result is a table in the database too).
+
+    \b
+    Examples:
+      traceflow query job.duckdb --list
+      traceflow query job.duckdb steps
+      traceflow query job.duckdb idle-gaps --rank 3 --step 4
+      traceflow query job.duckdb stragglers --format json
+      traceflow query job.duckdb critical-path --step 4
+    """
+    if list_ or not name:
+        for p in packs.listing():
+            click.echo(f"{p.name:<26} {p.description}")
+        return
+    con = api.connect(database)
+    try:
+        rel = api.query_relation(con, name, rank, step)
+        if name == "critical-path" and fmt == "table" and sys.stdout.isatty():
+            from .critical_path import summary_lines
+            for line in summary_lines(con, step):
+                click.echo(line)
+        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
+    finally:
+        con.close()
+
+
+@main.command("sql")
+@click.argument("database", type=click.Path())
+@click.argument("text")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--limit", type=int, default=100, show_default=True, help="Rows shown in table format (0: all).")
+def sql_cmd(database, text, fmt, limit):
+    """Run any SQL against the database (read-only).
+
+    \b
+    Examples:
+      traceflow sql job.duckdb "select rank, kind, count(*) from gpu_ops group by all order by all"
+      traceflow sql job.duckdb "select * from idle_gaps where dur_ns > 1e6" --format csv
+    """
+    import duckdb
+    con = api.connect(database)
+    try:
+        try:
+            rel = con.execute(text)
+        except duckdb.Error as e:
+            raise UsageError(f"SQL error: {str(e).splitlines()[0]}") from None
+        if rel.description is None:
+            return
+        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
+    finally:
+        con.close()
+
+
+@main.command()
+@click.argument("database", type=click.Path())
+@click.option("-o", "--output", default="report.html", show_default=True)
+def report(database, output):
+    """Write the post-mortem HTML page (one self-contained file, opens offline).
+
+    \b
+    Example:
+      traceflow report job.duckdb -o report.html
+    """
+    from .report.html import write_report
+    path = write_report(database, output)
+    click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("database", type=click.Path())
+@click.option("-o", "--output", default="job.perfetto-trace", show_default=True)
+@click.option("--rank", "ranks", type=int, multiple=True, help="Keep only these ranks (repeatable).")
+@click.option("--step", "steps", type=int, multiple=True, help="Keep only these steps (repeatable).")
+def annotate(database, output, ranks, steps):
+    """Write a Perfetto trace of the job with traceflow's findings as extra tracks.
+
+    Open it at https://ui.perfetto.dev. For big jobs keep it small with --rank / --step.
+
+    \b
+    Examples:
+      traceflow annotate job.duckdb -o job.perfetto-trace
+      traceflow annotate job.duckdb --step 4 --rank 0 --rank 3
+    """
+    from .perfetto import write_trace
+    path = write_trace(database, output, ranks=list(ranks) or None, steps=list(steps) or None)
+    click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
+@_ingest_options
+def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs):
+    """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
+
+    \b
+    Example:
+      traceflow postmortem runs/rank*.sqlite -o postmortem/
+    """
+    from .postmortem import finish
+    os.makedirs(outdir, exist_ok=True)
+    db = os.path.join(outdir, "job.duckdb")
+    _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs)
+    out = finish(db, outdir)
+    click.echo(out["verdict"])
+    click.echo(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
+
+
+@main.command()
+@click.argument("name")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "database", default="traceflow.duckdb", show_default=True, help="Database to add the recipe's tables to.")
+@click.option("--nsys", metavar="PATH", help="nsys executable (default: nsys on PATH).")
+def recipe(name, files, database, nsys):
+    """Run an Nsight Systems recipe and load its Parquet outputs as recipe_<name>_<table>.
+
+    Needs the nsys command line. Puts NVIDIA's numbers next to traceflow's in SQL.
+
+    \b
+    Examples:
+      traceflow recipe cuda_gpu_kern_sum runs/rank*.nsys-rep -o job.duckdb
+      traceflow recipe nccl_gpu_overlap_trace runs/rank*.nsys-rep -o job.duckdb
+    """
+    from .recipes import load_recipe
+    tables = load_recipe(name, list(files), database, nsys=nsys)
+    for t, n in tables:
+        click.echo(f"  {t}: {n:,} rows")
+    click.echo(f"wrote {len(tables)} tables into {database}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""The cross-rank phase: derived tables, clock alignment, query packs, critical path."""
+from __future__ import annotations
+
+from importlib import resources
+
+from . import clock
+
+ORDER = ["host_ops", "steps", "gpu_ops", "launches", "collectives"]
+
+
+def sql(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.sql").read_text()
+
+
+def derive_tables(con, step_pattern: str | None = None):
+    if step_pattern:
+        con.execute("SET VARIABLE tf_step_pattern = ?", [step_pattern])
+    for name in ORDER:
+        con.execute(sql(name))
+
+
+def derive_all(con, align: str = "auto", step_pattern: str | None = None, progress=None) -> list[str]:
+    """Everything after loading: returns warnings for the user."""
+    warnings = []
+    derive_tables(con, step_pattern)
+    if align != "off":
+        shifted = clock.align(con, mode=align)
+        if shifted:
+            warnings.extend(f"rank {r}: clock shifted by {off / 1e6:+.3f} ms to match collectives" for r, off in shifted)
+            derive_tables(con, step_pattern)
+    from .. import packs
+    packs.compute_all(con)
+    from .. import critical_path
+    critical_path.compute(con)
+    return warnings

@@ -1,0 +1,23 @@
+-- collectives: one row per communication op on one rank, keyed so that the same collective
+-- has the same (comm, step, seq) on every rank.
+-- Inputs: gpu_ops (classified, with step).
+--   comm  the process group / communicator: the profiler's name for it when recorded (Kineto
+--         "Process Group Name"), else the rank's n-th communication stream ('stream#n', streams
+--         ordered by their first communication op): NCCL keeps one stream per communicator.
+--   step  the step in which the collective was launched (NULL when launched outside any step:
+--         such ops are not matched, because ranks' traces cover different windows)
+--   seq   ordinal of the collective within (rank, comm, step), in launch order
+-- Output columns: rank, comm, step, seq, op, bytes, start_ns, end_ns (ns), op_id, trace_id, stream, name
+CREATE OR REPLACE TABLE collectives AS
+WITH comm_ops AS (
+    SELECT * FROM gpu_ops WHERE category = 'communication'
+), stream_order AS (
+    SELECT rank, stream, 'stream#' || (row_number() OVER (PARTITION BY rank ORDER BY min(start_ns)) - 1) AS stream_comm
+    FROM comm_ops GROUP BY rank, stream
+)
+SELECT o.rank, coalesce(o.comm, so.stream_comm) AS comm, o.step,
+       (row_number() OVER (PARTITION BY o.rank, coalesce(o.comm, so.stream_comm), o.step
+                           ORDER BY o.api_start_ns, o.start_ns) - 1)::INTEGER AS seq,
+       o.collective AS op, o.bytes, o.start_ns, o.end_ns, o.op_id, o.trace_id, o.stream, o.name
+FROM comm_ops o JOIN stream_order so USING (rank, stream)
+WHERE o.step IS NOT NULL;

@@ -1,0 +1,48 @@
+-- gpu_ops: classify every GPU op and attach its launch and step.
+-- Inputs: gpu_ops as read, host_ops (with op_id), steps.
+-- Adds / fills:
+--   category  'communication' (NCCL/RCCL kernels) | 'memory' (memcpy, memset) | 'compute' (other kernels)
+--   collective AllReduce | AllGather | ReduceScatter | Broadcast | SendRecv | ... from the kernel name
+--              when the profiler gave none
+--   copy_kind  HtoD | DtoH | DtoD | ... for memcpy
+--   op_id      BIGINT id (host ops use ids from 1e12 on)
+--   api_name, api_start_ns, api_end_ns, launch_tid, launch_op_id: the host call with the same
+--              correlation id that enqueued the op (NULL when the launch is outside the trace)
+--   step       the step whose host range holds the launch call's start; for a rank with no
+--              launch calls at all, the step holding the op's own start
+CREATE OR REPLACE TABLE gpu_ops AS
+WITH launch AS (
+    SELECT trace_id, correlation_id,
+           arg_min(name, start_ns) AS api_name, min(start_ns) AS api_start_ns,
+           arg_min(end_ns, start_ns) AS api_end_ns, arg_min(tid, start_ns) AS launch_tid,
+           arg_min(op_id, start_ns) AS launch_op_id
+    FROM host_ops
+    WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation_id IS NOT NULL
+    GROUP BY trace_id, correlation_id
+), ranks_with_launches AS (
+    SELECT DISTINCT g.rank FROM gpu_ops g JOIN launch l USING (trace_id, correlation_id)
+), classified AS (
+    SELECT g.* EXCLUDE (category, collective, copy_kind, op_id, api_name, api_start_ns, api_end_ns,
+                        launch_tid, launch_op_id, step),
+        CASE WHEN g.kind = 'kernel' AND regexp_matches(g.name, '(?i)^\s*(void\s+)?(nccl|rccl)') THEN 'communication'
+             WHEN g.kind IN ('memcpy', 'memset') THEN 'memory'
+             ELSE 'compute' END AS category,
+        coalesce(g.collective, CASE WHEN g.kind = 'kernel' THEN
+            CASE lower(regexp_extract(g.name, '(?i)^\s*(?:void\s+)?(?:nccl|rccl)(?:DevKernel|Kernel)?_([A-Za-z]+)', 1))
+                WHEN 'allreduce' THEN 'AllReduce' WHEN 'allgather' THEN 'AllGather'
+                WHEN 'reducescatter' THEN 'ReduceScatter' WHEN 'broadcast' THEN 'Broadcast'
+                WHEN 'reduce' THEN 'Reduce' WHEN 'sendrecv' THEN 'SendRecv' WHEN 'send' THEN 'SendRecv'
+                WHEN 'recv' THEN 'SendRecv' WHEN 'alltoall' THEN 'AllToAll' WHEN '' THEN NULL
+                ELSE regexp_extract(g.name, '(?i)^\s*(?:void\s+)?(?:nccl|rccl)(?:DevKernel|Kernel)?_([A-Za-z]+)', 1)
+            END END) AS collective,
+        coalesce(g.copy_kind, nullif(regexp_extract(g.name, '^Memcpy ([A-Za-z]+)', 1), '')) AS copy_kind,
+        row_number() OVER (ORDER BY g.trace_id, g.start_ns, g.end_ns) AS op_id,
+        l.api_name, l.api_start_ns, l.api_end_ns, l.launch_tid, l.launch_op_id,
+        CASE WHEN l.api_start_ns IS NOT NULL THEN l.api_start_ns
+             WHEN g.rank NOT IN (SELECT rank FROM ranks_with_launches) THEN g.start_ns END AS step_key
+    FROM gpu_ops g LEFT JOIN launch l USING (trace_id, correlation_id)
+)
+SELECT c.* EXCLUDE (step_key, collective),
+       CASE WHEN c.category = 'communication' THEN c.collective END AS collective,
+       CASE WHEN c.step_key < s.end_ns THEN s.step END AS step
+FROM classified c ASOF LEFT JOIN steps s ON c.rank = s.rank AND c.step_key >= s.start_ns;

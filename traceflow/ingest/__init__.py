@@ -1,0 +1,166 @@
+"""`ingest`: rank files -> one DuckDB database (map per file in parallel, then the cross-rank phase)."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from .. import schema
+from ..dbfile import exclusive_writer
+from ..errors import InputError, UsageError
+from . import ranks
+from .model import ProcessTrace, reader_schema
+from .worker import read_file
+
+SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
+
+
+@dataclass
+class IngestResult:
+    database: str
+    traces: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def expand(files) -> list[str]:
+    """Files as given; a folder stands for the trace files in it."""
+    out = []
+    for f in files:
+        p = Path(f)
+        if p.is_dir():
+            found = sorted(str(x) for x in p.iterdir() if x.is_file() and x.name.endswith(SUFFIXES))
+            if not found:
+                raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files")
+            out.extend(found)
+        else:
+            out.append(str(p))
+    if not out:
+        raise UsageError("no input files given")
+    return out
+
+
+def _read_all(paths, folder, jobs, nsys_exe, progress):
+    """Runs the readers, in parallel worker processes when there are several files."""
+    results: dict[int, list[ProcessTrace]] = {}
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    if jobs == 1:
+        for i, p in enumerate(paths):
+            results[i] = read_file(p, folder, i, nsys_exe)
+            progress(p)
+        return [t for i in sorted(results) for t in results[i]]
+    ctx = mp.get_context("spawn")  # the parent holds DuckDB threads: never fork under them
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futs = {pool.submit(read_file, p, folder, i, nsys_exe): i for i, p in enumerate(paths)}
+        try:
+            for fut in as_completed(futs):
+                results[futs[fut]] = fut.result()
+                progress(paths[futs[fut]])
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+    return [t for i in sorted(results) for t in results[i]]
+
+
+def _create_tables(con):
+    con.execute(schema.TRACES_DDL)
+    for t in schema.TABLES:
+        con.execute(schema.ddl(t))
+
+
+def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
+    for table in schema.TABLES:
+        path = Path(sink_folder) / f"{trace.key}.{table}.arrow"
+        if not path.exists():
+            continue
+        with pa.memory_map(str(path)) as source:
+            reader = ipc.open_stream(source)
+            con.register("incoming", reader)
+            cols = ", ".join(f.name for f in reader_schema(table))
+            con.execute(f"INSERT INTO {table} ({cols}, trace_id, rank) SELECT {cols}, ?, ? FROM incoming",
+                        [trace_id, rank])
+            con.unregister("incoming")
+
+
+def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
+           align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
+           progress=None) -> IngestResult:
+    """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
+
+    The database is built in a temp file and renamed into place: on any error the existing
+    `output` is left as it was. Raises InputError (exit 3) naming the bad file.
+    """
+    if align not in ("off", "auto", "collectives"):
+        raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
+    paths = expand(files)
+    progress = progress or (lambda *_: None)
+    result = IngestResult(database=str(Path(output)))
+    with exclusive_writer(output, copy_existing=append) as tmp:
+        scratch = tempfile.mkdtemp(prefix="traceflow-")
+        try:
+            traces = _read_all(paths, scratch, jobs, nsys, progress)
+            con = duckdb.connect(str(tmp))
+            try:
+                _build(con, traces, scratch, result, append, rank_pattern)
+                from ..derive import derive_all
+                result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, progress=progress))
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return result
+
+
+def _build(con, traces, scratch, result, append, rank_pattern):
+    existing, taken, next_id = set(), {}, 0
+    if append and con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'traces'").fetchone()[0]:
+        for tid, rank, path, h, pid in con.execute(
+                "SELECT trace_id, rank, source_path, source_hash, pid FROM traces").fetchall():
+            existing.add((h, pid))
+            taken[rank] = path
+            next_id = max(next_id, tid + 1)
+    else:
+        for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
+            con.execute(f'DROP VIEW IF EXISTS "{name}"')
+        for (name,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+            con.execute(f'DROP TABLE IF EXISTS "{name}"')
+        _create_tables(con)
+    # The same bytes twice (a file given twice, or appended again) would duplicate every row.
+    seen, fresh = set(), []
+    for t in traces:
+        k = (t.source_hash, t.pid)
+        if k in existing:
+            result.skipped.append(f"{t.source_path}: already in the database (same content), skipped")
+        elif k in seen:
+            result.skipped.append(f"{t.source_path}: same content as another input, read once")
+        else:
+            seen.add(k)
+            fresh.append(t)
+    if not fresh and not append:
+        raise UsageError("nothing to ingest")
+    world = max([t.world_size or 0 for t in fresh] + [0]) or None
+    for trace, rank, src in ranks.assign(fresh, rank_pattern, taken):
+        tid = next_id
+        next_id += 1
+        con.execute("""INSERT INTO traces (trace_id, rank, world_size, source_path, source_format, source_hash,
+                       profiler_version, hostname, pid, device_name, clock_offset_ns, rank_source, warnings)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)""",
+                    [tid, rank, trace.world_size or world, os.path.abspath(trace.source_path), trace.source_format,
+                     trace.source_hash, trace.profiler_version, trace.hostname, trace.pid, trace.device_name, src,
+                     trace.warnings])
+        _load(con, scratch, trace, tid, rank)
+        result.traces.append({"trace_id": tid, "rank": rank, "file": trace.source_path, "format": trace.source_format,
+                              "rank_source": src, **trace.counts})
+        result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
+    n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
+    con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])

@@ -1,0 +1,55 @@
+"""Which reader a file needs, from its first bytes (the suffix only breaks ties)."""
+from __future__ import annotations
+
+import gzip
+import lzma
+import os
+
+from ..errors import InputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+
+
+def detect(path: str) -> str:
+    """'nsys-sqlite', 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz'; InputError otherwise."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read ({e.strerror})") from None
+    if size == 0:
+        raise InputError(path, "empty file (0 bytes)")
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys-sqlite"
+    if path.endswith((".nsys-rep", ".qdrep")):
+        return "nsys-rep"
+    if head.startswith(GZIP_MAGIC):
+        inner = _peek(lambda: gzip.open(path, "rb"), path, "gzip")
+        return "sqlite-gz" if inner.startswith(SQLITE_MAGIC) else "kineto-json"
+    if head.startswith(XZ_MAGIC):
+        inner = _peek(lambda: lzma.open(path, "rb"), path, "xz")
+        if inner.startswith(SQLITE_MAGIC):
+            return "sqlite-xz"
+        raise InputError(path, "xz file that does not hold an SQLite export")
+    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if stripped[:1] in (b"{", b"["):
+        return "kineto-json"
+    if not stripped:
+        raise InputError(path, "file holds only whitespace")
+    raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), "
+                     "an .nsys-rep, nor a PyTorch profiler JSON trace (.json / .json.gz)")
+
+
+def _peek(opener, path, what) -> bytes:
+    try:
+        with opener() as f:
+            return f.read(16)
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise InputError(path, f"corrupt or truncated {what} data ({e})") from None

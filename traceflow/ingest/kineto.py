@@ -1,0 +1,453 @@
+"""PyTorch profiler / Kineto Chrome-trace JSON (plain or gzip) -> Arrow, streamed.
+
+The file is decoded in bounded batches: we read a few MB, cut the text at the last event
+boundary, decode `[...]` with msgspec typed structs and turn the batch into Arrow columns,
+then drop it. A cut is accepted only if the piece decodes, so a `},{` inside a string or a
+nested object can never split an event. Memory is bounded by the batch size, not the file.
+
+Times: absolute ns = baseTimeNanoseconds + ts * 1000 (ts in µs, with a fractional ns part);
+traces without baseTimeNanoseconds (older PyTorch) have ts in µs since the epoch.
+"""
+from __future__ import annotations
+
+import gc
+import gzip
+import math
+import re
+import zlib
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError
+from ..schema import GPU_OPS, HOST_OPS, RANGES
+from .model import ProcessTrace
+
+BATCH_BYTES = 8 << 20
+MAX_HEADER_BYTES = 64 << 20
+# A gzip member that inflates past this ratio and size is treated as a bomb.
+MAX_INFLATE_RATIO = 200
+MAX_INFLATE_FLOOR = 2 << 30
+
+Num = int | float | str | None
+
+
+class Args(msgspec.Struct):
+    correlation: Num = None
+    external_id: Num = msgspec.field(default=None, name="External id")
+    device: Num = None
+    stream: Num = None
+    bytes: Num = None
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    pg_name: Num = msgspec.field(default=None, name="Process Group Name")
+    in_nelems: Num = msgspec.field(default=None, name="In msg nelems")
+    dtype: str | None = None
+    name: Num = None            # process_name / thread_name metadata
+
+
+class Event(msgspec.Struct):
+    ph: str | None = None
+    cat: str | None = None
+    name: Num = None
+    pid: Num = None
+    tid: Num = None
+    ts: float | None = None
+    dur: float | None = None
+    args: Args | None = None
+
+
+class Meta(msgspec.Struct):
+    """Top-level keys around traceEvents."""
+    traceEvents: list[Event] = []
+    baseTimeNanoseconds: int | None = None
+    distributedInfo: dict | None = None
+    deviceProperties: list | None = None
+    hostname: str | None = None
+    schemaVersion: Num = None
+
+
+_events_decoder = msgspec.json.Decoder(list[Event])
+_raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_event_decoder = msgspec.json.Decoder(Event)
+_meta_decoder = msgspec.json.Decoder(Meta)
+
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Memcpy": "memcpy",
+            "Memset": "memset", "Kernel": "kernel"}
+HOST_CATS = {"cuda_runtime": "cuda_runtime", "cuda_driver": "cuda_driver", "cpu_op": "cpu_op",
+             "python_function": "python", "Runtime": "cuda_runtime", "Operator": "cpu_op"}
+RANGE_CATS = {"user_annotation": False, "gpu_user_annotation": True}
+DTYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int": 4, "long": 8, "byte": 1,
+               "char": 1, "bool": 1, "short": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8,
+               "complexdouble": 16, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float16": 2, "float32": 4}
+COLLECTIVES = {"allreduce": "AllReduce", "all_reduce": "AllReduce", "allgather": "AllGather",
+               "all_gather": "AllGather", "_allgather_base": "AllGather", "allgather_into_tensor_coalesced": "AllGather",
+               "reducescatter": "ReduceScatter", "reduce_scatter": "ReduceScatter", "_reduce_scatter_base": "ReduceScatter",
+               "reduce_scatter_tensor_coalesced": "ReduceScatter", "broadcast": "Broadcast", "reduce": "Reduce",
+               "send": "SendRecv", "recv": "SendRecv", "sendrecv": "SendRecv", "all_to_all": "AllToAll",
+               "alltoall": "AllToAll", "alltoall_base": "AllToAll", "all_to_allv": "AllToAll", "gather": "Gather",
+               "scatter": "Scatter", "barrier": "Barrier"}
+
+
+def open_stream(path: str):
+    """Binary stream of the JSON text, gzip detected from content (magic bytes), not the suffix."""
+    f = open(path, "rb")
+    head = f.read(2)
+    f.seek(0)
+    if head == b"\x1f\x8b":
+        return _BoundedGzip(f, path)
+    return f
+
+
+class _BoundedGzip:
+    """gzip reader that stops a decompression bomb early instead of filling the disk or RAM."""
+
+    def __init__(self, f, path):
+        import os
+        self.path, self.raw = path, f
+        self.limit = max(MAX_INFLATE_FLOOR, os.fstat(f.fileno()).st_size * MAX_INFLATE_RATIO)
+        self.g = gzip.GzipFile(fileobj=f, mode="rb")
+        self.n = 0
+
+    def read(self, n=-1):
+        try:
+            b = self.g.read(n)
+        except (EOFError, OSError, zlib.error) as e:
+            msg = "truncated gzip stream" if isinstance(e, EOFError) else f"corrupt gzip data ({e})"
+            raise InputError(self.path, msg) from None
+        self.n += len(b)
+        if self.n > self.limit:
+            raise InputError(self.path, f"gzip inflates past {self.limit >> 20} MiB "
+                             f"({MAX_INFLATE_RATIO}x the file): refusing a likely decompression bomb")
+        return b
+
+    def close(self):
+        self.g.close()
+        self.raw.close()
+
+
+_TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_WS = b" \t\r\n"
+
+
+def _last_boundary(buf: bytes, end: int) -> int:
+    """Index of the ',' between two top-level-looking events before `end`, or -1."""
+    while True:
+        i = buf.rfind(b"{", 0, end)
+        if i <= 0:
+            return -1
+        j = i - 1
+        while j >= 0 and buf[j] in _WS:
+            j -= 1
+        if j >= 0 and buf[j] == 44:  # ','
+            k = j - 1
+            while k >= 0 and buf[k] in _WS:
+                k -= 1
+            if k >= 0 and buf[k] == 125:  # '}'
+                return j
+        end = i
+
+
+def read(path: str, sink, key: str = "p0") -> list[ProcessTrace]:
+    """Stream `path` into `sink` (sink.write(key, table, arrow_batch)); return its trace record."""
+    enabled = gc.isenabled()
+    gc.disable()  # object-heavy decode: the collector would double the time
+    try:
+        return _read(path, sink, key)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read(path, sink, key):
+    try:
+        stream = open_stream(path)
+    except OSError as e:
+        raise InputError(path, f"cannot open ({e.strerror})") from None
+    conv = _Converter(path)
+    dropped = 0
+    try:
+        buf = b""
+        while True:
+            chunk = stream.read(1 << 20)
+            buf += chunk
+            m = _TRACE_EVENTS.search(buf)
+            if m:
+                break
+            if not chunk:
+                if not buf.strip():
+                    raise InputError(path, "empty file")
+                if buf.lstrip()[:1] not in (b"{", b"["):
+                    raise InputError(path, "not JSON and not an nsys SQLite export: unknown format")
+                raise InputError(path, "JSON has no \"traceEvents\" array: not a PyTorch profiler / Chrome trace")
+            if len(buf) > MAX_HEADER_BYTES:
+                raise InputError(path, "no \"traceEvents\" array in the first 64 MiB: not a PyTorch profiler trace")
+        header = buf[:m.start()]
+        if not header.lstrip().startswith(b"{"):
+            raise InputError(path, "JSON top level is not an object: not a PyTorch profiler trace")
+        meta_head = _decode_meta(path, header + b'"traceEvents": []}')
+        conv.set_meta(meta_head)
+        buf = buf[m.end():]
+        while True:
+            chunk = stream.read(BATCH_BYTES)
+            if not chunk:
+                break
+            buf += chunk
+            if len(buf) < BATCH_BYTES:
+                continue
+            end = len(buf)
+            for _ in range(64):
+                cut = _last_boundary(buf, end)
+                if cut < 0:
+                    break
+                piece = b"[" + buf[:cut] + b"]"
+                try:
+                    events = _events_decoder.decode(piece)
+                except msgspec.ValidationError:
+                    events, bad = _decode_leniently(piece)
+                    dropped += bad
+                except msgspec.DecodeError:
+                    end = cut  # the cut fell inside an event or a string: try an earlier one
+                    continue
+                conv.add(events, sink, key)
+                del events
+                buf = buf[cut + 1:]
+                break
+            if len(buf) > 32 * BATCH_BYTES:
+                raise InputError(path, "no event boundary found in 256 MiB of JSON: not a PyTorch profiler trace")
+        tail = b'{"traceEvents":[' + buf
+        try:
+            meta_tail = _meta_decoder.decode(tail)
+        except msgspec.ValidationError:
+            meta_tail, bad = _decode_tail_leniently(path, tail)
+            dropped += bad
+        except msgspec.DecodeError as e:
+            raise InputError(path, f"truncated or invalid JSON ({_short(e)})") from None
+        conv.set_meta(meta_tail)
+        conv.add(meta_tail.traceEvents, sink, key)
+    finally:
+        stream.close()
+    return [conv.finish(sink, key, dropped)]
+
+
+def _short(e) -> str:
+    return str(e).splitlines()[0][:200]
+
+
+def _decode_meta(path, text: bytes) -> Meta:
+    try:
+        return _meta_decoder.decode(text)
+    except msgspec.ValidationError as e:
+        raise InputError(path, f"trace metadata has an unexpected type ({_short(e)})") from None
+    except msgspec.DecodeError as e:
+        raise InputError(path, f"invalid JSON before traceEvents ({_short(e)})") from None
+
+
+def _decode_leniently(piece: bytes):
+    """A batch with a wrongly typed event: decode event by event and drop the bad ones."""
+    raws = _raw_list_decoder.decode(piece)
+    good, bad = [], 0
+    for r in raws:
+        try:
+            good.append(_event_decoder.decode(r))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            bad += 1
+    return good, bad
+
+
+def _decode_tail_leniently(path, tail: bytes):
+    class LooseMeta(Meta):
+        traceEvents: list[msgspec.Raw] = []
+    try:
+        m = msgspec.json.decode(tail, type=LooseMeta)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise InputError(path, f"invalid trace JSON ({_short(e)})") from None
+    good, bad = [], 0
+    for r in m.traceEvents:
+        try:
+            good.append(_event_decoder.decode(r))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            bad += 1
+    return Meta(traceEvents=good, baseTimeNanoseconds=m.baseTimeNanoseconds, distributedInfo=m.distributedInfo,
+                deviceProperties=m.deviceProperties, hostname=m.hostname), bad
+
+
+def _ns(values: list, base: int) -> np.ndarray:
+    """µs floats -> int64 ns, exact for ns-resolution inputs (µs with three decimals).
+
+    Splitting off the integer part keeps the fraction's float error below half a ns, so
+    rounding the fraction gives the exact ns that the profiler wrote.
+    """
+    a = np.asarray(values, dtype=np.float64)
+    ip = np.floor(a)
+    return base + ip.astype(np.int64) * 1000 + np.rint((a - ip) * 1000.0).astype(np.int64)
+
+
+def _int_or_none(v):
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v):
+        return int(v)
+    if isinstance(v, str) and v.lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+class _Converter:
+    """Turns decoded event batches into Arrow batches of the canonical tables."""
+
+    def __init__(self, path):
+        self.path = path
+        self.base = 0
+        self.rank = None
+        self.world_size = None
+        self.hostname = None
+        self.device_name = None
+        self.host_pids: dict = {}
+        self.n = {"gpu_ops": 0, "host_ops": 0, "ranges": 0}
+        self.bad_time = 0
+        self.any_events = False
+        self.version = None
+
+    def set_meta(self, m: Meta):
+        if m.baseTimeNanoseconds is not None:
+            self.base = int(m.baseTimeNanoseconds)
+        di = m.distributedInfo or {}
+        if isinstance(di, dict):
+            if _int_or_none(di.get("rank")) is not None:
+                self.rank = _int_or_none(di.get("rank"))
+            if _int_or_none(di.get("world_size")) is not None:
+                self.world_size = _int_or_none(di.get("world_size"))
+            if isinstance(di.get("hostname"), str):
+                self.hostname = di["hostname"]
+        if m.hostname:
+            self.hostname = m.hostname
+        if m.deviceProperties and isinstance(m.deviceProperties, list):
+            names = sorted({d.get("name") for d in m.deviceProperties if isinstance(d, dict) and d.get("name")})
+            self.device_name = ", ".join(names) or None
+        if m.schemaVersion is not None:
+            self.version = f"kineto schema {m.schemaVersion}"
+
+    def add(self, events: list[Event], sink, key):
+        if not events:
+            return
+        self.any_events = True
+        gpu, host, rng = [], [], []
+        for e in events:
+            if e.ph != "X":
+                if e.ph == "M" and e.name == "process_name" and e.args is not None and isinstance(e.pid, int):
+                    self.host_pids.setdefault(e.pid, e.args.name)
+                continue
+            c = e.cat
+            if c in GPU_CATS:
+                gpu.append(e)
+            elif c in HOST_CATS:
+                host.append(e)
+            elif c in RANGE_CATS:
+                rng.append(e)
+        if gpu:
+            self._write(sink, key, "gpu_ops", self._gpu(gpu))
+        if host:
+            self._write(sink, key, "host_ops", self._host(host))
+        if rng:
+            self._write(sink, key, "ranges", self._ranges(rng))
+
+    def _write(self, sink, key, table, batch):
+        if batch.num_rows:
+            self.n[table] += batch.num_rows
+            sink.write(key, table, batch)
+
+    def _times(self, evs):
+        """start/end ns, and a mask of events whose ts/dur are usable (finite, dur >= 0)."""
+        ts = [e.ts if e.ts is not None else math.nan for e in evs]
+        du = [e.dur if e.dur is not None else 0.0 for e in evs]
+        ts_a, du_a = np.asarray(ts, dtype=np.float64), np.asarray(du, dtype=np.float64)
+        ok = np.isfinite(ts_a) & np.isfinite(du_a) & (du_a >= 0) & (np.abs(ts_a) < 9e15)
+        self.bad_time += int((~ok).sum())
+        ts_a, du_a = np.where(ok, ts_a, 0.0), np.where(ok, du_a, 0.0)
+        start = _ns(ts_a, self.base)
+        end = start + _ns(du_a, 0)
+        return start, end, ok
+
+    def _gpu(self, evs):
+        start, end, ok = self._times(evs)
+        args = [e.args or _NO_ARGS for e in evs]
+        kind = [GPU_CATS[e.cat] for e in evs]
+        names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
+        coll = [COLLECTIVES.get(a.collective.lower(), a.collective) if a.collective else None for a in args]
+        nbytes = []
+        for a, k in zip(args, kind):
+            b = _int_or_none(a.bytes)
+            if b is None and a.in_nelems is not None and a.dtype:
+                n = _int_or_none(a.in_nelems)
+                size = DTYPE_BYTES.get(a.dtype.lower())
+                b = n * size if n is not None and size else None
+            nbytes.append(b)
+        t = pa.table({
+            "device": pa.array([_int_or_none(a.device) if a.device is not None else _int_or_none(e.pid)
+                                for a, e in zip(args, evs)], pa.int32()),
+            "stream": pa.array([_int_or_none(a.stream) if a.stream is not None else _int_or_none(e.tid)
+                                for a, e in zip(args, evs)], pa.int64()),
+            "kind": pa.array(kind, pa.string()),
+            "name": pa.array(names, pa.string()),
+            "short_name": pa.nulls(len(evs), pa.string()),
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(end, pa.int64()),
+            "correlation_id": pa.array([_int_or_none(a.correlation) for a in args], pa.int64()),
+            "bytes": pa.array(nbytes, pa.int64()),
+            "copy_kind": pa.nulls(len(evs), pa.string()),
+            "graph_id": pa.nulls(len(evs), pa.int64()),
+            "collective": pa.array(coll, pa.string()),
+            "comm": pa.array([str(a.pg_name) if a.pg_name is not None else None for a in args], pa.string()),
+        })
+        return t.filter(pa.array(ok)) if not ok.all() else t
+
+    def _host(self, evs):
+        start, end, ok = self._times(evs)
+        t = pa.table({
+            "pid": pa.array([_int_or_none(e.pid) for e in evs], pa.int64()),
+            "tid": pa.array([_int_or_none(e.tid) for e in evs], pa.int64()),
+            "kind": pa.array([HOST_CATS[e.cat] for e in evs], pa.string()),
+            "name": pa.array([e.name if isinstance(e.name, str) else str(e.name) for e in evs], pa.string()),
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(end, pa.int64()),
+            "correlation_id": pa.array([_int_or_none(e.args.correlation) if e.args else None for e in evs], pa.int64()),
+        })
+        return t.filter(pa.array(ok)) if not ok.all() else t
+
+    def _ranges(self, evs):
+        start, end, ok = self._times(evs)
+        t = pa.table({
+            "tid": pa.array([_int_or_none(e.tid) for e in evs], pa.int64()),
+            "domain": pa.nulls(len(evs), pa.string()),
+            "name": pa.array([e.name if isinstance(e.name, str) else str(e.name) for e in evs], pa.string()),
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(end, pa.int64()),
+            "on_gpu": pa.array([RANGE_CATS[e.cat] for e in evs], pa.bool_()),
+        })
+        return t.filter(pa.array(ok)) if not ok.all() else t
+
+    def finish(self, sink, key, dropped) -> ProcessTrace:
+        warnings = []
+        if not self.any_events:
+            raise InputError(self.path, "trace has an empty traceEvents array")
+        if dropped or self.bad_time:
+            warnings.append(f"dropped {dropped + self.bad_time} events with missing or invalid fields "
+                            "(ts/dur not numbers, negative dur)")
+        if self.n["gpu_ops"] == 0:
+            warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
+        pid = None
+        if self.host_pids:
+            # Kineto names GPU "processes" by device index; the host process has a real pid.
+            real = [p for p in self.host_pids if p > 64] or list(self.host_pids)
+            pid = real[0]
+        return ProcessTrace(
+            source_path=self.path, source_format="kineto-json", profiler_version=self.version,
+            hostname=self.hostname, pid=pid, device_name=self.device_name, rank_hint=self.rank,
+            rank_hint_source="distributedInfo" if self.rank is not None else None,
+            world_size=self.world_size, warnings=warnings, key=key, counts=dict(self.n))
+
+
+_NO_ARGS = Args()

@@ -1,0 +1,68 @@
+"""What a reader produces: Arrow batches into a sink, and one record per rank-process."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from .. import schema
+
+
+@dataclass
+class ProcessTrace:
+    source_path: str
+    source_format: str              # 'nsys-sqlite' | 'kineto-json'
+    key: str                        # names this process's tables in the sink
+    profiler_version: str | None = None
+    hostname: str | None = None
+    pid: int | None = None
+    device_name: str | None = None
+    rank_hint: int | None = None    # rank the file itself states (NCCL payload, distributedInfo)
+    rank_hint_source: str | None = None
+    world_size: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    n_processes: int = 1            # processes found in the same file
+    source_hash: str | None = None
+    counts: dict = field(default_factory=dict)
+
+
+def reader_schema(table: str) -> pa.Schema:
+    """A canonical table's schema without trace_id and rank: those are known only after all files are read."""
+    s = schema.TABLES[table]
+    return pa.schema([f for f in s if f.name not in ("trace_id", "rank")])
+
+
+class IpcSink:
+    """Writes each (process, table) as an Arrow IPC stream file in `folder`.
+
+    The per-rank map phase ends here, so a reader never touches the database; the
+    cross-rank phase reads these files (memory-mapped) into DuckDB.
+    """
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+        self.writers: dict = {}
+
+    def path(self, key, table) -> Path:
+        return self.folder / f"{key}.{table}.arrow"
+
+    def write(self, key: str, table: str, data):
+        sch = reader_schema(table)
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        for f in sch:  # columns a format never has (e.g. nsys has no process-group name) stay NULL
+            if f.name not in data.column_names:
+                data = data.append_column(f.name, pa.nulls(data.num_rows, f.type))
+        data = data.select([f.name for f in sch]).cast(sch)
+        w = self.writers.get((key, table))
+        if w is None:
+            w = self.writers[(key, table)] = ipc.new_stream(str(self.path(key, table)), sch)
+        for b in data.to_batches(max_chunksize=1 << 20):
+            w.write_batch(b)
+
+    def close(self):
+        for w in self.writers.values():
+            w.close()
+        self.writers.clear()

@@ -1,0 +1,303 @@
+"""Nsight Systems SQLite export -> Arrow tables, one set per traced process.
+
+Reads with DuckDB's SQLite scanner (columnar, no Python per row). Every nsys schema among
+the fixtures is handled: 2.9 (nsys 2022, `EXPORT_META_DATA`, no ENUM tables) to 3.25
+(nsys 2026, `META_DATA_EXPORT`); optional tables (MEMSET, NVTX_EVENTS, OSRT_API, ...) may be
+absent. nsys stores times as ns since the session start; we add the session's UTC epoch time.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from ..errors import InputError
+from .model import ProcessTrace
+
+# CUPTI's enum values; used when an old export has no ENUM_* tables.
+_COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+              7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+             5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+
+_NVTX_RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
+_NVTX_DOMAIN_CREATE = 75
+
+
+def sqlite_scanner_path() -> str:
+    """The SQLite scanner extension shipped in the pip wheel that matches our DuckDB."""
+    import duckdb_extension_sqlite_scanner as ext  # noqa: PLC0415
+
+    p = Path(ext.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "sqlite_scanner.duckdb_extension"
+    if not p.exists():
+        found = sorted((Path(ext.__file__).parent / "extensions").glob("*/sqlite_scanner.duckdb_extension"))
+        raise RuntimeError(
+            f"duckdb-extension-sqlite-scanner has no build for duckdb {duckdb.__version__} "
+            f"(found: {', '.join(str(f.parent.name) for f in found) or 'none'}); install matching versions")
+    return str(p)
+
+
+def connect_sqlite(path: str) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true", "autoinstall_known_extensions": "false",
+                                 "autoload_known_extensions": "false"})
+    con.execute(f"LOAD '{sqlite_scanner_path()}'")
+    con.execute("SET preserve_insertion_order = false")
+    con.execute("SET threads = 1")  # ranks already run in parallel, one process each
+    # The path goes into SQL text: quote it, never interpolate raw.
+    con.execute(f"ATTACH {_sql_str(path)} AS src (TYPE sqlite, READ_ONLY)")
+    return con
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+class _Src:
+    """The tables and columns one export has."""
+
+    def __init__(self, con, path):
+        self.con, self.path = con, path
+        rows = con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = 'src'").fetchall()
+        self.cols: dict[str, set[str]] = {}
+        for t, c in rows:
+            self.cols.setdefault(t, set()).add(c)
+
+    def has(self, table, col=None):
+        return table in self.cols and (col is None or col in self.cols[table])
+
+    def count(self, table):
+        return self.con.execute(f"SELECT count(*) FROM src.{table}").fetchone()[0]
+
+
+def _meta(src: _Src) -> dict:
+    table = "META_DATA_EXPORT" if src.has("META_DATA_EXPORT") else "EXPORT_META_DATA" if src.has("EXPORT_META_DATA") else None
+    meta = {}
+    if table:
+        meta = dict(src.con.execute(f"SELECT name, value FROM src.{table}").fetchall())
+    return meta
+
+
+def _enum_map(src: _Src, table: str, fallback: dict, short: bool = False) -> str:
+    """A SQL CASE turning an enum id into its label."""
+    mapping = dict(fallback)
+    if src.has(table):
+        for i, name, label in src.con.execute(f"SELECT id, name, label FROM src.{table}").fetchall():
+            if table == "ENUM_CUDA_MEMCPY_OPER":
+                mapping[int(i)] = name.rsplit("_", 1)[-1].replace("UVM_", "") if short else label
+            else:
+                mapping[int(i)] = label
+    return mapping
+
+
+def _case(col: str, mapping: dict) -> str:
+    whens = " ".join(f"WHEN {int(k)} THEN {_sql_str(str(v))}" for k, v in mapping.items())
+    return f"(CASE {col} {whens} ELSE 'Unknown' END)"
+
+
+def read(path: str, sink, key: str = "p") -> list[ProcessTrace]:
+    try:
+        con = connect_sqlite(path)
+    except duckdb.Error as e:
+        raise InputError(path, f"not a readable SQLite file ({_first_line(e)})") from None
+    try:
+        return _read(con, path, sink, key)
+    except duckdb.Error as e:
+        raise InputError(path, f"corrupt or truncated nsys export ({_first_line(e)})") from None
+    finally:
+        con.close()
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+
+
+def _read(con, path, sink, key) -> list[ProcessTrace]:
+    src = _Src(con, path)
+    if not src.cols:
+        raise InputError(path, "SQLite file has no tables: not an Nsight Systems export")
+    meta = _meta(src)
+    if not meta and not src.has("TARGET_INFO_SESSION_START_TIME"):
+        raise InputError(path, "SQLite file is not an Nsight Systems export (no META_DATA_EXPORT / EXPORT_META_DATA table)")
+    for need in ("StringIds", "TARGET_INFO_SESSION_START_TIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        if not src.has(need):
+            what = "no GPU kernels were traced" if need == "CUPTI_ACTIVITY_KIND_KERNEL" else "required table missing"
+            raise InputError(path, f"nsys export has no {need} table ({what}; export with `nsys export --type sqlite` of a run traced with -t cuda)")
+    for t, cols in (("CUPTI_ACTIVITY_KIND_KERNEL", ("start", "end", "streamId", "correlationId", "globalPid", "demangledName")),
+                    ("StringIds", ("id", "value"))):
+        missing = [c for c in cols if not src.has(t, c)]
+        if missing:
+            raise InputError(path, f"nsys export table {t} lacks column(s) {', '.join(missing)} (unsupported or damaged schema)")
+    base = con.execute("SELECT utcEpochNs FROM src.TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+    if base is None or base[0] is None:
+        raise InputError(path, "TARGET_INFO_SESSION_START_TIME is empty: cannot place the trace in time")
+    base = int(base[0])
+
+    con.execute("CREATE TEMP TABLE strings AS SELECT id, value FROM src.StringIds")
+    gpu = _gpu_ops(src, base)
+    con.execute("CREATE TEMP TABLE g AS SELECT * FROM gpu")  # keep one materialisation
+    n_unresolved = con.execute("SELECT count(*) FROM g WHERE name IS NULL").fetchone()[0]
+    if n_unresolved:
+        raise InputError(path, f"StringIds lacks the names of {n_unresolved} GPU ops (damaged export)")
+    host = _host_ops(src, base)
+    con.execute("CREATE TEMP TABLE h AS SELECT * FROM host")
+    n_unresolved = con.execute("SELECT count(*) FROM h WHERE name IS NULL").fetchone()[0]
+    if n_unresolved:
+        raise InputError(path, f"StringIds lacks the names of {n_unresolved} host calls (damaged export)")
+    _ranges(src, base)
+
+    procs = con.execute("""
+        SELECT gpid, min(pid) FROM (
+            SELECT gpid, (gpid >> 24) & 16777215 AS pid FROM g
+            UNION ALL SELECT gpid, (gpid >> 24) & 16777215 FROM h WHERE kind IN ('cuda_runtime','cuda_driver'))
+        GROUP BY gpid ORDER BY gpid""").fetchall()
+    hostname = None
+    if src.has("TARGET_INFO_SYSTEM_ENV", "name"):
+        r = con.execute("SELECT value FROM src.TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
+        hostname = r[0] if r else None
+    hostname = hostname or meta.get("EXPORT_HOST")
+    version = meta.get("EXPORT_PRODUCT_VERSION")
+    schema = meta.get("EXPORT_SCHEMA_VERSION")
+    gpu_names = {}
+    if src.has("TARGET_INFO_GPU", "name"):
+        col = "cuDevice" if src.has("TARGET_INFO_GPU", "cuDevice") else "id"
+        gpu_names = dict(con.execute(f"SELECT {col}, name FROM src.TARGET_INFO_GPU").fetchall())
+
+    out = []
+    warnings = []
+    if not procs:
+        warnings.append("no CUDA activity in this export")
+        procs = [(None, None)]
+    for i, (gpid, pid) in enumerate(procs):
+        flt = "TRUE" if gpid is None else f"gpid = {int(gpid)}"
+        pkey = f"{key}{i}"
+        counts = {}
+        for table, rel in (("gpu_ops", "g"), ("host_ops", "h"), ("ranges", "rng")):
+            reader = con.execute(f"SELECT * EXCLUDE (gpid) FROM {rel} WHERE {flt}").fetch_record_batch(1 << 20)
+            n = 0
+            for batch in reader:
+                n += batch.num_rows
+                sink.write(pkey, table, batch)
+            counts[table] = n
+        devs = [r[0] for r in con.execute(f"SELECT DISTINCT device FROM g WHERE {flt}").fetchall()]
+        device_name = ", ".join(sorted({str(gpu_names.get(d, "")) for d in devs} - {""})) or None
+        nccl_rank = _nccl_rank(src, gpid)
+        out.append(ProcessTrace(
+            source_path=path, source_format="nsys-sqlite", key=pkey,
+            profiler_version=f"nsys {version}" + (f" (schema {schema})" if schema else "") if version else None,
+            hostname=hostname, pid=pid, device_name=device_name, rank_hint=nccl_rank,
+            rank_hint_source="nccl" if nccl_rank is not None else None, world_size=None,
+            warnings=list(warnings), n_processes=len(procs), counts=counts))
+    return out
+
+
+def _gpu_ops(src: _Src, base: int):
+    con = src.con
+    k = "src.CUPTI_ACTIVITY_KIND_KERNEL"
+    short = "s2.value" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "shortName") else "NULL"
+    graph = ("graphId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphId")
+             else "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphNodeId") else "NULL")
+    parts = [f"""
+        SELECT globalPid AS gpid, deviceId::INTEGER AS device, streamId::BIGINT AS stream, 'kernel' AS kind,
+               s1.value AS name, {short} AS short_name,
+               start + {base} AS start_ns, "end" + {base} AS end_ns, correlationId::BIGINT AS correlation_id,
+               NULL::BIGINT AS bytes, NULL::VARCHAR AS copy_kind, {graph}::BIGINT AS graph_id
+        FROM {k} LEFT JOIN strings s1 ON s1.id = demangledName
+        {"LEFT JOIN strings s2 ON s2.id = shortName" if short != "NULL" else ""}"""]
+    if src.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+        kinds = _enum_map(src, "ENUM_CUDA_MEMCPY_OPER", _COPY_KIND, short=True)
+        mem = _enum_map(src, "ENUM_CUDA_MEM_KIND", _MEM_KIND)
+        ck = _case("copyKind", kinds)
+        has_sd = src.has("CUPTI_ACTIVITY_KIND_MEMCPY", "srcKind")
+        label = (f"'Memcpy ' || {ck} || ' (' || {_case('srcKind', mem)} || ' -> ' || {_case('dstKind', mem)} || ')'"
+                 if has_sd else f"'Memcpy ' || {ck}")
+        g2 = "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_MEMCPY", "graphNodeId") else "NULL"
+        parts.append(f"""
+        SELECT globalPid, deviceId::INTEGER, streamId::BIGINT, 'memcpy', {label}, {ck},
+               start + {base}, "end" + {base}, correlationId::BIGINT, bytes::BIGINT, {ck}, {g2}::BIGINT
+        FROM src.CUPTI_ACTIVITY_KIND_MEMCPY""")
+    if src.has("CUPTI_ACTIVITY_KIND_MEMSET"):
+        mem = _enum_map(src, "ENUM_CUDA_MEM_KIND", _MEM_KIND)
+        label = f"'Memset (' || {_case('memKind', mem)} || ')'" if src.has("CUPTI_ACTIVITY_KIND_MEMSET", "memKind") else "'Memset'"
+        g3 = "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_MEMSET", "graphNodeId") else "NULL"
+        parts.append(f"""
+        SELECT globalPid, deviceId::INTEGER, streamId::BIGINT, 'memset', {label}, 'Memset',
+               start + {base}, "end" + {base}, correlationId::BIGINT, bytes::BIGINT, NULL, {g3}::BIGINT
+        FROM src.CUPTI_ACTIVITY_KIND_MEMSET""")
+    con.execute("CREATE TEMP VIEW gpu AS " + " UNION ALL ".join(parts))
+    return "gpu"
+
+
+def _host_ops(src: _Src, base: int):
+    con = src.con
+    parts = []
+    clean = "regexp_replace(s.value, '_v[0-9]+$', '')"  # cudaLaunchKernel_v7000 -> cudaLaunchKernel
+    if src.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        parts.append(f"""
+        SELECT globalTid AS gtid, {clean} AS name,
+               CASE WHEN s.value LIKE 'cuda%' OR s.value NOT LIKE 'cu%' THEN 'cuda_runtime' ELSE 'cuda_driver' END AS kind,
+               start + {base} AS start_ns, "end" + {base} AS end_ns, correlationId::BIGINT AS correlation_id
+        FROM src.CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN strings s ON s.id = r.nameId""")
+    if src.has("OSRT_API"):
+        parts.append(f"""
+        SELECT globalTid, s.value, 'osrt', start + {base}, "end" + {base}, NULL::BIGINT
+        FROM src.OSRT_API o LEFT JOIN strings s ON s.id = o.nameId""")
+    if not parts:
+        con.execute("""CREATE TEMP VIEW host AS SELECT NULL::BIGINT AS gpid, NULL::BIGINT AS pid, NULL::BIGINT AS tid,
+                       NULL::VARCHAR AS kind, NULL::VARCHAR AS name, NULL::BIGINT AS start_ns, NULL::BIGINT AS end_ns,
+                       NULL::BIGINT AS correlation_id WHERE FALSE""")
+        return "host"
+    con.execute(f"""CREATE TEMP VIEW host AS
+        SELECT (gtid >> 24) << 24 AS gpid, (gtid >> 24) & 16777215 AS pid, gtid & 16777215 AS tid,
+               kind, name, start_ns, end_ns, correlation_id
+        FROM ({" UNION ALL ".join(parts)})""")
+    return "host"
+
+
+def _ranges(src: _Src, base: int):
+    con = src.con
+    if not src.has("NVTX_EVENTS"):
+        con.execute("""CREATE TEMP TABLE rng (gpid BIGINT, tid BIGINT, domain VARCHAR, name VARCHAR,
+                       start_ns BIGINT, end_ns BIGINT, on_gpu BOOLEAN)""")
+        return
+    has_textid = src.has("NVTX_EVENTS", "textId")
+    text = "coalesce(n.text, s.value)" if has_textid else "n.text"
+    join = "LEFT JOIN strings s ON s.id = n.textId" if has_textid else ""
+    dom = "domainId" if src.has("NVTX_EVENTS", "domainId") else "0"
+    types = ", ".join(map(str, _NVTX_RANGE_TYPES))
+    con.execute(f"""CREATE TEMP TABLE rng AS
+        WITH domains AS (
+            SELECT {dom} AS domain_id, any_value(text) AS domain FROM src.NVTX_EVENTS
+            WHERE eventType = {_NVTX_DOMAIN_CREATE} GROUP BY ALL)
+        SELECT (n.globalTid >> 24) << 24 AS gpid, n.globalTid & 16777215 AS tid, d.domain,
+               {text} AS name, n.start + {base} AS start_ns, n."end" + {base} AS end_ns, FALSE AS on_gpu
+        FROM src.NVTX_EVENTS n {join} LEFT JOIN domains d ON d.domain_id = n.{dom}
+        WHERE n.eventType IN ({types}) AND n."end" IS NOT NULL""")
+
+
+def _nccl_rank(src: _Src, gpid) -> int | None:
+    """Rank of the process from NCCL's NVTX payload (ncclCommInitRank* 'Rank' field), when stored.
+
+    Exports keep the payload in NVTX_EVENTS.binaryData with the layout in NVTX_PAYLOAD_SCHEMA_ENTRIES;
+    many exports leave it empty, and then the caller falls back to the file name.
+    """
+    if gpid is None or not (src.has("NVTX_EVENTS", "binaryData") and src.has("NVTX_PAYLOAD_SCHEMA_ENTRIES")):
+        return None
+    con = src.con
+    try:
+        row = con.execute(f"""
+            SELECT n.binaryData, e."offset" FROM src.NVTX_EVENTS n
+            JOIN src.NVTX_PAYLOAD_SCHEMA_ENTRIES e ON e.name = 'Rank'
+            WHERE (n.globalTid >> 24) << 24 = {int(gpid)} AND n.binaryData IS NOT NULL AND octet_length(n.binaryData) >= e."offset" + 4
+            LIMIT 1""").fetchone()
+    except duckdb.Error:
+        return None
+    if not row or row[0] is None or row[1] is None:
+        return None
+    data, off = bytes(row[0]), int(row[1])
+    return int.from_bytes(data[off:off + 4], "little", signed=True)
+
+
+def file_size(path: str) -> int:
+    return os.path.getsize(path)

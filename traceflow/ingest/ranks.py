@@ -1,0 +1,77 @@
+"""Which rank each traced process is."""
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import InputError, UsageError
+from .model import ProcessTrace
+
+# `rank3.sqlite`, `rank_3`, `rank-3.pt.trace.json`, `..._r3...`, `worker3_...`
+DEFAULT_NAME_PATTERNS = [
+    re.compile(r"(?i)rank[-_.]?(\d+)"),
+    re.compile(r"(?i)(?:^|[^a-z0-9])r(\d+)(?=[^0-9]|$)"),
+    re.compile(r"(?i)worker[-_.]?(\d+)"),
+]
+
+
+def rank_from_name(path: str, pattern: str | None = None) -> int | None:
+    name = os.path.basename(path)
+    if pattern:
+        try:
+            rx = re.compile(pattern)
+        except re.error as e:
+            raise UsageError(f"--rank-pattern is not a valid regular expression: {e}") from None
+        m = rx.search(name)
+        if not m:
+            return None
+        try:
+            return int(m.group(1) if m.groups() else m.group(0))
+        except ValueError:
+            return None
+    for rx in DEFAULT_NAME_PATTERNS:
+        m = rx.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[int, str] | None = None) -> list[tuple[ProcessTrace, int, str]]:
+    """(trace, rank, where the rank came from), in input order.
+
+    Precedence: --rank-pattern on the file name; the rank the file states (NCCL payload,
+    Kineto distributedInfo); a number in the file name (single-process files only);
+    else the lowest free rank in file order, with a warning.
+    """
+    taken = dict(taken or {})
+    chosen: list[tuple[ProcessTrace, int | None, str]] = []
+    for t in traces:
+        r, src = None, None
+        if pattern:
+            r = rank_from_name(t.source_path, pattern)
+            src = "pattern" if r is not None else None
+        if r is None and t.rank_hint is not None:
+            r, src = t.rank_hint, t.rank_hint_source or "file"
+        if r is None and t.n_processes == 1:
+            r = rank_from_name(t.source_path)
+            src = "file name" if r is not None else None
+        chosen.append((t, r, src))
+    owner: dict[int, str] = dict(taken)
+    for t, r, _ in chosen:
+        if r is None:
+            continue
+        if r in owner:
+            raise InputError(t.source_path, f"claims rank {r}, which {owner[r]} also claims "
+                             "(use --rank-pattern to take ranks from the file names)")
+        owner[r] = t.source_path
+    out = []
+    next_free = 0
+    for t, r, src in chosen:
+        if r is None:
+            while next_free in owner:
+                next_free += 1
+            r, src = next_free, "file order"
+            owner[r] = t.source_path
+            t.warnings.append(f"no rank in the file or its name: took rank {r} from file order")
+        out.append((t, r, src))
+    return out

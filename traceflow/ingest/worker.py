@@ -1,0 +1,74 @@
+"""The map phase: one input file -> Arrow IPC files + trace records. A pure function of the file.
+
+Runs in a worker process; nothing here touches the job database, so the same function can
+later run on a cluster engine writing shards per rank.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import lzma
+import os
+import shutil
+import tempfile
+import traceback
+
+from ..errors import InputError
+from . import kineto, nsys
+from .detect import detect
+from .model import IpcSink, ProcessTrace
+
+
+def content_hash(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_file(path: str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
+    try:
+        return _read_file(path, folder, index, nsys_exe)
+    except InputError:
+        raise
+    except MemoryError:
+        raise InputError(path, "ran out of memory while reading (input too deeply nested or too large)") from None
+    except RecursionError:
+        raise InputError(path, "input is nested too deeply") from None
+    except Exception as e:  # a reader met input it does not understand: still one line, exit 3
+        if os.environ.get("TRACEFLOW_DEBUG"):
+            traceback.print_exc()
+        raise InputError(path, f"cannot read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+
+
+def _read_file(path, folder, index, nsys_exe):
+    fmt = detect(path)
+    digest = content_hash(path)
+    sink = IpcSink(folder)
+    scratch = None
+    try:
+        if fmt == "nsys-rep":
+            from .nsys_cli import export_sqlite
+            traces = nsys.read(export_sqlite(path, nsys_exe), sink, key=f"f{index}p")
+        elif fmt in ("sqlite-gz", "sqlite-xz"):
+            opener = gzip.open if fmt == "sqlite-gz" else lzma.open
+            fd, scratch = tempfile.mkstemp(suffix=".sqlite", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as out, opener(path, "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 22)
+            except (OSError, EOFError, lzma.LZMAError) as e:
+                raise InputError(path, f"corrupt or truncated compressed SQLite ({e})") from None
+            traces = nsys.read(scratch, sink, key=f"f{index}p")
+        elif fmt == "nsys-sqlite":
+            traces = nsys.read(path, sink, key=f"f{index}p")
+        else:
+            traces = kineto.read(path, sink, key=f"f{index}p0")
+    finally:
+        sink.close()
+        if scratch:
+            os.unlink(scratch)
+    for t in traces:
+        t.source_path = path  # the user's file, also for .nsys-rep and compressed exports
+        t.source_hash = digest
+    return traces

@@ -1,0 +1,74 @@
+"""Query packs: one analysis per queries/*.sql file, results kept as tables in the database.
+
+A pack file opens with a comment (what it computes, inputs, output columns and units) and
+then `CREATE OR REPLACE TABLE <name> AS ...`; pasting it into the DuckDB shell gives the same
+table. Thresholds are DuckDB variables with defaults (`SET VARIABLE tf_... = ...`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+# Order matters: later packs read earlier packs' tables.
+ORDER = ["gpu_busy", "steps_summary", "idle_gaps", "launch_overhead", "exposed_comm", "collective_waits",
+         "stragglers", "kernels", "sync"]
+# Pack name on the command line -> table it fills.
+PUBLIC = {
+    "steps": "step_breakdown", "idle-gaps": "idle_gaps", "idle-gaps-summary": "idle_gaps_summary",
+    "launch-overhead": "launch_overhead", "launch-overhead-summary": "launch_overhead_summary",
+    "launch-bound": "launch_bound_steps", "exposed-comm": "exposed_comm", "collective-waits": "collective_waits",
+    "stragglers": "stragglers", "stragglers-by-rank": "stragglers_by_rank", "kernels": "kernels", "sync": "sync",
+    "critical-path": "critical_path", "critical-path-summary": "critical_path_summary",
+}
+
+
+def queries_dir() -> Path:
+    here = Path(__file__).resolve().parent.parent / "queries"
+    if here.is_dir():
+        return here
+    return Path(str(resources.files("traceflow.queries")))
+
+
+def pack_sql(name: str) -> str:
+    return (queries_dir() / f"{name}.sql").read_text()
+
+
+@dataclass
+class PackInfo:
+    name: str
+    table: str
+    description: str
+
+
+def describe(sql_text: str) -> str:
+    """First sentence of a pack's header comment."""
+    lines = []
+    for line in sql_text.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line[2:].strip())
+    text = " ".join(lines)
+    text = re.sub(r"^[\w-]+:\s*", "", text)
+    return text.split(". ")[0].rstrip(".")
+
+
+def listing() -> list[PackInfo]:
+    out = []
+    table_to_file = {}
+    for f in ORDER + ["critical_path"]:
+        sql = pack_sql(f) if (queries_dir() / f"{f}.sql").exists() else ""
+        for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql):
+            table_to_file[t] = sql
+    for name, table in PUBLIC.items():
+        sql = table_to_file.get(table, "")
+        m = re.search(rf"-- {re.escape(table)}:\s*(.+?)(?:\n--\s*\n|\n[^-])", sql, re.S)
+        desc = " ".join(l.strip("- ").strip() for l in m.group(1).splitlines()) if m else describe(sql)
+        out.append(PackInfo(name, table, desc.split(". ")[0].rstrip(".")))
+    return out
+
+
+def compute_all(con):
+    for name in ORDER:
+        con.execute(pack_sql(name))
