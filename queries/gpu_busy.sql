@@ -4,8 +4,12 @@
 --
 -- step_windows: one row per rank and step.
 --   rank INTEGER, step INTEGER
---   start_ns BIGINT  first start (ns since epoch) of a GPU op launched inside the step's host range
---   end_ns   BIGINT  last end (ns) of such an op; [start_ns, end_ns) is the step's GPU window
+--   first_op_ns BIGINT first start (ns since epoch) of a GPU op launched inside the step's host range
+--   end_ns   BIGINT  last end (ns) of such an op
+--   start_ns BIGINT  first_op_ns, moved back to the end of the previous steps' GPU work when that
+--                    ended earlier: an idle stretch between two steps is the GPU waiting for this
+--                    step's work (a data-loader stall, a host sync), so it belongs to this step.
+--                    [start_ns, end_ns) is the step's GPU window.
 --   n_ops    BIGINT  GPU ops launched in the step
 --
 -- gpu_state: the rank's timeline cut into elementary segments (at every op start/end and
@@ -19,9 +23,16 @@
 --   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
 --   first_op_id: an op starting the island (the op that ended the idle gap before it)
 CREATE OR REPLACE TABLE step_windows AS
-SELECT rank, step, min(start_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS n_ops
-FROM gpu_ops WHERE step IS NOT NULL
-GROUP BY rank, step;
+WITH w AS (
+    SELECT rank, step, min(start_ns) AS first_op_ns, max(end_ns) AS end_ns, count(*) AS n_ops
+    FROM gpu_ops WHERE step IS NOT NULL
+    GROUP BY rank, step
+), p AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank ORDER BY step ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM w
+)
+SELECT rank, step, least(first_op_ns, coalesce(prev_end, first_op_ns)) AS start_ns, end_ns, first_op_ns, n_ops
+FROM p;
 
 CREATE OR REPLACE TABLE gpu_state AS
 WITH ev AS (
