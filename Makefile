@@ -19,7 +19,7 @@ venv: $(BIN)/traceflow
 
 demo: venv
 	@mkdir -p out
-	$(BIN)/traceflow postmortem fixtures/ddp4_sync_stall/rank*.sqlite -o out/postmortem
+	$(BIN)/traceflow postmortem fixtures/ddp4_sync_stall/rank-*.pt.trace.json.gz -o out/postmortem
 	@echo
 	$(BIN)/traceflow query out/postmortem/job.duckdb steps --step 4
 	@echo

@@ -84,9 +84,10 @@ def _enum_map(src: _Src, table: str, fallback: dict, short: bool = False) -> str
     mapping = dict(fallback)
     if src.has(table):
         for i, name, label in src.con.execute(f"SELECT id, name, label FROM src.{table}").fetchall():
-            if table == "ENUM_CUDA_MEMCPY_OPER":
-                mapping[int(i)] = name.rsplit("_", 1)[-1].replace("UVM_", "") if short else label
-            else:
+            if table == "ENUM_CUDA_MEMCPY_OPER" and short:
+                code = name.replace("CUDA_MEMCPY_KIND_", "").replace("UVM_", "")  # HTOD -> HtoD, like CUPTI's docs
+                mapping[int(i)] = f"{code[0]}to{code[3]}" if len(code) == 4 and code[1:3] == "TO" else code.title()
+            elif table != "ENUM_CUDA_MEMCPY_OPER" or not short:
                 mapping[int(i)] = label
     return mapping
 
@@ -174,7 +175,7 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
         pkey = f"{key}{i}"
         counts = {}
         for table, rel in (("gpu_ops", "g"), ("host_ops", "h"), ("ranges", "rng")):
-            reader = con.execute(f"SELECT * EXCLUDE (gpid) FROM {rel} WHERE {flt}").fetch_record_batch(1 << 20)
+            reader = con.execute(f"SELECT * EXCLUDE (gpid) FROM {rel} WHERE {flt}").to_arrow_reader(1 << 20)
             n = 0
             for batch in reader:
                 n += batch.num_rows

@@ -1,0 +1,72 @@
+"""Shared test setup: where the real fixtures are, and databases ingested once per session."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("TRACEFLOW_SHARED", ROOT.parent / "shared"))
+FIX = SHARED / "fixtures"
+BUNDLED = ROOT / "fixtures"
+TRACEFLOW = [sys.executable, "-m", "traceflow.cli"]
+
+needs_shared = pytest.mark.skipif(not FIX.is_dir(), reason=f"real fixtures not found at {FIX} (../shared is absent)")
+
+
+def fixture_files(rel: str) -> list[str]:
+    d = FIX / rel
+    if not d.is_dir():
+        pytest.skip(f"fixture {rel} not found under {FIX}")
+    return sorted(str(p) for p in d.iterdir() if p.name.endswith((".sqlite", ".json.gz", ".json")) and not p.name.startswith("truth"))
+
+
+def truth(rel: str, rank: int) -> list[dict]:
+    p = FIX / rel / f"truth-rank{rank}.json"
+    return json.loads(p.read_text()) if p.exists() else []
+
+
+def run_cli(*args, cwd=None, env=None, input=None, timeout=600):
+    """The real command, in a subprocess, as a user runs it."""
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([*TRACEFLOW, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=e,
+                          input=input, timeout=timeout)
+
+
+_DBS: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def db_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("dbs")
+
+
+@pytest.fixture(scope="session")
+def ingested(db_dir):
+    """ingested('h100/nsys/ddp4_sync_stall') -> path of a database of that fixture, made once."""
+    import traceflow
+
+    def make(rel: str, **opts) -> str:
+        key = rel + repr(sorted(opts.items()))
+        if key not in _DBS:
+            files = fixture_files(rel)
+            out = db_dir / (rel.replace("/", "_") + f"_{len(_DBS)}.duckdb")
+            traceflow.ingest(files, str(out), **opts)
+            _DBS[key] = out
+        return str(_DBS[key])
+    return make
+
+
+def connect(path):
+    import duckdb
+    return duckdb.connect(str(path), read_only=True)
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
