@@ -192,7 +192,7 @@ args = sys.argv[1:]
 if args[:1] == ["export"]:
     out = pathlib.Path(args[args.index("--output") + 1])
     # the stand-in .nsys-rep holds the path of the SQLite export it stands for
-    shutil.copyfile(pathlib.Path(args[-1]).read_text().split("\n")[1], out)
+    shutil.copyfile(pathlib.Path(args[-1]).read_text().splitlines()[1], out)
 elif args[:1] == ["recipe"]:
     import pyarrow as pa, pyarrow.parquet as pq
     out = pathlib.Path(args[args.index("--output") + 1]); out.mkdir(parents=True)
