@@ -16,6 +16,7 @@
 --                             waited on another stream, an event, a peer or a host sync
 --   next_op          name of the GPU op that ended the gap; next_op_id its op_id
 --   next_api_start_ns when that op's launch call started (ns; NULL if outside the trace)
+--   next_issue_start_ns when the host began issuing it (the CPU op around the launch call; ns)
 --   host_tid         the host thread looked at: the one that launched next_op, else the rank's main thread
 --   host_activity    what that thread was doing: the innermost host op / range covering at least half
 --                    of the gap, else the one overlapping it most (NVTX/annotation ranges, CPU ops,
@@ -35,6 +36,7 @@ WITH params AS (
 ), g AS (
     SELECT w.rank, w.step, gp.start_ns, gp.end_ns, gp.end_ns - gp.start_ns AS dur_ns,
            n.name AS next_op, n.op_id AS next_op_id, n.api_start_ns AS next_api_start_ns,
+           coalesce(n.issue_start_ns, n.api_start_ns) AS next_issue_start_ns,
            coalesce(n.launch_tid, mt.tid) AS host_tid, n.trace_id
     FROM gaps gp
     JOIN step_windows w ON gp.rank = w.rank AND gp.start_ns >= w.start_ns AND gp.end_ns <= w.end_ns
@@ -60,7 +62,7 @@ SELECT g.rank, g.step, g.start_ns, g.end_ns, g.dur_ns,
        CASE WHEN g.next_api_start_ns >= g.start_ns THEN 'host_late'
             WHEN g.dur_ns < p.launch_thr THEN 'launch_latency'
             ELSE 'dependency' END AS cause,
-       g.next_op, g.next_op_id, g.next_api_start_ns, g.host_tid, b.host_activity
+       g.next_op, g.next_op_id, g.next_api_start_ns, g.next_issue_start_ns, g.host_tid, b.host_activity
 FROM g CROSS JOIN params p LEFT JOIN best b USING (rank, step, start_ns)
 ORDER BY g.rank, g.step, g.start_ns;
 

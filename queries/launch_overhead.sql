@@ -11,43 +11,55 @@
 --   api_ns      api_end - api_start: time in the launch call
 --   queue_ns    max(0, gpu_start - api_end): waiting in the stream queue (nsys "queue time")
 --   latency_ns  gpu_start - api_start
---   exposed_ns  part of [api_start, gpu_start] during which the rank's GPU ran nothing at all
+--   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the launch
+--               call (Kineto links them by External id); the launch call's start where unknown (nsys)
+--   dispatch_ns api_start - issue_start: framework time before the launch call
+--   exposed_ns  part of [issue_start, gpu_start] during which the rank's GPU ran nothing at all.
+--               For tiny kernels the framework dispatch is most of what issuing them costs, so it
+--               counts; without a CPU op this is DESIGN.md's [api_start, gpu_start].
 --
 -- launch_overhead_summary: per rank and kernel name: count, total / mean / p50 / p99 of latency_ns,
---   total exposed_ns (all ns).
+--   total exposed_ns, total_gpu_ns (the kernels' own run time), and launch_bound: the GPU idled
+--   longer waiting for these launches than it ran the kernels (all ns).
 -- launch_bound_steps (pack `launch-bound`): per rank and step: launches, launch_exposed_ns = the
---   idle time inside the window during which the op that ended the idle gap was being launched
---   (gaps are disjoint, so nothing is counted twice), its share of wall_ns, and launch_bound.
+--   idle time inside the window during which the op that ended the idle gap was being issued
+--   ([issue_start, gpu_start] of that op; gaps are disjoint, so nothing is counted twice),
+--   its share of wall_ns, and launch_bound: it is at least tf_launch_bound_share of the window
+--   and more than the step's compute time.
 CREATE OR REPLACE TABLE launch_overhead AS
 WITH l AS (
-    SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, api_end_ns, start_ns AS gpu_start_ns
+    SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, api_end_ns, start_ns AS gpu_start_ns,
+           end_ns AS gpu_end_ns, coalesce(issue_start_ns, api_start_ns) AS issue_start_ns
     FROM gpu_ops WHERE api_start_ns IS NOT NULL AND step IS NOT NULL
 ), a AS (
-    SELECT l.*, coalesce(i.busy_before_ns + least(greatest(l.api_start_ns - i.start_ns, 0), i.end_ns - i.start_ns), 0) AS busy_to_api
-    FROM l ASOF LEFT JOIN gpu_islands i ON l.rank = i.rank AND l.api_start_ns >= i.start_ns
+    SELECT l.*, coalesce(i.busy_before_ns + least(greatest(l.issue_start_ns - i.start_ns, 0), i.end_ns - i.start_ns), 0) AS busy_to_issue
+    FROM l ASOF LEFT JOIN gpu_islands i ON l.rank = i.rank AND l.issue_start_ns >= i.start_ns
 ), b AS (
     SELECT a.*, coalesce(i.busy_before_ns + least(greatest(a.gpu_start_ns - i.start_ns, 0), i.end_ns - i.start_ns), 0) AS busy_to_gpu
     FROM a ASOF LEFT JOIN gpu_islands i ON a.rank = i.rank AND a.gpu_start_ns >= i.start_ns
 )
-SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns,
+SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, issue_start_ns,
        api_end_ns - api_start_ns AS api_ns,
        greatest(0, gpu_start_ns - api_end_ns) AS queue_ns,
        gpu_start_ns - api_start_ns AS latency_ns,
-       greatest(0, (gpu_start_ns - api_start_ns) - (busy_to_gpu - busy_to_api))::BIGINT AS exposed_ns
+       api_start_ns - issue_start_ns AS dispatch_ns,
+       greatest(0, (gpu_start_ns - issue_start_ns) - (busy_to_gpu - busy_to_issue))::BIGINT AS exposed_ns,
+       gpu_end_ns - gpu_start_ns AS gpu_ns
 FROM b ORDER BY rank, api_start_ns;
 
 CREATE OR REPLACE TABLE launch_overhead_summary AS
 SELECT rank, name, count(*) AS count, sum(latency_ns)::BIGINT AS total_latency_ns,
        round(avg(latency_ns))::BIGINT AS mean_latency_ns,
        quantile_disc(latency_ns, 0.5) AS p50_latency_ns, quantile_disc(latency_ns, 0.99) AS p99_latency_ns,
-       sum(api_ns)::BIGINT AS total_api_ns, sum(exposed_ns)::BIGINT AS total_exposed_ns
+       sum(api_ns)::BIGINT AS total_api_ns, sum(exposed_ns)::BIGINT AS total_exposed_ns,
+       sum(gpu_ns)::BIGINT AS total_gpu_ns, sum(exposed_ns) > sum(gpu_ns) AS launch_bound
 FROM launch_overhead GROUP BY rank, name ORDER BY rank, total_exposed_ns DESC;
 
 CREATE OR REPLACE TABLE launch_bound_steps AS
 WITH ex AS (
     SELECT rank, step,
-           sum(CASE WHEN next_api_start_ns IS NOT NULL AND next_api_start_ns < end_ns
-                    THEN end_ns - greatest(start_ns, next_api_start_ns) ELSE 0 END)::BIGINT AS launch_exposed_ns
+           sum(CASE WHEN next_issue_start_ns IS NOT NULL AND next_issue_start_ns < end_ns
+                    THEN end_ns - greatest(start_ns, next_issue_start_ns) ELSE 0 END)::BIGINT AS launch_exposed_ns
     FROM idle_gaps GROUP BY rank, step
 ), n AS (
     SELECT rank, step, count(*) AS launches, sum(api_ns)::BIGINT AS api_ns FROM launch_overhead GROUP BY rank, step

@@ -14,7 +14,7 @@ GPU_OPS = pa.schema([
 HOST_OPS = pa.schema([
     ("trace_id", pa.int32()), ("rank", pa.int32()), ("pid", pa.int64()), ("tid", pa.int64()),
     ("kind", pa.string()), ("name", pa.string()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
-    ("correlation_id", pa.int64()),
+    ("correlation_id", pa.int64()), ("external_id", pa.int64()),
 ])
 
 RANGES = pa.schema([
@@ -52,7 +52,8 @@ _DUCK = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.string(): "VARCHAR", pa
 # Columns the derive step fills (see traceflow/derive/*.sql).
 DERIVED = {
     "gpu_ops": [("op_id", "BIGINT"), ("api_name", "VARCHAR"), ("api_start_ns", "BIGINT"), ("api_end_ns", "BIGINT"),
-                ("launch_tid", "BIGINT"), ("launch_op_id", "BIGINT"), ("step", "INTEGER")],
+                ("launch_tid", "BIGINT"), ("launch_op_id", "BIGINT"), ("issue_start_ns", "BIGINT"),
+                ("step", "INTEGER")],
     "host_ops": [("op_id", "BIGINT")],
     "ranges": [],
 }

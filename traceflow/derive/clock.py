@@ -22,7 +22,7 @@ SELECT g.clock_domain, min(g.rank) AS first_rank, list(DISTINCT g.rank ORDER BY 
 FROM d JOIN g USING (rank) GROUP BY g.clock_domain ORDER BY first_rank
 """
 
-TIME_COLUMNS = {"gpu_ops": ["start_ns", "end_ns", "api_start_ns", "api_end_ns"],
+TIME_COLUMNS = {"gpu_ops": ["start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"],
                 "host_ops": ["start_ns", "end_ns"], "ranges": ["start_ns", "end_ns"]}
 
 

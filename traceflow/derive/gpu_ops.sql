@@ -8,6 +8,8 @@
 --   op_id      BIGINT id (host ops use ids from 1e12 on)
 --   api_name, api_start_ns, api_end_ns, launch_tid, launch_op_id: the host call with the same
 --              correlation id that enqueued the op (NULL when the launch is outside the trace)
+--   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the
+--              launch call (Kineto links them by External id), else the launch call's start
 --   step       the step whose host range holds the launch call's start; for a rank with no
 --              launch calls at all, the step holding the op's own start
 CREATE OR REPLACE TABLE gpu_ops AS
@@ -15,15 +17,18 @@ WITH launch AS (
     SELECT trace_id, correlation_id,
            arg_min(name, start_ns) AS api_name, min(start_ns) AS api_start_ns,
            arg_min(end_ns, start_ns) AS api_end_ns, arg_min(tid, start_ns) AS launch_tid,
-           arg_min(op_id, start_ns) AS launch_op_id
+           arg_min(op_id, start_ns) AS launch_op_id, arg_min(external_id, start_ns) AS external_id
     FROM host_ops
     WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation_id IS NOT NULL
     GROUP BY trace_id, correlation_id
+), issuer AS (
+    SELECT trace_id, external_id, max(start_ns) AS issue_start_ns
+    FROM host_ops WHERE kind = 'cpu_op' AND external_id IS NOT NULL GROUP BY trace_id, external_id
 ), ranks_with_launches AS (
     SELECT DISTINCT g.rank FROM gpu_ops g JOIN launch l USING (trace_id, correlation_id)
 ), classified AS (
     SELECT g.* EXCLUDE (category, collective, copy_kind, op_id, api_name, api_start_ns, api_end_ns,
-                        launch_tid, launch_op_id, step),
+                        launch_tid, launch_op_id, issue_start_ns, step),
         CASE WHEN g.kind = 'kernel' AND regexp_matches(g.name, '(?i)^\s*(void\s+)?(nccl|rccl)') THEN 'communication'
              WHEN g.kind IN ('memcpy', 'memset') THEN 'memory'
              ELSE 'compute' END AS category,
@@ -38,9 +43,11 @@ WITH launch AS (
         coalesce(g.copy_kind, nullif(regexp_extract(g.name, '^Memcpy ([A-Za-z]+)', 1), '')) AS copy_kind,
         row_number() OVER (ORDER BY g.trace_id, g.start_ns, g.end_ns) AS op_id,
         l.api_name, l.api_start_ns, l.api_end_ns, l.launch_tid, l.launch_op_id,
+        CASE WHEN i.issue_start_ns <= l.api_start_ns THEN i.issue_start_ns ELSE l.api_start_ns END AS issue_start_ns,
         CASE WHEN l.api_start_ns IS NOT NULL THEN l.api_start_ns
              WHEN g.rank NOT IN (SELECT rank FROM ranks_with_launches) THEN g.start_ns END AS step_key
     FROM gpu_ops g LEFT JOIN launch l USING (trace_id, correlation_id)
+    LEFT JOIN issuer i ON i.trace_id = l.trace_id AND i.external_id = l.external_id
 )
 SELECT c.* EXCLUDE (step_key, collective),
        CASE WHEN c.category = 'communication' THEN c.collective END AS collective,

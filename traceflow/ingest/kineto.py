@@ -414,6 +414,8 @@ class _Converter:
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
             "correlation_id": pa.array([_int_or_none(e.args.correlation) if e.args else None for e in evs], pa.int64()),
+            # links a CUDA call to the CPU op that issued it
+            "external_id": pa.array([_int_or_none(e.args.external_id) if e.args else None for e in evs], pa.int64()),
         })
         return t.filter(pa.array(ok)) if not ok.all() else t
 
