@@ -127,8 +127,15 @@ class _Walk:
             ok = starts <= t
             if ok.any():
                 k = members[ok][np.argmax(starts[ok])]
-                self.emit(int(j.rank[k]), "gpu_comm", j.name[k], int(j.start[k]), t, op_id=int(j.op_id[k]))
-                return "gpu_start", int(k), min(t, int(j.start[k]))
+                sk = int(j.start[k])
+                # Normally k started last and waited for nobody. If a peer started only after this
+                # point in time (its trace or clock disagrees), the walk cannot follow it: rank k's
+                # wait for that peer stays on the path as peer_wait.
+                wait = min(int(starts.max()) - sk, int(j.end[k]) - sk)
+                split = min(sk + wait, t)
+                self.emit(int(j.rank[k]), "gpu_comm", j.name[k], split, t, op_id=int(j.op_id[k]))
+                self.emit(int(j.rank[k]), "peer_wait", j.name[k], sk, split, op_id=int(j.op_id[k]))
+                return "gpu_start", int(k), min(t, sk)
         kind = KIND_OF_CATEGORY.get(j.category[i], "gpu_compute")
         self.emit(int(j.rank[i]), kind, j.name[i], int(j.start[i]), t, op_id=int(j.op_id[i]))
         return "gpu_start", i, min(t, int(j.start[i]))
