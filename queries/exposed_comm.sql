@@ -23,3 +23,18 @@ SELECT rank, step,
              / nullif(sum(d) FILTER (WHERE has_comm), 0), 2) AS overlap_pct,
        coalesce(sum(d) FILTER (WHERE has_comm AND NOT has_compute), 0)::BIGINT AS exposed_ns
 FROM seg GROUP BY rank, step ORDER BY rank, step;
+
+-- exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
+-- communication op ran with no compute beside it; for the Perfetto trace.
+CREATE OR REPLACE TABLE exposed_comm_segments AS
+WITH s AS (
+    SELECT rank, start_ns, end_ns, state = 'communication' AS exposed,
+           lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) AS prev_end,
+           lag(state = 'communication') OVER (PARTITION BY rank ORDER BY start_ns) AS prev_exposed
+    FROM gpu_state
+), g AS (
+    SELECT *, sum(CASE WHEN exposed AND prev_exposed AND prev_end = start_ns THEN 0 ELSE 1 END)
+                  OVER (PARTITION BY rank ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS grp
+    FROM s
+)
+SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM g WHERE exposed GROUP BY rank, grp ORDER BY rank, start_ns;

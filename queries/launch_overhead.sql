@@ -14,7 +14,10 @@
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the launch
 --               call (Kineto links them by External id); the launch call's start where unknown (nsys)
 --   dispatch_ns api_start - issue_start: framework time before the launch call
---   exposed_ns  part of [issue_start, gpu_start] during which the rank's GPU ran nothing at all.
+--   exposed_ns  part of [issue_start, gpu_start] during which the rank's GPU ran nothing at all,
+--               in the idle stretch that this op ended (an earlier idle stretch inside a long
+--               queueing latency was ended by another op and is charged to that one, so the
+--               exposed_ns of a step's ops add up without counting any idle time twice).
 --               For tiny kernels the framework dispatch is most of what issuing them costs, so it
 --               counts; without a CPU op this is DESIGN.md's [api_start, gpu_start].
 --
@@ -31,21 +34,21 @@ WITH l AS (
     SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, api_end_ns, start_ns AS gpu_start_ns,
            end_ns AS gpu_end_ns, coalesce(issue_start_ns, api_start_ns) AS issue_start_ns
     FROM gpu_ops WHERE api_start_ns IS NOT NULL AND step IS NOT NULL
-), a AS (
-    SELECT l.*, coalesce(i.busy_before_ns + least(greatest(l.issue_start_ns - i.start_ns, 0), i.end_ns - i.start_ns), 0) AS busy_to_issue
-    FROM l ASOF LEFT JOIN gpu_islands i ON l.rank = i.rank AND l.issue_start_ns >= i.start_ns
-), b AS (
-    SELECT a.*, coalesce(i.busy_before_ns + least(greatest(a.gpu_start_ns - i.start_ns, 0), i.end_ns - i.start_ns), 0) AS busy_to_gpu
-    FROM a ASOF LEFT JOIN gpu_islands i ON a.rank = i.rank AND a.gpu_start_ns >= i.start_ns
+), ended AS (
+    -- the op that started each busy island ended the idle stretch before it
+    SELECT first_op_id AS op_id, lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) AS gap_start_ns
+    FROM gpu_islands
 )
-SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, issue_start_ns,
-       api_end_ns - api_start_ns AS api_ns,
-       greatest(0, gpu_start_ns - api_end_ns) AS queue_ns,
-       gpu_start_ns - api_start_ns AS latency_ns,
-       api_start_ns - issue_start_ns AS dispatch_ns,
-       greatest(0, (gpu_start_ns - issue_start_ns) - (busy_to_gpu - busy_to_issue))::BIGINT AS exposed_ns,
-       gpu_end_ns - gpu_start_ns AS gpu_ns
-FROM b ORDER BY rank, api_start_ns;
+SELECT l.rank, l.step, l.name, l.kind, l.stream, l.op_id, l.api_name, l.api_start_ns, l.issue_start_ns,
+       l.api_end_ns - l.api_start_ns AS api_ns,
+       greatest(0, l.gpu_start_ns - l.api_end_ns) AS queue_ns,
+       l.gpu_start_ns - l.api_start_ns AS latency_ns,
+       l.api_start_ns - l.issue_start_ns AS dispatch_ns,
+       CASE WHEN e.gap_start_ns IS NULL THEN 0  -- greatest() would skip the NULL: no gap ended here
+            ELSE greatest(0, l.gpu_start_ns - greatest(l.issue_start_ns, e.gap_start_ns)) END::BIGINT AS exposed_ns,
+       l.gpu_end_ns - l.gpu_start_ns AS gpu_ns
+FROM l LEFT JOIN ended e USING (op_id)
+ORDER BY l.rank, l.api_start_ns;
 
 CREATE OR REPLACE TABLE launch_overhead_summary AS
 SELECT rank, name, count(*) AS count, sum(latency_ns)::BIGINT AS total_latency_ns,

@@ -257,3 +257,16 @@ def test_pack_sql_runs_by_hand_in_duckdb(ingested, tmp_path):
     con.execute("drop table exposed_comm")
     con.execute(pack_sql("exposed_comm"))
     assert con.execute("select * from exposed_comm order by all").fetchall() == before
+
+
+@pytest.mark.parametrize("rel", ["h100/kineto/ddp4_sync_stall", "h100/nsys/graphs", "h100/kineto/launch_bound"])
+def test_exposed_launch_never_counted_twice(ingested, rel):
+    """Each idle stretch is charged to the one op that ended it: per-op exposed times add up to the
+    step's GPU idle spent launching, and never exceed the step's idle time."""
+    db = connect(ingested(rel))
+    rows = db.execute("""select l.rank, l.step, l.launch_exposed_ns, s.idle_ns,
+                                (select coalesce(sum(exposed_ns), 0) from launch_overhead o where o.rank = l.rank and o.step = l.step)
+                         from launch_bound_steps l join step_breakdown s using (rank, step)""").fetchall()
+    for rank, step, per_step, idle, per_op in rows:
+        assert per_step <= idle
+        assert abs(per_op - per_step) <= 0.1e6, (rank, step)

@@ -1,0 +1,254 @@
+"""Issue 5: the HTML report in a real browser, the Perfetto trace, `traceflow postmortem`."""
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import re
+import shutil
+import socketserver
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import BUNDLED, ROOT, chromium, connect, fixture_files, needs_shared, run_cli
+
+BROWSER = chromium()
+needs_browser = pytest.mark.skipif(BROWSER is None, reason="headless chromium not installed (make test installs Debian's chromium)")
+
+
+class _Proxy(socketserver.ThreadingTCPServer):
+    """Every request the page makes lands here (Chromium is told to use it as its proxy)."""
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def __init__(self):
+        self.requests = []
+        outer = self
+
+        class H(socketserver.StreamRequestHandler):
+            def handle(self):
+                line = self.rfile.readline(4096).decode("latin-1").strip()
+                if line:
+                    outer.requests.append(line)
+                self.wfile.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        super().__init__(("127.0.0.1", 0), H)
+
+
+def _host(request_line: str) -> str:
+    m = re.match(r"\w+ (?:https?://)?([^/: ]+)", request_line)
+    return m.group(1) if m else request_line
+
+
+def render(page: Path, tmp: Path, screenshot: Path | None = None) -> dict:
+    proxy = _Proxy()
+    t = threading.Thread(target=proxy.serve_forever, daemon=True)
+    t.start()
+    flags = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-default-apps", "--disable-extensions", f"--user-data-dir={tmp / 'profile'}",
+             f"--proxy-server=http://127.0.0.1:{proxy.server_address[1]}", "--proxy-bypass-list=<-loopback>",
+             "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication",
+             "--no-pings", "--disable-domain-reliability", "--disable-client-side-phishing-detection",
+             "--enable-logging=stderr", "--v=0", "--virtual-time-budget=20000", "--window-size=1400,3000"]
+    try:
+        # What Chromium fetches on its own (a blank page) is not the report's doing.
+        blank = tmp / "blank.html"
+        blank.write_text("<!doctype html><title>blank</title>")
+        subprocess.run([*flags, "--dump-dom", blank.as_uri()], capture_output=True, text=True, timeout=180)
+        own = {_host(r) for r in proxy.requests}
+        proxy.requests.clear()
+        dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180)
+        shot = None
+        if screenshot:
+            shot = subprocess.run([*flags, f"--screenshot={screenshot}", page.as_uri()], capture_output=True, text=True, timeout=180)
+    finally:
+        proxy.shutdown()
+    console = [l for l in dom.stderr.splitlines() if "CONSOLE" in l]
+    page_requests = [r for r in proxy.requests if _host(r) not in own]
+    return {"dom": dom.stdout, "console": console, "requests": page_requests, "rc": dom.returncode,
+            "shot_rc": shot.returncode if shot else None}
+
+
+def check_page(r: dict, n_expected_min=5):
+    dom = r["dom"]
+    assert r["rc"] == 0
+    assert r["requests"] == [], r["requests"]
+    assert not [c for c in r["console"] if "error" in c.lower() or "Uncaught" in c], r["console"]
+    assert not re.search(r"<html[^>]*data-js-errors=", dom), re.search(r"data-js-errors=\"([^\"]*)", dom)
+    drawn = int(re.search(r'data-plots-drawn="(\d+)"', dom).group(1))
+    total = int(re.search(r'data-plots-total="(\d+)"', dom).group(1))
+    assert drawn == total >= n_expected_min
+    # every plot div holds a drawn SVG with marks in it
+    plots = re.findall(r'<div class="plot[^"]*" id="(plot\d+)".*?(?=<div class="plot|</section>)', dom, re.S)
+    assert len(plots) == total
+    for pid in plots:
+        block = dom[dom.index(f'id="{pid}"'):]
+        block = block[: block.find("</section>")]
+        assert "main-svg" in block and ("<path" in block or "<rect" in block), pid
+
+
+@pytest.fixture(scope="module")
+def report_dbs(tmp_path_factory):
+    import traceflow
+    out = {}
+    d = tmp_path_factory.mktemp("rep")
+    files = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
+    traceflow.ingest(files, str(d / "kineto.duckdb"))
+    out["kineto"] = d / "kineto.duckdb"
+    try:
+        traceflow.ingest(fixture_files("h100/nsys/ddp4_sync_stall"), str(d / "nsys.duckdb"))
+        out["nsys"] = d / "nsys.duckdb"
+    except BaseException:
+        pass
+    return out
+
+
+@needs_browser
+@pytest.mark.parametrize("fmt", ["kineto", "nsys"])
+def test_report_renders_offline(report_dbs, tmp_path, fmt):
+    if fmt not in report_dbs:
+        pytest.skip("nsys fixtures need ../shared")
+    page = tmp_path / "report.html"
+    r = run_cli("report", report_dbs[fmt], "-o", page)
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert "<script src=" not in text and "https://" not in text.split("<script>", 2)[0]
+    shot = tmp_path / "shot.png"
+    res = render(page, tmp_path, shot)
+    check_page(res)
+    verdict = re.search(r'<ul class="verdict">(.*?)</ul>', res["dom"], re.S).group(1)
+    assert "Rank 3" in verdict and "step 4" in verdict
+    assert shot.exists() and shot.stat().st_size > 20_000
+
+
+@needs_browser
+def test_report_readable_without_javascript(report_dbs, tmp_path):
+    page = tmp_path / "report.html"
+    run_cli("report", report_dbs["kineto"], "-o", page)
+    text = page.read_text()
+    body = text[text.index("<main>"): text.index("</main>")]
+    assert "<table>" in body and "Verdict" in body
+    assert re.search(r"<td[^>]*>ncclDevKernel_AllReduce", body)
+
+
+def hostile_trace(tmp_path) -> Path:
+    src = BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz"
+    d = json.load(gzip.open(src))
+    n = 0
+    for e in d["traceEvents"]:
+        if e.get("cat") == "kernel" and "nvjet" in e.get("name", ""):
+            e["name"] = "<script>alert(1)</script>"
+            n += 1
+        elif e.get("cat") == "user_annotation":
+            e["name"] = "<img src=x onerror=alert(2)>"
+        elif e.get("cat") == "cuda_runtime" and e["name"] == "cudaLaunchKernel":
+            e["name"] = "cudaLaunchKernel\"><svg onload=alert(3)>"
+    assert n > 0
+    out = tmp_path / "rank0_<b>evil<i>.json"
+    out.write_text(json.dumps(d))
+    return out
+
+
+@needs_browser
+def test_hostile_names_render_as_text(tmp_path):
+    src = hostile_trace(tmp_path)
+    db, page = tmp_path / "x.duckdb", tmp_path / "x.html"
+    assert run_cli("ingest", src, "-o", db).returncode == 0
+    assert run_cli("report", db, "-o", page).returncode == 0
+    text = page.read_text()
+    for bad in ("<script>alert(1)", "<img src=x", "<svg onload", "<b>evil<i>"):
+        assert bad not in text, bad
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    res = render(page, tmp_path)
+    check_page(res, n_expected_min=3)
+    markup = re.sub(r"<script\b.*?</script>", "", res["dom"], flags=re.S)  # the page's own code aside
+    assert not re.search(r"<img\b", markup)
+    assert not re.search(r"<[a-zA-Z][^>]*\son(error|load)\s*=", markup)  # as escaped text it is fine, as an attribute not
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in res["dom"]
+
+
+# --- Perfetto ---------------------------------------------------------------------------------
+
+def parse_trace(path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+    t = Trace.FromString(Path(path).read_bytes())
+    tracks, events = {}, collections.defaultdict(list)
+    for p in t.packet:
+        if p.HasField("track_descriptor"):
+            tracks[p.track_descriptor.uuid] = p.track_descriptor
+        elif p.HasField("track_event"):
+            events[p.track_event.track_uuid].append((p.timestamp, p.track_event))
+    return tracks, events, TrackEvent
+
+
+@needs_shared
+def test_perfetto_trace_structure_and_counts(ingested, tmp_path):
+    db = ingested("h100/nsys/ddp4_sync_stall")
+    out = tmp_path / "job.perfetto-trace"
+    r = run_cli("annotate", db, "-o", out, "--step", "4")
+    assert r.returncode == 0, r.stderr
+    tracks, events, TE = parse_trace(out)
+    procs = {u: d for u, d in tracks.items() if d.HasField("process")}
+    assert sorted(d.process.process_name.split()[1] for d in procs.values()) == ["0", "1", "2", "3"]
+    threads = [d for d in tracks.values() if d.HasField("thread")]
+    assert threads and all(d.thread.thread_name for d in threads)
+    names = collections.Counter(d.name.split(" stream")[0] if "stream" in d.name else d.name for d in tracks.values() if d.name)
+    for want in ("traceflow: idle gaps", "traceflow: critical path", "traceflow: exposed communication", "traceflow: steps (GPU window)"):
+        assert names[want] == 4, want
+    assert any(n.startswith("GPU") for n in names)
+    # slices nest on every track: BEGIN/END balance like brackets, timestamps never go back
+    for uuid, evs in events.items():
+        depth, last = 0, 0
+        for ts, e in evs:
+            assert ts >= last
+            last = ts
+            depth += 1 if e.type == TE.TYPE_SLICE_BEGIN else -1
+            assert depth >= 0
+        assert depth == 0
+    # counts match the database within the step-4 window
+    con = connect(db)
+    a, b = con.execute("select min(start_ns), max(end_ns) from step_windows where step = 4").fetchone()
+    begins = lambda pred: sum(1 for u, evs in events.items() if pred(tracks[u]) for _, e in evs if e.type == TE.TYPE_SLICE_BEGIN)  # noqa: E731
+    assert begins(lambda d: d.name.startswith("GPU")) == con.execute("select count(*) from gpu_ops where end_ns > ? and start_ns < ?", [a, b]).fetchone()[0]
+    assert begins(lambda d: d.HasField("thread")) == con.execute("select count(*) from host_ops where end_ns > ? and start_ns < ?", [a, b]).fetchone()[0]
+    assert begins(lambda d: d.name == "traceflow: critical path") == con.execute("select count(*) from critical_path where end_ns > ? and start_ns < ?", [a, b]).fetchone()[0]
+    assert begins(lambda d: d.name == "traceflow: idle gaps") == con.execute(
+        "select count(*) from (select distinct rank, start_ns, end_ns, cause, host_activity, next_op from idle_gaps where end_ns > ? and start_ns < ?)", [a, b]).fetchone()[0]
+    # the critical path's flows connect different ranks
+    cp_rank = {u: d.parent_uuid for u, d in tracks.items() if d.name == "traceflow: critical path"}
+    starts, ends = {}, {}
+    for u in cp_rank:
+        for _, e in events[u]:
+            for f in e.flow_ids:
+                starts[f] = cp_rank[u]
+            for f in e.terminating_flow_ids:
+                ends[f] = cp_rank[u]
+    assert starts and set(starts) == set(ends)
+    assert all(starts[f] != ends[f] for f in starts)
+
+
+@needs_shared
+def test_annotate_rank_filter_keeps_file_small(ingested, tmp_path):
+    db = ingested("h100/nsys/ddp4_sync_stall")
+    full, part = tmp_path / "a.pftrace", tmp_path / "b.pftrace"
+    assert run_cli("annotate", db, "-o", full).returncode == 0
+    assert run_cli("annotate", db, "-o", part, "--rank", "3", "--step", "4").returncode == 0
+    tracks, _, _ = parse_trace(part)
+    assert [d.process.process_name for d in tracks.values() if d.HasField("process")] == ["rank 3 (vm)"]
+    assert part.stat().st_size < full.stat().st_size / 8
+
+
+# --- postmortem -------------------------------------------------------------------------------
+
+@needs_shared
+def test_postmortem_verdict(tmp_path):
+    r = run_cli("postmortem", *fixture_files("h100/nsys/ddp4_sync_stall"), "-o", tmp_path / "pm")
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if "stalled" in l)
+    m = re.search(r"Rank (\d+) stalled ([\d.]+) ms on the host in step (\d+)", line)
+    assert m and m.group(1) == "3" and m.group(3) == "4" and 35 <= float(m.group(2)) <= 50
+    for f in ("report.html", "job.perfetto-trace", "job.duckdb"):
+        assert (tmp_path / "pm" / f).stat().st_size > 0

@@ -1,0 +1,221 @@
+"""`traceflow annotate`: the job as a Perfetto trace (protobuf TrackEvent) with the findings overlaid.
+
+Per rank one process holding its host threads, its GPU streams and traceflow's own tracks:
+steps, idle gaps (labelled with their cause), exposed communication and the critical path,
+whose rank changes are drawn as flow arrows. Slices on one track are made to nest (a child
+that outlives its parent is cut at the parent's end), so Perfetto shows every one of them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
+from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+
+from .api import connect
+from .errors import UsageError
+
+SEQ = 0x7F1F
+BEGIN, END = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
+
+
+def _uuid(*parts) -> int:
+    return int.from_bytes(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
+
+
+@dataclass
+class Slice:
+    start: int
+    end: int
+    name: str
+    flow_out: list = field(default_factory=list)
+    flow_in: list = field(default_factory=list)
+    args: dict | None = None
+
+
+def nest(slices: list[Slice]) -> list[tuple[int, int, Slice]]:
+    """(ts, BEGIN/END, slice) in an order Perfetto accepts: properly nested, ends before begins."""
+    slices = sorted(slices, key=lambda s: (s.start, -s.end))
+    out, stack = [], []
+    for s in slices:
+        while stack and stack[-1].end <= s.start:
+            top = stack.pop()
+            out.append((top.end, END, top))
+        if stack and s.end > stack[-1].end:
+            s.end = stack[-1].end  # a child may not outlive its parent on one track
+        out.append((s.start, BEGIN, s))
+        stack.append(s)
+    while stack:
+        top = stack.pop()
+        out.append((top.end, END, top))
+    return out
+
+
+class _Writer:
+    def __init__(self, f):
+        self.b = StreamingTraceProtoBuilder(f)
+        self.first = True
+        self.n_slices = 0
+
+    def packet(self) -> TracePacket:
+        p = self.b.create_packet()
+        p.trusted_packet_sequence_id = SEQ
+        if self.first:
+            p.sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+            self.first = False
+        return p
+
+    def track(self, uuid, name=None, parent=None, pid=None, tid=None, process_name=None, thread_name=None):
+        p = self.packet()
+        d = p.track_descriptor
+        d.uuid = uuid
+        if parent is not None:
+            d.parent_uuid = parent
+        if name is not None:
+            d.name = name
+        if pid is not None and tid is None:
+            d.process.pid = pid
+            d.process.process_name = process_name or name or ""
+        if tid is not None:
+            d.thread.pid = pid
+            d.thread.tid = tid
+            d.thread.thread_name = thread_name or name or ""
+        self.b.write_packet(p)
+
+    def slices(self, uuid, slices: list[Slice]):
+        for ts, kind, s in nest(slices):
+            p = self.packet()
+            p.timestamp = int(ts)
+            e = p.track_event
+            e.type = kind
+            e.track_uuid = uuid
+            if kind == BEGIN:
+                e.name = s.name or "?"
+                if s.flow_out:
+                    e.flow_ids.extend(s.flow_out)
+                if s.flow_in:
+                    e.terminating_flow_ids.extend(s.flow_in)
+                for k, v in (s.args or {}).items():
+                    if v is None:
+                        continue
+                    a = e.debug_annotations.add()
+                    a.name = k
+                    if isinstance(v, int):
+                        a.int_value = v
+                    else:
+                        a.string_value = str(v)
+                self.n_slices += 1
+            self.b.write_packet(p)
+
+
+def _window(con, ranks, steps):
+    """Time windows and ranks to keep."""
+    all_ranks = [r[0] for r in con.execute("SELECT rank FROM traces ORDER BY rank").fetchall()]
+    keep_ranks = [r for r in all_ranks if ranks is None or r in ranks]
+    if ranks and not keep_ranks:
+        raise UsageError(f"no rank {ranks} in the database (ranks: {all_ranks})")
+    if steps is None:
+        return keep_ranks, None
+    wins = con.execute("SELECT step, min(start_ns), max(end_ns) FROM step_windows WHERE list_contains(?, step) GROUP BY step",
+                       [list(steps)]).fetchall()
+    if not wins:
+        raise UsageError(f"no step {steps} in the database")
+    return keep_ranks, [(a, b) for _, a, b in wins]
+
+
+def _time_filter(wins, alias=""):
+    if wins is None:
+        return "TRUE"
+    p = f"{alias}." if alias else ""
+    return "(" + " OR ".join(f"({p}end_ns > {int(a)} AND {p}start_ns < {int(b)})" for a, b in wins) + ")"
+
+
+def write_trace(database: str, output: str = "job.perfetto-trace", ranks=None, steps=None) -> str:
+    con = connect(database)
+    tmp = f"{output}.tmp-{os.getpid()}"
+    try:
+        keep_ranks, wins = _window(con, ranks, steps)
+        tf = _time_filter(wins)
+        with open(tmp, "wb") as f:
+            w = _Writer(f)
+            flows = _cp_flows(con, keep_ranks, tf)
+            for rank in keep_ranks:
+                _rank_tracks(con, w, rank, tf, flows)
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        con.close()
+    return output
+
+
+def _cp_flows(con, ranks, tf):
+    """Critical-path segments per rank, with flow ids linking consecutive segments on different ranks."""
+    rows = con.execute(f"""SELECT step, ordinal, rank, kind, name, start_ns, end_ns FROM critical_path
+                           WHERE {tf} ORDER BY step, ordinal""").fetchall()
+    per_rank: dict[int, list[Slice]] = {}
+    prev = None
+    for step, ordinal, rank, kind, name, a, b in rows:
+        s = Slice(a, b, f"{kind}" + (f": {name}" if name else ""), args={"step": step, "ordinal": ordinal, "kind": kind})
+        if prev is not None and prev[0] == step and prev[1].rank_ != rank and rank in ranks and prev[1].rank_ in ranks:
+            fid = _uuid("cp", step, ordinal)
+            prev[1].flow_out.append(fid)
+            s.flow_in.append(fid)
+        s.rank_ = rank
+        per_rank.setdefault(rank, []).append(s)
+        prev = (step, s)
+    return per_rank
+
+
+def _rank_tracks(con, w: _Writer, rank: int, tf: str, cp: dict):
+    info = con.execute("SELECT any_value(hostname), any_value(pid) FROM traces WHERE rank = ?", [rank]).fetchone()
+    pid = 1000 + rank  # real pids repeat across hosts; Perfetto needs them unique
+    proc = _uuid("rank", rank)
+    w.track(proc, name=f"rank {rank}" + (f" ({info[0]})" if info[0] else ""), pid=pid)
+
+    threads = con.execute(f"SELECT DISTINCT tid FROM host_ops WHERE rank = ? AND tid IS NOT NULL AND {tf} ORDER BY tid", [rank]).fetchall()
+    for (tid,) in threads:
+        u = _uuid("thread", rank, tid)
+        w.track(u, pid=pid, tid=pid * 100_000 + (tid % 100_000), thread_name=f"thread {tid}")
+        rows = con.execute(f"""SELECT start_ns, end_ns, name, kind FROM host_ops WHERE rank = ? AND tid = ? AND {tf}""",
+                           [rank, tid]).fetchall()
+        w.slices(u, [Slice(a, b, n, args={"kind": k}) for a, b, n, k in rows])
+    rtids = con.execute(f"SELECT DISTINCT tid FROM ranges WHERE rank = ? AND NOT on_gpu AND {tf} ORDER BY tid", [rank]).fetchall()
+    for (tid,) in rtids:
+        u = _uuid("ranges", rank, tid)
+        w.track(u, name=f"ranges (thread {tid})", parent=proc)
+        rows = con.execute(f"SELECT start_ns, end_ns, name, domain FROM ranges WHERE rank = ? AND tid IS NOT DISTINCT FROM ? AND NOT on_gpu AND {tf}",
+                           [rank, tid]).fetchall()
+        w.slices(u, [Slice(a, b, n, args={"domain": d}) for a, b, n, d in rows])
+
+    streams = con.execute(f"SELECT DISTINCT device, stream FROM gpu_ops WHERE rank = ? AND {tf} ORDER BY ALL", [rank]).fetchall()
+    for dev, stream in streams:
+        u = _uuid("stream", rank, dev, stream)
+        w.track(u, name=f"GPU {dev} stream {stream}", parent=proc)
+        rows = con.execute(f"""SELECT start_ns, end_ns, name, category, step, bytes FROM gpu_ops
+                               WHERE rank = ? AND device IS NOT DISTINCT FROM ? AND stream IS NOT DISTINCT FROM ? AND {tf}""",
+                           [rank, dev, stream]).fetchall()
+        w.slices(u, [Slice(a, b, n, args={"category": c, "step": s, "bytes": by}) for a, b, n, c, s, by in rows])
+
+    u = _uuid("tf-steps", rank)
+    w.track(u, name="traceflow: steps (GPU window)", parent=proc)
+    rows = con.execute(f"SELECT start_ns, end_ns, step, wall_ns, idle_ns FROM step_breakdown WHERE rank = ? AND {tf}", [rank]).fetchall()
+    w.slices(u, [Slice(a, b, f"step {s}", args={"wall_ns": wall, "idle_ns": idle}) for a, b, s, wall, idle in rows])
+
+    u = _uuid("tf-gaps", rank)
+    w.track(u, name="traceflow: idle gaps", parent=proc)
+    rows = con.execute(f"""SELECT DISTINCT start_ns, end_ns, cause, host_activity, next_op FROM idle_gaps
+                           WHERE rank = ? AND {tf}""", [rank]).fetchall()
+    w.slices(u, [Slice(a, b, f"idle: {c}" + (f" ({h})" if h else ""), args={"cause": c, "host_activity": h, "next_op": n})
+                 for a, b, c, h, n in rows])
+
+    u = _uuid("tf-comm", rank)
+    w.track(u, name="traceflow: exposed communication", parent=proc)
+    rows = con.execute(f"""SELECT start_ns, end_ns FROM exposed_comm_segments WHERE rank = ? AND {tf}""", [rank]).fetchall()
+    w.slices(u, [Slice(a, b, "exposed comm") for a, b in rows])
+
+    u = _uuid("tf-cp", rank)
+    w.track(u, name="traceflow: critical path", parent=proc)
+    w.slices(u, cp.get(rank, []))

@@ -1,0 +1,203 @@
+"""`traceflow report`: the post-mortem as one self-contained HTML file.
+
+Tables are plain HTML (readable without JavaScript); plots are Plotly, whose library is
+inlined, so the page opens offline. Every string that comes from a trace is escaped: table
+cells with html.escape, plot data inside a JSON block whose '<', '>' and '&' are \\u-escaped,
+and plot labels stripped of markup Plotly would otherwise interpret.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+from importlib import resources
+
+from ..api import connect
+from ..verdict import findings
+
+KIND_COLORS = {"gpu_compute": "#4c78a8", "gpu_comm": "#f58518", "gpu_memory": "#54a24b", "peer_wait": "#e45756",
+               "launch": "#b279a2", "host_cpu": "#9d755d", "host_sync": "#ff9da6", "idle": "#bab0ac"}
+STATE_COLORS = {"compute": "#4c78a8", "exposed comm": "#f58518", "exposed memory": "#54a24b", "idle": "#bab0ac"}
+CAUSE_COLORS = {"host_late": "#e45756", "dependency": "#72b7b2", "launch_latency": "#b279a2"}
+
+
+def _label(s, n=60) -> str:
+    """A trace string made safe for a Plotly label (Plotly reads a few HTML tags in labels)."""
+    s = "" if s is None else str(s)
+    s = s.replace("<", "‹").replace(">", "›").replace("&", "＆")
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return html.escape(", ".join(map(str, v)))
+    return html.escape(str(v))
+
+
+def table(con, sql, params=None, headers=None, ms_cols=()) -> str:
+    rel = con.execute(sql, params or [])
+    cols = [d[0] for d in rel.description]
+    rows = rel.fetchall()
+    if not rows:
+        return '<p class="empty">none</p>'
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in (headers or cols))
+    body = []
+    for r in rows:
+        cells = []
+        for c, v in zip(cols, r):
+            if c in ms_cols and v is not None:
+                cells.append(f'<td class="num">{v / 1e6:,.3f}</td>')
+            else:
+                cls = ' class="num"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+                cells.append(f"<td{cls}>{_cell(v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+class _Plots:
+    def __init__(self):
+        self.specs = []
+
+    def add(self, data, layout) -> str:
+        pid = f"plot{len(self.specs)}"
+        base = {"margin": {"l": 60, "r": 20, "t": 40, "b": 60}, "height": 360, "barmode": "stack",
+                "legend": {"orientation": "h"}, "font": {"size": 12}}
+        base.update(layout)
+        self.specs.append({"id": pid, "data": data, "layout": base})
+        return f'<div class="plot" id="{pid}" data-plot="1"></div>'
+
+    def script_json(self) -> str:
+        text = json.dumps(self.specs, default=str)
+        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _bars(rows, x_of, series, colors, value_of):
+    xs = sorted({x_of(r) for r in rows}, key=lambda x: (len(str(x)), str(x)))
+    data = []
+    for s in series:
+        vals = {x_of(r): value_of(r, s) for r in rows}
+        data.append({"type": "bar", "name": s, "x": [str(x) for x in xs], "y": [round((vals.get(x) or 0) / 1e6, 3) for x in xs],
+                     "marker": {"color": colors.get(s)}})
+    return data
+
+
+def build(database: str) -> str:
+    con = connect(database)
+    try:
+        return _build(con, database)
+    finally:
+        con.close()
+
+
+def _build(con, database) -> str:
+    P = _Plots()
+    f = findings(con)
+    sections = []
+
+    # 1. Verdict
+    v = "".join(f"<li>{html.escape(s)}</li>" for s in f["sentences"])
+    sections.append(("verdict", "Verdict", f'<ul class="verdict">{v}</ul>'))
+
+    # 2. Per-rank, per-step breakdown
+    rows = con.execute("""SELECT rank, step, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns FROM step_breakdown
+                          ORDER BY rank, step""").fetchall()
+    key = {"compute": 2, "exposed comm": 3, "exposed memory": 4, "idle": 5}
+    plot = P.add(_bars(rows, lambda r: f"r{r[0]} s{r[1]}", list(key), STATE_COLORS, lambda r, s: r[key[s]]),
+                 {"title": "GPU window per rank and step (ms)", "yaxis": {"title": "ms"}, "xaxis": {"title": "rank, step"}})
+    tbl = table(con, """SELECT rank, step, wall_ns, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns, idle_pct
+                        FROM step_breakdown ORDER BY rank, step""",
+                headers=["rank", "step", "wall (ms)", "compute (ms)", "exposed comm (ms)", "exposed memcpy (ms)", "idle (ms)", "idle %"],
+                ms_cols=("wall_ns", "compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns"))
+    sections.append(("steps", "Where each rank's GPU time went, per step",
+                     plot + '<p class="note">compute + exposed comm + exposed memcpy + idle = the step\'s GPU window, '
+                     'exactly. The window starts at the end of the previous step\'s GPU work.</p>' + tbl))
+
+    # 3. Critical path
+    rows = con.execute("SELECT step, kind, sum(total_ns) FROM critical_path_summary GROUP BY step, kind").fetchall()
+    kinds = [k for k in KIND_COLORS if any(r[1] == k for r in rows)]
+    p1 = P.add(_bars(rows, lambda r: r[0], kinds, KIND_COLORS, lambda r, s: dict(((r2[0], r2[1]), r2[2]) for r2 in rows).get((r[0], s))),
+               {"title": "Critical path per step, by kind (ms)", "xaxis": {"title": "step", "type": "category"}, "yaxis": {"title": "ms"}})
+    rows = con.execute("SELECT step, rank, sum(total_ns) FROM critical_path_summary GROUP BY step, rank").fetchall()
+    ranks = sorted({r[1] for r in rows})
+    lookup = {(r[0], r[1]): r[2] for r in rows}
+    data = [{"type": "bar", "name": f"rank {k}", "x": [str(s) for s in sorted({r[0] for r in rows})],
+             "y": [round((lookup.get((s, k)) or 0) / 1e6, 3) for s in sorted({r[0] for r in rows})]} for k in ranks]
+    p2 = P.add(data, {"title": "Critical path per step, by rank (ms)", "xaxis": {"title": "step", "type": "category"}, "yaxis": {"title": "ms"}})
+    tbl = table(con, """SELECT step, rank, kind, name, dur_ns FROM (
+                           SELECT *, row_number() OVER (PARTITION BY step ORDER BY dur_ns DESC) k FROM critical_path) WHERE k <= 5
+                        ORDER BY step, dur_ns DESC""", headers=["step", "rank", "kind", "what", "length (ms)"], ms_cols=("dur_ns",))
+    sections.append(("critical-path", "Critical path: what set each step's length", p1 + p2 + "<h3>Longest segments per step</h3>" + tbl))
+
+    # 4. Stragglers, collective waits, idle gaps
+    rows = con.execute("SELECT rank, wait_caused_ns FROM stragglers_by_rank ORDER BY rank").fetchall()
+    p1 = P.add([{"type": "bar", "name": "peer wait caused", "x": [f"rank {r}" for r, _ in rows], "y": [round(w / 1e6, 3) for _, w in rows],
+                 "marker": {"color": "#e45756"}}], {"title": "Peer wait each rank caused by starting collectives last (ms)", "yaxis": {"title": "ms"}})
+    t1 = table(con, """SELECT comm, step, seq, op, last_rank, last_by_ns, total_wait_ns FROM stragglers ORDER BY total_wait_ns DESC LIMIT 10""",
+               headers=["communicator", "step", "seq", "collective", "last rank", "last by (ms)", "total peer wait (ms)"],
+               ms_cols=("last_by_ns", "total_wait_ns"))
+    rows = con.execute("SELECT rank, cause, sum(total_ns) FROM idle_gaps_summary GROUP BY rank, cause").fetchall()
+    causes = [c for c in CAUSE_COLORS if any(r[1] == c for r in rows)]
+    lk = {(r[0], r[1]): r[2] for r in rows}
+    p2 = P.add(_bars(rows, lambda r: f"rank {r[0]}", causes, CAUSE_COLORS, lambda r, s: lk.get((r[0], s))),
+               {"title": "GPU idle time by cause (ms, all steps)", "yaxis": {"title": "ms"}})
+    t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps ORDER BY dur_ns DESC LIMIT 15""",
+               headers=["rank", "step", "idle (ms)", "cause", "host was doing", "GPU op that ended it"], ms_cols=("dur_ns",))
+    sections.append(("waits", "Stragglers, collective waits and idle gaps",
+                     p1 + "<h3>Collectives with the most peer wait</h3>" + t1 + p2 + "<h3>Longest idle gaps</h3>" + t2))
+
+    # 5. Launch overhead, syncs, kernels
+    t1 = table(con, """SELECT rank, step, launches, launch_exposed_ns, launch_exposed_pct, launch_bound FROM launch_bound_steps
+                       ORDER BY launch_exposed_pct DESC NULLS LAST LIMIT 12""",
+               headers=["rank", "step", "launches", "GPU idle while launching (ms)", "% of window", "launch-bound"],
+               ms_cols=("launch_exposed_ns",))
+    t2 = table(con, """SELECT rank, name, count, mean_latency_ns, p99_latency_ns, total_exposed_ns, total_gpu_ns, launch_bound
+                       FROM launch_overhead_summary ORDER BY total_exposed_ns DESC LIMIT 10""",
+               headers=["rank", "kernel", "launches", "mean latency (ms)", "p99 latency (ms)", "exposed (ms)", "kernel time (ms)", "launch-bound"],
+               ms_cols=("mean_latency_ns", "p99_latency_ns", "total_exposed_ns", "total_gpu_ns"))
+    t3 = table(con, """SELECT rank, step, name, reason, blocked_ns, gpu_op FROM sync ORDER BY blocked_ns DESC LIMIT 10""",
+               headers=["rank", "step", "call", "why it blocks", "host blocked (ms)", "GPU op"], ms_cols=("blocked_ns",))
+    rows = con.execute("""SELECT name, sum(total_ns) t FROM kernels GROUP BY name ORDER BY t DESC LIMIT 10""").fetchall()
+    p1 = P.add([{"type": "bar", "orientation": "h", "name": "total", "y": [_label(n) for n, _ in rows][::-1],
+                 "x": [round(t / 1e6, 3) for _, t in rows][::-1], "marker": {"color": "#4c78a8"}}],
+               {"title": "Top kernels, all ranks (ms)", "height": 420, "margin": {"l": 380, "r": 20, "t": 40, "b": 40}})
+    t4 = table(con, """SELECT rank, name, category, count, total_ns, mean_ns, busy_share FROM (
+                           SELECT *, row_number() OVER (PARTITION BY rank ORDER BY total_ns DESC) k FROM kernels) WHERE k <= 5
+                       ORDER BY rank, total_ns DESC""",
+               headers=["rank", "kernel", "category", "count", "total (ms)", "mean (ms)", "share of busy"], ms_cols=("total_ns", "mean_ns"))
+    sections.append(("launch", "Launch overhead, host syncs and top kernels",
+                     "<h3>Steps by GPU idle time spent waiting for launches</h3>" + t1 + "<h3>Launch overhead per kernel</h3>" + t2
+                     + "<h3>Blocking host calls</h3>" + t3 + p1 + "<h3>Top kernels per rank</h3>" + t4))
+
+    # 6. Inputs
+    t1 = table(con, """SELECT rank, source_path, source_format, profiler_version, rank_source, hostname, device_name,
+                              clock_offset_ns, clock_spread_ns FROM traces ORDER BY rank""",
+               headers=["rank", "file", "format", "profiler", "rank from", "host", "device", "clock offset (ms)", "clock spread (ms)"],
+               ms_cols=("clock_offset_ns", "clock_spread_ns"))
+    t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""")
+    sections.append(("inputs", "Inputs", t1 + "<h3>Warnings from ingest</h3>" + t2))
+
+    nav = "".join(f'<a href="#{sid}">{html.escape(title.split(":")[0])}</a>' for sid, title, _ in sections)
+    body = "".join(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{content}</section>' for sid, title, content in sections)
+    tpl = resources.files(__package__).joinpath("page.html").read_text()
+    import plotly.offline
+    return (tpl.replace("{{TITLE}}", html.escape(f"traceflow post-mortem: {os.path.basename(database)}"))
+               .replace("{{NAV}}", nav).replace("{{BODY}}", body)
+               .replace("{{SPECS}}", P.script_json())
+               .replace("{{PLOTLY}}", plotly.offline.get_plotlyjs().replace("</script", "<\\/script")))
+
+
+def write_report(database: str, output: str = "report.html") -> str:
+    page = build(database)
+    tmp = f"{output}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, output)
+    return output

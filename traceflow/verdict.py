@@ -1,0 +1,89 @@
+"""The verdict: the step time and the one or two biggest causes, in plain words with numbers."""
+from __future__ import annotations
+
+
+def _ms(ns) -> str:
+    return f"{(ns or 0) / 1e6:.1f} ms"
+
+
+def _ranks(rs: list[int]) -> str:
+    rs = sorted(rs)
+    if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
+        return f"ranks {rs[0]}–{rs[-1]}"
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def findings(con) -> dict:
+    """Structured findings; `sentences` is the verdict in words."""
+    out = {"sentences": []}
+    steps = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS wall FROM step_windows GROUP BY step ORDER BY step""").fetchall()
+    if not steps:
+        out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
+        return out
+    walls = sorted(w for _, w in steps)
+    median = walls[len(walls) // 2]
+    out["median_step_ns"] = median
+    out["n_steps"] = len(steps)
+    slow = max(steps, key=lambda s: s[1])
+    out["sentences"].append(f"{len(steps)} step{'s' if len(steps) > 1 else ''} analysed; median step time "
+                            f"{_ms(median)} (GPU window across ranks), slowest step {slow[0]} at {_ms(slow[1])}"
+                            + (" (warm-up)" if len(steps) >= 3 and slow == steps[0] and slow[1] > 1.5 * median else "") + ".")
+    # A first step much longer than the rest is warm-up (allocation, autotuning, compilation):
+    # reported above, but not where we look for causes.
+    first = steps[0]
+    warmup = first[0] if len(steps) >= 3 and first[1] > 1.5 * median else None
+    if warmup is not None:
+        out["warmup_step"] = warmup
+    # 1. The host stall that cost the job most: its idle gap plus the peer wait it caused in the
+    #    next collective that rank started last.
+    gap = con.execute("""
+        WITH g AS (SELECT rank, step, start_ns, end_ns, dur_ns, host_activity FROM idle_gaps
+                   WHERE cause = 'host_late' AND step IS DISTINCT FROM ? ORDER BY dur_ns DESC LIMIT 20),
+             w AS (SELECT g.rank, g.start_ns,
+                          (SELECT struct_pack(op := s.op, wait := s.total_wait_ns,
+                                              waiters := (SELECT list(cw.rank ORDER BY cw.rank) FROM collective_waits cw
+                                                          WHERE cw.comm = s.comm AND cw.step = s.step AND cw.seq = s.seq AND cw.wait_ns > 0))
+                           FROM stragglers s WHERE s.last_rank = g.rank AND s.start_ns >= g.end_ns
+                           ORDER BY s.start_ns LIMIT 1) AS nxt
+                   FROM g)
+        SELECT g.*, w.nxt FROM g JOIN w USING (rank, start_ns)
+        ORDER BY g.dur_ns + coalesce(least(w.nxt.wait, 3 * g.dur_ns), 0) DESC LIMIT 1""", [warmup]).fetchone()
+    if gap and gap[4] >= max(1_000_000, 0.02 * median):
+        rank, step, a, b, dur, act, nxt = gap
+        out["stall"] = {"rank": rank, "step": step, "start_ns": a, "dur_ns": dur, "activity": act}
+        s = f"Rank {rank} stalled {_ms(dur)} on the host in step {step}" + (f" ({act})" if act else "") + ", its GPU idle"
+        if nxt and nxt["wait"] and nxt["wait"] > 0.5 * dur:
+            s += f"; {_ranks(nxt['waiters'])} waited {_ms(nxt['wait'])} in total for it in the next {nxt['op'] or 'collective'}"
+            out["stall"]["peer_wait_ns"] = nxt["wait"]
+        out["sentences"].append(s + ".")
+    # 2. The biggest straggler overall, when it is not the one above.
+    st = con.execute("""SELECT last_rank, count(*), sum(total_wait_ns), arg_max(step, total_wait_ns) FROM stragglers
+                        WHERE step IS DISTINCT FROM ? GROUP BY last_rank ORDER BY 3 DESC LIMIT 1""", [warmup]).fetchone()
+    if st and st[2] > 0.05 * median and not (out.get("stall") and out["stall"]["rank"] == st[0]):
+        out["sentences"].append(f"Rank {st[0]} was the last to start {st[1]} collectives, costing its peers "
+                                f"{_ms(st[2])} of waiting (worst in step {st[3]}).")
+    # 3. Launch-bound steps and exposed communication.
+    lb = con.execute("""SELECT list(step ORDER BY step), max(launch_exposed_pct) FROM launch_bound_steps WHERE launch_bound""").fetchone()
+    if lb and lb[0]:
+        out["sentences"].append(f"Launch-bound: step{'s' if len(set(lb[0])) > 1 else ''} {', '.join(map(str, sorted(set(lb[0]))))} "
+                                f"spent up to {lb[1]:.0f}% of the GPU window waiting for kernel launches.")
+    sy = con.execute("""SELECT s.rank, s.step, s.name, s.reason, s.blocked_ns, g.bytes FROM sync s
+                        LEFT JOIN host_ops h ON h.op_id = s.op_id
+                        LEFT JOIN gpu_ops g ON g.trace_id = h.trace_id AND g.correlation_id = h.correlation_id
+                        WHERE s.step IS DISTINCT FROM ? ORDER BY s.blocked_ns DESC LIMIT 1""", [warmup]).fetchone()
+    if sy and sy[4] > 0.05 * median:
+        size = f" of {sy[5] / 2**20:,.0f} MiB" if sy[5] else ""
+        out["sentences"].append(f"The host blocked {_ms(sy[4])} in {sy[2]}{size} ({sy[3]}) on rank {sy[0]} in step {sy[1]}.")
+    lk = con.execute("""SELECT count(*), sum(total_exposed_ns), sum(total_gpu_ns) FROM launch_overhead_summary
+                        WHERE launch_bound AND total_exposed_ns > 0.05 * ?""", [median]).fetchone()
+    if lk and lk[0]:
+        out["sentences"].append(f"{lk[0]} kernel name{'s' if lk[0] > 1 else ''} cost more GPU idle in launching "
+                                f"({_ms(lk[1])}) than running ({_ms(lk[2])}): fuse them or capture them in a CUDA graph.")
+    xc = con.execute("""SELECT sum(exposed_comm_ns), sum(wall_ns) FROM step_breakdown""").fetchone()
+    if xc and xc[1] and xc[0] / xc[1] > 0.2:
+        out["sentences"].append(f"Communication not hidden by compute takes {100 * xc[0] / xc[1]:.0f}% of the GPU time.")
+    return out
+
+
+def verdict(con) -> str:
+    return " ".join(findings(con)["sentences"])
