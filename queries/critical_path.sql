@@ -9,26 +9,29 @@
 --   step, ordinal (0, 1, ... in time order), rank
 --   kind   gpu_compute | gpu_comm | gpu_memory | launch | host_cpu | host_sync | peer_wait | idle
 --   name   the GPU op, the launch / sync call, or for host_cpu what the thread was doing
---          (the innermost CPU op, range or OS call covering most of the segment)
+--          (the innermost CPU op or OS call at the segment's midpoint, else the innermost range)
 --   start_ns, end_ns (ns since epoch); dur_ns = end_ns - start_ns (ns); tid: host thread, op_id
 --
 -- critical_path_summary (pack `critical-path-summary`): per step, rank and kind: total_ns (ns)
 --   and share_pct of the step's critical path (percent).
 CREATE OR REPLACE TABLE critical_path AS
 WITH unnamed AS (
-    SELECT * FROM critical_path_raw WHERE kind = 'host_cpu' AND name IS NULL AND tid IS NOT NULL
-), host_ev AS (
-    SELECT rank, tid, name, start_ns, end_ns FROM host_ops WHERE kind IN ('cpu_op', 'python', 'osrt')
-    UNION ALL SELECT rank, tid, name, start_ns, end_ns FROM ranges WHERE NOT on_gpu
-), cover AS (
-    SELECT u.step, u.ordinal, h.name,
-           least(h.end_ns, u.end_ns) - greatest(h.start_ns, u.start_ns) AS overlap_ns,
-           h.end_ns - h.start_ns AS len_ns, u.end_ns - u.start_ns AS dur_ns
-    FROM unnamed u JOIN host_ev h ON h.rank = u.rank AND h.tid = u.tid AND h.start_ns < u.end_ns AND h.end_ns > u.start_ns
+    SELECT step, ordinal, rank, tid, (start_ns + end_ns) // 2 AS mid
+    FROM critical_path_raw WHERE kind = 'host_cpu' AND name IS NULL AND tid IS NOT NULL
+), ops AS (
+    SELECT rank, tid, start_ns, end_ns, name FROM host_ops WHERE kind IN ('cpu_op', 'python', 'osrt')
+), by_op AS (
+    -- host ops nest on a thread: the latest-starting one before the midpoint, if it still runs
+    -- there, is the innermost op covering it (linear, unlike an interval join)
+    SELECT u.step, u.ordinal, CASE WHEN o.end_ns >= u.mid THEN o.name END AS name
+    FROM unnamed u ASOF LEFT JOIN ops o ON o.rank = u.rank AND o.tid = u.tid AND o.start_ns <= u.mid
+), by_range AS (
+    SELECT u.step, u.ordinal, arg_min(r.name, r.end_ns - r.start_ns) AS name
+    FROM unnamed u JOIN ranges r ON r.rank = u.rank AND r.tid = u.tid AND NOT r.on_gpu
+                                AND r.start_ns <= u.mid AND r.end_ns >= u.mid
+    GROUP BY u.step, u.ordinal
 ), best AS (
-    SELECT step, ordinal,
-           coalesce(arg_min(name, len_ns) FILTER (WHERE 2 * overlap_ns >= dur_ns), arg_max(name, overlap_ns)) AS name
-    FROM cover GROUP BY step, ordinal
+    SELECT step, ordinal, coalesce(o.name, r.name) AS name FROM by_op o FULL JOIN by_range r USING (step, ordinal)
 )
 SELECT c.step, c.ordinal, c.rank, c.kind,
        coalesce(c.name, b.name, CASE WHEN c.kind = 'launch' THEN g.api_name END) AS name,

@@ -18,9 +18,9 @@
 --   next_api_start_ns when that op's launch call started (ns; NULL if outside the trace)
 --   next_issue_start_ns when the host began issuing it (the CPU op around the launch call; ns)
 --   host_tid         the host thread looked at: the one that launched next_op, else the rank's main thread
---   host_activity    what that thread was doing: the innermost host op / range covering at least half
---                    of the gap, else the one overlapping it most (NVTX/annotation ranges, CPU ops,
---                    CUDA calls, OS runtime calls such as clock_nanosleep)
+--   host_activity    what that thread was doing at the gap's midpoint: the innermost host call
+--                    running there (CPU op, CUDA call, OS runtime call such as clock_nanosleep),
+--                    else the innermost NVTX / annotation range
 --
 -- idle_gaps_summary: per rank, step and cause: n_gaps, total_ns, max_ns (ns).
 CREATE OR REPLACE TABLE idle_gaps AS
@@ -43,20 +43,24 @@ WITH params AS (
     JOIN gpu_ops n ON n.op_id = gp.first_op_id
     LEFT JOIN main_thread mt ON mt.rank = gp.rank
     WHERE gp.start_ns IS NOT NULL AND gp.end_ns > gp.start_ns
-), host_ev AS (
-    SELECT rank, tid, name, start_ns, end_ns FROM host_ops
-    UNION ALL SELECT rank, tid, name, start_ns, end_ns FROM ranges WHERE NOT on_gpu
-), cover AS (
-    SELECT g.rank, g.step, g.start_ns, h.name,
-           least(h.end_ns, g.end_ns) - greatest(h.start_ns, g.start_ns) AS overlap_ns,
-           h.end_ns - h.start_ns AS len_ns, g.dur_ns
-    FROM g JOIN host_ev h
-      ON h.rank = g.rank AND h.tid = g.host_tid AND h.start_ns < g.end_ns AND h.end_ns > g.start_ns
-    WHERE g.dur_ns >= (SELECT launch_thr FROM params)
+), pts AS (
+    SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
+    WHERE dur_ns >= (SELECT launch_thr FROM params)
+), ops AS (
+    SELECT rank, tid, start_ns, end_ns, name FROM host_ops
+), by_op AS (
+    -- host calls nest on a thread: the latest-starting one before the gap's midpoint, if it
+    -- still runs there, is the innermost call covering it (linear, unlike an interval join)
+    SELECT p.rank, p.step, p.start_ns, CASE WHEN o.end_ns >= p.mid THEN o.name END AS name
+    FROM pts p ASOF LEFT JOIN ops o ON o.rank = p.rank AND o.tid = p.host_tid AND o.start_ns <= p.mid
+), by_range AS (
+    SELECT p.rank, p.step, p.start_ns, arg_min(r.name, r.end_ns - r.start_ns) AS name
+    FROM pts p JOIN ranges r ON r.rank = p.rank AND r.tid = p.host_tid AND NOT r.on_gpu
+                            AND r.start_ns <= p.mid AND r.end_ns >= p.mid
+    GROUP BY ALL
 ), best AS (
-    SELECT rank, step, start_ns,
-           coalesce(arg_min(name, len_ns) FILTER (WHERE 2 * overlap_ns >= dur_ns), arg_max(name, overlap_ns)) AS host_activity
-    FROM cover GROUP BY rank, step, start_ns
+    SELECT rank, step, start_ns, coalesce(o.name, r.name) AS host_activity
+    FROM by_op o FULL JOIN by_range r USING (rank, step, start_ns)
 )
 SELECT g.rank, g.step, g.start_ns, g.end_ns, g.dur_ns,
        CASE WHEN g.next_api_start_ns >= g.start_ns THEN 'host_late'

@@ -20,7 +20,10 @@ needs_shared = pytest.mark.skipif(not FIX.is_dir(), reason=f"real fixtures not f
 
 
 def fixture_files(rel: str) -> list[str]:
+    """The trace files of a fixture folder, or the one file `rel` names."""
     d = FIX / rel
+    if d.is_file():
+        return [str(d)]
     if not d.is_dir():
         pytest.skip(f"fixture {rel} not found under {FIX}")
     return sorted(str(p) for p in d.iterdir() if p.name.endswith((".sqlite", ".json.gz", ".json")) and not p.name.startswith("truth"))

@@ -148,9 +148,8 @@ def test_trace_without_distributed_info_takes_rank_from_name(tmp_path):
 
 def test_mixed_formats_in_one_ingest(tmp_path):
     pytest.importorskip("duckdb")
-    nsys = fixture_files("h100/nsys/graphs")[0] if (BUNDLED.parent.parent / "shared").exists() else None
-    if nsys is None:
-        pytest.skip("needs ../shared")
+    # two recordings of the same job, 25 s apart: rank 0 from nsys, rank 1 from Kineto
+    nsys = fixture_files("h100/nsys/ddp4_sync_stall")[0]
     kt = str(BUNDLED / "ddp4_sync_stall" / "rank-1.pt.trace.json.gz")
     r = run_cli("ingest", nsys, kt, "-o", tmp_path / "m.duckdb")
     assert r.returncode == 0, r.stderr

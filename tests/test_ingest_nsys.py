@@ -12,7 +12,7 @@ import pytest
 from conftest import FIX, connect, fixture_files, needs_shared, run_cli, truth
 
 NSYS_FIXTURES = ["h100/nsys/ddp4_sync_stall", "h100/nsys/ddp4_straggler", "h100/nsys/graphs",
-                 "public/pipit-perlmutter", "public/nsys-ai", "public/nvidia-fuser"]
+                 "public/pipit-perlmutter/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "public/pipit-perlmutter/perlmutter-cloverleaf-cuda.sqlite", "public/nsys-ai", "public/nvidia-fuser"]
 
 pytestmark = needs_shared
 
@@ -59,6 +59,12 @@ def test_row_counts_match_source(ingested, rel):
             assert got == src["host"].get(gpid, 0), (path, "host_ops")
             got = db.execute("select count(*) from ranges where trace_id = ?", [trace_id]).fetchone()[0]
             assert got == src["ranges"].get(gpid, 0), (path, "ranges")
+
+
+def test_files_of_different_jobs_are_refused(tmp_path):
+    r = run_cli("ingest", *fixture_files("public/pipit-perlmutter"), "-o", tmp_path / "x.duckdb")
+    assert r.returncode == 3 and "different jobs" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.duckdb").exists()
 
 
 def test_every_schema_version_is_read(ingested):
@@ -158,10 +164,16 @@ def test_duckdb_shell_sees_the_tables(ingested):
 # --- rank assignment -----------------------------------------------------------------------
 
 def test_rank_from_file_order_warns_and_pattern_overrides(tmp_path):
-    src = fixture_files("public/pipit-perlmutter")
-    r = run_cli("ingest", *src, "-o", tmp_path / "a.duckdb")
+    src = fixture_files("h100/nsys/ddp4_straggler")[:2]
+    plain = []
+    for name, s in zip(("b.sqlite", "a.sqlite"), src):
+        os.symlink(s, tmp_path / name)
+        plain.append(tmp_path / name)
+    r = run_cli("ingest", *plain, "-o", tmp_path / "a.duckdb")
     assert r.returncode == 0, r.stderr
     assert "file order" in r.stderr
+    db = connect(tmp_path / "a.duckdb")
+    assert db.execute("select list(rank order by source_path) from traces").fetchone()[0] == [1, 0]
     links = []
     for i, s in enumerate(src):
         p = tmp_path / f"node{7 - i}-gpu.sqlite"
@@ -174,10 +186,10 @@ def test_rank_from_file_order_warns_and_pattern_overrides(tmp_path):
 
 
 def test_two_files_claiming_one_rank_is_an_error(tmp_path):
-    a = fixture_files("h100/nsys/graphs")[0]
+    a = fixture_files("h100/nsys/ddp4_straggler")[0]
     b = tmp_path / "copy" / "rank0.sqlite"
     b.parent.mkdir()
-    b.write_bytes(Path(fixture_files("public/nvidia-fuser")[0]).read_bytes())
+    b.write_bytes(Path(fixture_files("h100/nsys/ddp4_straggler")[1]).read_bytes())
     r = run_cli("ingest", a, b, "-o", tmp_path / "x.duckdb")
     assert r.returncode == 3
     assert "rank 0" in r.stderr and "rank0.sqlite" in r.stderr and len(r.stderr.strip().splitlines()) == 1

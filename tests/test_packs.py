@@ -15,7 +15,7 @@ pytestmark = needs_shared
 BOTH = ["h100/nsys/ddp4_sync_stall", "h100/kineto/ddp4_sync_stall"]
 ALL_FIXTURES = ["h100/nsys/ddp4_sync_stall", "h100/nsys/ddp4_straggler", "h100/nsys/graphs",
                 "h100/kineto/ddp4_sync_stall", "h100/kineto/ddp4_straggler", "h100/kineto/graphs",
-                "h100/kineto/launch_bound", "public/pipit-perlmutter", "public/nsys-ai", "public/nvidia-fuser",
+                "h100/kineto/launch_bound", "public/pipit-perlmutter/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "public/pipit-perlmutter/perlmutter-cloverleaf-cuda.sqlite", "public/nsys-ai", "public/nvidia-fuser",
                 "public/param-dlrm8", "public/hta-2rank"]
 
 

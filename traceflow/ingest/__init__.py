@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +63,11 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
         futs = {pool.submit(read_file, p, folder, i, nsys_exe): i for i, p in enumerate(paths)}
         try:
             for fut in as_completed(futs):
-                results[futs[fut]] = fut.result()
+                try:
+                    results[futs[fut]] = fut.result()
+                except BrokenProcessPool:
+                    raise InputError(paths[futs[fut]], "the reader process died while reading this file "
+                                     "(killed, or out of memory)") from None
                 progress(paths[futs[fut]])
         except BaseException:
             for f in futs:
@@ -105,7 +110,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     progress = progress or (lambda *_: None)
     result = IngestResult(database=str(Path(output)))
     with exclusive_writer(output, copy_existing=append) as tmp:
-        scratch = tempfile.mkdtemp(prefix="traceflow-")
+        _clean_stale_scratch()
+        scratch = tempfile.mkdtemp(prefix=f"traceflow-{os.getpid()}-")
         try:
             traces = _read_all(paths, scratch, jobs, nsys, progress)
             con = duckdb.connect(str(tmp))
@@ -119,6 +125,42 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return result
+
+
+def _clean_stale_scratch():
+    """Reader scratch folders of runs that were killed (kill -9 leaves them behind)."""
+    from ..dbfile import _pid_alive
+    for p in Path(tempfile.gettempdir()).glob("traceflow-*-*"):
+        try:
+            pid = int(p.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if p.is_dir() and not _pid_alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+MIXED_JOB_GAP_NS = 60 * 10**9
+
+
+def _check_one_job(con):
+    """Files of two different jobs in one ingest: conflicting world sizes, or disjoint in time."""
+    sizes = con.execute("""SELECT world_size, any_value(source_path) FROM traces WHERE world_size IS NOT NULL
+                           GROUP BY world_size ORDER BY world_size""").fetchall()
+    if len(sizes) > 1:
+        raise InputError(sizes[1][1], f"says world size {sizes[1][0]} but {sizes[0][1]} says {sizes[0][0]}: "
+                         "files from different jobs? ingest each job into its own database")
+    spans = con.execute("""
+        SELECT t.source_path, e.lo, e.hi FROM traces t JOIN (
+            SELECT trace_id, min(start_ns) AS lo, max(end_ns) AS hi FROM (
+                SELECT trace_id, start_ns, end_ns FROM gpu_ops UNION ALL SELECT trace_id, start_ns, end_ns FROM host_ops)
+            GROUP BY trace_id) e USING (trace_id) ORDER BY e.lo""").fetchall()
+    reach, reach_path = None, None
+    for path, lo, hi in spans:
+        if reach is not None and lo > reach + MIXED_JOB_GAP_NS:
+            raise InputError(path, f"was recorded {(lo - reach) / 1e9:,.0f} s after {reach_path} ended: "
+                             "files from different jobs? ingest each job into its own database")
+        if reach is None or hi > reach:
+            reach, reach_path = hi, path
 
 
 def _build(con, traces, scratch, result, append, rank_pattern):
@@ -162,5 +204,6 @@ def _build(con, traces, scratch, result, append, rank_pattern):
         result.traces.append({"trace_id": tid, "rank": rank, "file": trace.source_path, "format": trace.source_format,
                               "rank_source": src, **trace.counts})
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
+    _check_one_job(con)
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
     con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])

@@ -11,10 +11,8 @@ traces without baseTimeNanoseconds (older PyTorch) have ts in µs since the epoc
 from __future__ import annotations
 
 import gc
-import gzip
 import math
 import re
-import zlib
 
 import msgspec
 import numpy as np
@@ -22,13 +20,11 @@ import pyarrow as pa
 
 from ..errors import InputError
 from ..schema import GPU_OPS, HOST_OPS, RANGES
+from .compressed import BoundedReader
 from .model import ProcessTrace
 
 BATCH_BYTES = 8 << 20
 MAX_HEADER_BYTES = 64 << 20
-# A gzip member that inflates past this ratio and size is treated as a bomb.
-MAX_INFLATE_RATIO = 200
-MAX_INFLATE_FLOOR = 2 << 30
 
 Num = int | float | str | None
 
@@ -91,39 +87,11 @@ COLLECTIVES = {"allreduce": "AllReduce", "all_reduce": "AllReduce", "allgather":
 
 def open_stream(path: str):
     """Binary stream of the JSON text, gzip detected from content (magic bytes), not the suffix."""
-    f = open(path, "rb")
-    head = f.read(2)
-    f.seek(0)
+    with open(path, "rb") as f:
+        head = f.read(2)
     if head == b"\x1f\x8b":
-        return _BoundedGzip(f, path)
-    return f
-
-
-class _BoundedGzip:
-    """gzip reader that stops a decompression bomb early instead of filling the disk or RAM."""
-
-    def __init__(self, f, path):
-        import os
-        self.path, self.raw = path, f
-        self.limit = max(MAX_INFLATE_FLOOR, os.fstat(f.fileno()).st_size * MAX_INFLATE_RATIO)
-        self.g = gzip.GzipFile(fileobj=f, mode="rb")
-        self.n = 0
-
-    def read(self, n=-1):
-        try:
-            b = self.g.read(n)
-        except (EOFError, OSError, zlib.error) as e:
-            msg = "truncated gzip stream" if isinstance(e, EOFError) else f"corrupt gzip data ({e})"
-            raise InputError(self.path, msg) from None
-        self.n += len(b)
-        if self.n > self.limit:
-            raise InputError(self.path, f"gzip inflates past {self.limit >> 20} MiB "
-                             f"({MAX_INFLATE_RATIO}x the file): refusing a likely decompression bomb")
-        return b
-
-    def close(self):
-        self.g.close()
-        self.raw.close()
+        return BoundedReader(path, "gzip")
+    return open(path, "rb")
 
 
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')

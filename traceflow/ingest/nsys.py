@@ -147,6 +147,12 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     if n_unresolved:
         raise InputError(path, f"StringIds lacks the names of {n_unresolved} host calls (damaged export)")
     _ranges(src, base)
+    warnings = []
+    for rel, what in (("g", "GPU ops"), ("h", "host calls"), ("rng", "NVTX ranges")):
+        n_back = con.execute(f"SELECT count(*) FROM {rel} WHERE end_ns < start_ns OR start_ns IS NULL").fetchone()[0]
+        if n_back:
+            con.execute(f"DELETE FROM {rel} WHERE end_ns < start_ns OR start_ns IS NULL")
+            warnings.append(f"dropped {n_back} {what} whose end is before their start (clock ran backwards)")
 
     procs = con.execute("""
         SELECT gpid, min(pid) FROM (
@@ -166,7 +172,6 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
         gpu_names = dict(con.execute(f"SELECT {col}, name FROM src.TARGET_INFO_GPU").fetchall())
 
     out = []
-    warnings = []
     if not procs:
         warnings.append("no CUDA activity in this export")
         procs = [(None, None)]

@@ -5,9 +5,7 @@ later run on a cluster engine writing shards per rank.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
-import lzma
 import os
 import shutil
 import tempfile
@@ -15,6 +13,7 @@ import traceback
 
 from ..errors import InputError
 from . import kineto, nsys
+from .compressed import BoundedReader
 from .detect import detect
 from .model import IpcSink, ProcessTrace
 
@@ -52,13 +51,9 @@ def _read_file(path, folder, index, nsys_exe):
             from .nsys_cli import export_sqlite
             traces = nsys.read(export_sqlite(path, nsys_exe), sink, key=f"f{index}p")
         elif fmt in ("sqlite-gz", "sqlite-xz"):
-            opener = gzip.open if fmt == "sqlite-gz" else lzma.open
             fd, scratch = tempfile.mkstemp(suffix=".sqlite", dir=folder)
-            try:
-                with os.fdopen(fd, "wb") as out, opener(path, "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 22)
-            except (OSError, EOFError, lzma.LZMAError) as e:
-                raise InputError(path, f"corrupt or truncated compressed SQLite ({e})") from None
+            with os.fdopen(fd, "wb") as out, BoundedReader(path, "gzip" if fmt == "sqlite-gz" else "xz") as src:
+                shutil.copyfileobj(src, out, 1 << 22)
             traces = nsys.read(scratch, sink, key=f"f{index}p")
         elif fmt == "nsys-sqlite":
             traces = nsys.read(path, sink, key=f"f{index}p")
