@@ -1,6 +1,7 @@
 """The cross-rank phase: derived tables, clock alignment, query packs, critical path."""
 from __future__ import annotations
 
+import time
 from importlib import resources
 
 from . import clock
@@ -19,17 +20,24 @@ def derive_tables(con, step_pattern: str | None = None):
         con.execute(sql(name))
 
 
-def derive_all(con, align: str = "auto", step_pattern: str | None = None, progress=None) -> list[str]:
+def derive_all(con, align: str = "auto", step_pattern: str | None = None, progress=None, timings=None) -> list[str]:
     """Everything after loading: returns warnings for the user."""
+    timings = {} if timings is None else timings
     warnings = []
+    t0 = time.perf_counter()
     derive_tables(con, step_pattern)
     if align != "off":
         shifted = clock.align(con, mode=align)
         if shifted:
             warnings.extend(f"rank {r}: clock shifted by {off / 1e6:+.3f} ms to match collectives" for r, off in shifted)
             derive_tables(con, step_pattern)
+    timings["derive"] = time.perf_counter() - t0
     from .. import packs
+    t0 = time.perf_counter()
     packs.compute_all(con)
+    timings["packs"] = time.perf_counter() - t0
     from .. import critical_path
+    t0 = time.perf_counter()
     critical_path.compute(con)
+    timings["critical_path"] = time.perf_counter() - t0
     return warnings

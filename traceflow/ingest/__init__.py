@@ -5,6 +5,7 @@ import multiprocessing as mp
 import os
 import shutil
 import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -30,6 +31,23 @@ class IngestResult:
     traces: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)   # seconds per phase: read, load, derive, packs, critical_path
+
+
+def _looks_like_trace(p: Path) -> bool:
+    """In a folder, other JSON files (configs, notes) sit beside the traces: sniff before taking one."""
+    if not p.name.endswith((".json", ".json.gz")):
+        return True
+    try:
+        from .compressed import BoundedReader
+        f = BoundedReader(str(p), "gzip") if p.name.endswith(".gz") else open(p, "rb")
+        try:
+            head = f.read(1 << 20)
+        finally:
+            f.close()
+    except Exception:  # unreadable: let the reader say what is wrong with it
+        return True
+    return b'"traceEvents"' in head or b'"schemaVersion"' in head
 
 
 def expand(files) -> list[str]:
@@ -38,7 +56,7 @@ def expand(files) -> list[str]:
     for f in files:
         p = Path(f)
         if p.is_dir():
-            found = sorted(str(x) for x in p.iterdir() if x.is_file() and x.name.endswith(SUFFIXES))
+            found = sorted(str(x) for x in p.iterdir() if x.is_file() and x.name.endswith(SUFFIXES) and _looks_like_trace(x))
             if not found:
                 raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files")
             out.extend(found)
@@ -113,12 +131,17 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         _clean_stale_scratch()
         scratch = tempfile.mkdtemp(prefix=f"traceflow-{os.getpid()}-")
         try:
+            t0 = time.perf_counter()
             traces = _read_all(paths, scratch, jobs, nsys, progress)
+            result.timings["read"] = time.perf_counter() - t0
             con = duckdb.connect(str(tmp))
             try:
+                t0 = time.perf_counter()
                 _build(con, traces, scratch, result, append, rank_pattern)
+                result.timings["load"] = time.perf_counter() - t0
                 from ..derive import derive_all
-                result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, progress=progress))
+                result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, progress=progress,
+                                                  timings=result.timings))
                 con.execute("CHECKPOINT")
             finally:
                 con.close()
