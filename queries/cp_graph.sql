@@ -17,6 +17,9 @@
 --        'sync'        end of the waited GPU op -> end of the blocking host call
 --        'event_wait'  end of an op on another stream -> start of a queued op that started right after it
 --        'collective'  start of (comm, step, seq) on one rank -> its end on every other rank
+-- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+SET asof_loop_join_threshold = 0;
+
 CREATE OR REPLACE TABLE cp_host_nodes AS
 WITH threads AS (
     SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL

@@ -14,12 +14,16 @@
 --
 -- critical_path_summary (pack `critical-path-summary`): per step, rank and kind: total_ns (ns)
 --   and share_pct of the step's critical path (percent).
+-- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+SET asof_loop_join_threshold = 0;
+
 CREATE OR REPLACE TABLE critical_path AS
 WITH unnamed AS (
     SELECT step, ordinal, rank, tid, (start_ns + end_ns) // 2 AS mid
     FROM critical_path_raw WHERE kind = 'host_cpu' AND name IS NULL AND tid IS NOT NULL
 ), ops AS (
-    SELECT rank, tid, start_ns, end_ns, name FROM host_ops WHERE kind IN ('cpu_op', 'python', 'osrt')
+    SELECT rank, tid, start_ns, end_ns, name FROM host_ops
+    WHERE kind IN ('cpu_op', 'python', 'osrt') AND (rank, tid) IN (SELECT DISTINCT rank, tid FROM unnamed)
 ), by_op AS (
     -- host ops nest on a thread: the latest-starting one before the midpoint, if it still runs
     -- there, is the innermost op covering it (linear, unlike an interval join)
@@ -38,7 +42,7 @@ SELECT c.step, c.ordinal, c.rank, c.kind,
        c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns, c.tid, c.op_id
 FROM critical_path_raw c
 LEFT JOIN best b USING (step, ordinal)
-LEFT JOIN gpu_ops g ON c.kind = 'launch' AND g.op_id = c.op_id
+LEFT JOIN gpu_ops g ON g.op_id = c.op_id  -- a plain equi-join: an extra ON condition makes DuckDB loop
 ORDER BY c.step, c.ordinal;
 
 CREATE OR REPLACE TABLE critical_path_summary AS

@@ -23,6 +23,9 @@
 --                    else the innermost NVTX / annotation range
 --
 -- idle_gaps_summary: per rank, step and cause: n_gaps, total_ns, max_ns (ns).
+-- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+SET asof_loop_join_threshold = 0;
+
 CREATE OR REPLACE TABLE idle_gaps AS
 WITH params AS (
     SELECT coalesce(getvariable('tf_launch_threshold_ns'), 5000)::BIGINT AS launch_thr
@@ -47,7 +50,9 @@ WITH params AS (
     SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
     WHERE dur_ns >= (SELECT launch_thr FROM params)
 ), ops AS (
+    -- only the threads asked about: NCCL's helper threads alone hold millions of OS calls
     SELECT rank, tid, start_ns, end_ns, name FROM host_ops
+    WHERE (rank, tid) IN (SELECT DISTINCT rank, host_tid FROM pts)
 ), by_op AS (
     -- host calls nest on a thread: the latest-starting one before the gap's midpoint, if it
     -- still runs there, is the innermost call covering it (linear, unlike an interval join)

@@ -11,6 +11,9 @@
 --   blocked_ns        end_ns - start_ns: time the host thread spent inside it
 --   reason            'synchronize' | 'sync memcpy' | 'pageable memcpy'
 --   gpu_op            the GPU op the call launched, when it launched one (memcpy)
+-- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+SET asof_loop_join_threshold = 0;
+
 CREATE OR REPLACE TABLE sync AS
 WITH calls AS (
     SELECT h.rank, h.trace_id, h.tid, h.name, h.start_ns, h.end_ns, h.correlation_id, h.op_id,

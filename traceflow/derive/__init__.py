@@ -14,6 +14,7 @@ def sql(name: str) -> str:
 
 
 def derive_tables(con, step_pattern: str | None = None):
+    con.execute("SET asof_loop_join_threshold = 0")  # DuckDB's ASOF join, never its nested-loop plan
     if step_pattern:
         con.execute("SET VARIABLE tf_step_pattern = ?", [step_pattern])
     for name in ORDER:
