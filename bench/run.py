@@ -142,6 +142,8 @@ def scale_nsys(src_files, dst: Path, steps: int, ranks: int) -> list[Path]:
             tables = {r[0] for r in c.execute("select name from sqlite_master where type='table'")}
             lo, hi = c.execute("select min(start), max(end) from CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
             span = hi - lo + 10**6
+            # copy the original rows only: later copies must not copy earlier ones
+            last = {t: c.execute(f"select max(rowid) from {t}").fetchone()[0] or 0 for t in NSYS_TIME_TABLES if t in tables}
             for k in range(1, steps):
                 for t in NSYS_TIME_TABLES:
                     if t not in tables:
@@ -157,7 +159,7 @@ def scale_nsys(src_files, dst: Path, steps: int, ranks: int) -> list[Path]:
                             sel.append(f"CASE WHEN text LIKE 'step %' THEN 'step ' || (CAST(substr(text, 6) AS INTEGER) + {k * STEP_OFFSET}) ELSE text END")
                         else:
                             sel.append(f'"{col}"')
-                    rows = f"SELECT {', '.join(sel)} FROM {t} WHERE rowid <= (SELECT max(rowid) FROM {t})"
+                    rows = f"SELECT {', '.join(sel)} FROM {t} WHERE rowid <= {last[t]}"
                     c.execute(f"INSERT INTO {t} ({', '.join(chr(34) + x + chr(34) for x in cols)}) {rows}")
             # a distinct file: its content hash must differ from the rank it copies
             c.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcTime = utcTime || ?", [f" copy{rcopy}"])
@@ -236,6 +238,8 @@ def main():
     ap.add_argument("--shared", default=str(ROOT.parent / "shared"))
     ap.add_argument("--scales", default="1,4,16")
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--big-json", action="store_true", help="also ingest one ~1 GB JSON trace (rank 0, steps repeated 25x)")
+    ap.add_argument("--only-big-json", action="store_true", help="just that")
     ap.add_argument("--work", default=str(HERE / "work"))
     ap.add_argument("--out", default=str(HERE / "results.json"))
     args = ap.parse_args()
@@ -251,6 +255,28 @@ def main():
                "inputs": {}, "runs": {}}
 
     kineto_gz = sorted(shared.glob("kineto/*.json.gz"))
+
+    def run(key, cmd):
+        print(f"  {key} ...", end="", flush=True)
+        r = measure(cmd, env=env)
+        print(f" {r['wall_s']} s, {r['peak_rss_mib']} MiB" + (f"  ERROR {r.get('error')}" if r["rc"] else ""), flush=True)
+        results["runs"][key] = r
+        return r
+
+    if args.big_json or args.only_big_json:
+        print("making one ~1 GB JSON trace (rank 0, 25x steps)...", flush=True)
+        big = scale_kineto(kineto_gz[:1], work / "big", 25, 1)
+        mib = round(os.path.getsize(big[0]) / 2**20)
+        results["inputs"]["kineto 1 GB file"] = {"files": 1, "mib": mib}
+        r = run("traceflow kineto one 1 GB file: ingest+packs+critical path", [PY, "-c", TRACEFLOW_INGEST, str(work / "big.duckdb"), str(big[0])])
+        if r["rc"] == 0:
+            r.update(json.loads(r["stdout"].strip().splitlines()[-1]))
+        if args.only_big_json:
+            for r in results["runs"].values():
+                r.pop("stdout", None)
+            Path(args.out).write_text(json.dumps(results, indent=1))
+            print(table(results))
+            return
     nsys1 = unpack_nsys(shared / "nsys", work / "x1" / "nsys")
     inputs = {("kineto", 1): [str(p) for p in kineto_gz], ("nsys", 1): [str(p) for p in nsys1]}
     for s in scales:
@@ -262,13 +288,6 @@ def main():
         inputs[("nsys", s)] = [str(p) for p in scale_nsys(nsys1, work / f"x{s}" / "nsys", steps, ranks)]
     for (fmt, s), files in inputs.items():
         results["inputs"][f"{fmt} x{s}"] = {"files": len(files), "mib": round(sum(os.path.getsize(f) for f in files) / 2**20)}
-
-    def run(key, cmd):
-        print(f"  {key} ...", end="", flush=True)
-        r = measure(cmd, env=env)
-        print(f" {r['wall_s']} s, {r['peak_rss_mib']} MiB" + (f"  ERROR {r.get('error')}" if r["rc"] else ""), flush=True)
-        results["runs"][key] = r
-        return r
 
     # Floors, on the x1 inputs
     run("floor kineto: gzip -dc", ["bash", "-c", "for f in \"$@\"; do gzip -dc \"$f\" > /dev/null; done", "_", *inputs[("kineto", 1)]])

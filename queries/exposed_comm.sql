@@ -10,19 +10,24 @@
 --   overlap_pct  100 * overlap_ns / comm_ns (percent, 0..100; NULL without communication)
 --   exposed_ns   |comm − compute| = comm_ns − overlap_ns
 CREATE OR REPLACE TABLE exposed_comm AS
-WITH seg AS (
-    SELECT w.rank, w.step, s.has_comm, s.has_compute, s.end_ns - s.start_ns AS d
-    FROM step_windows w JOIN gpu_state s
-      ON s.rank = w.rank AND s.start_ns >= w.start_ns AND s.end_ns <= w.end_ns
+WITH c AS (
+    SELECT rank, end_ns, cum_comm, cum_comm_overlap,
+           sum(CASE WHEN has_compute THEN end_ns - start_ns ELSE 0 END) OVER (PARTITION BY rank ORDER BY start_ns
+               ROWS UNBOUNDED PRECEDING) AS cum_has_compute
+    FROM gpu_state
+), d AS (
+    -- window edges are segment boundaries: totals = running total at the end - at the start
+    SELECT w.rank, w.step,
+           e.cum_comm - coalesce(b.cum_comm, 0) AS comm_ns,
+           e.cum_has_compute - coalesce(b.cum_has_compute, 0) AS compute_ns,
+           e.cum_comm_overlap - coalesce(b.cum_comm_overlap, 0) AS overlap_ns
+    FROM step_windows w JOIN c e ON e.rank = w.rank AND e.end_ns = w.end_ns
+    LEFT JOIN c b ON b.rank = w.rank AND b.end_ns = w.start_ns
 )
-SELECT rank, step,
-       coalesce(sum(d) FILTER (WHERE has_comm), 0)::BIGINT AS comm_ns,
-       coalesce(sum(d) FILTER (WHERE has_compute), 0)::BIGINT AS compute_ns,
-       coalesce(sum(d) FILTER (WHERE has_comm AND has_compute), 0)::BIGINT AS overlap_ns,
-       round(100.0 * coalesce(sum(d) FILTER (WHERE has_comm AND has_compute), 0)
-             / nullif(sum(d) FILTER (WHERE has_comm), 0), 2) AS overlap_pct,
-       coalesce(sum(d) FILTER (WHERE has_comm AND NOT has_compute), 0)::BIGINT AS exposed_ns
-FROM seg GROUP BY rank, step ORDER BY rank, step;
+SELECT rank, step, comm_ns::BIGINT AS comm_ns, compute_ns::BIGINT AS compute_ns, overlap_ns::BIGINT AS overlap_ns,
+       round(100.0 * overlap_ns / nullif(comm_ns, 0), 2) AS overlap_pct,
+       (comm_ns - overlap_ns)::BIGINT AS exposed_ns
+FROM d ORDER BY rank, step;
 
 -- exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
 -- communication op ran with no compute beside it; for the Perfetto trace.

@@ -18,6 +18,8 @@
 --   has_compute / has_comm / has_memory BOOLEAN  a compute kernel / NCCL kernel / memcpy-memset runs
 --   state VARCHAR  'compute' > 'communication' > 'memory' > 'idle' (first that applies), so that
 --                  compute + exposed comm + exposed memory + idle = the window, exactly
+--   cum_compute, cum_exposed_comm, cum_exposed_memory, cum_idle, cum_comm, cum_comm_overlap BIGINT:
+--                  running totals (ns) of each from the rank's first segment to this one's end
 --
 -- gpu_islands: maximal busy intervals of each rank (union of all its GPU ops, all streams).
 --   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
@@ -53,11 +55,22 @@ WITH ev AS (
            sum(dn) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS n_comm,
            sum(dm) OVER (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING) AS n_memory
     FROM pts
+), seg AS (
+    SELECT rank, start_ns, end_ns, n_compute > 0 AS has_compute, n_comm > 0 AS has_comm, n_memory > 0 AS has_memory,
+           CASE WHEN n_compute > 0 THEN 'compute' WHEN n_comm > 0 THEN 'communication'
+                WHEN n_memory > 0 THEN 'memory' ELSE 'idle' END AS state
+    FROM run WHERE end_ns > start_ns
 )
-SELECT rank, start_ns, end_ns, n_compute > 0 AS has_compute, n_comm > 0 AS has_comm, n_memory > 0 AS has_memory,
-       CASE WHEN n_compute > 0 THEN 'compute' WHEN n_comm > 0 THEN 'communication'
-            WHEN n_memory > 0 THEN 'memory' ELSE 'idle' END AS state
-FROM run WHERE end_ns > start_ns;
+-- Running totals (ns) up to each segment's end: a window's figures are two lookups, not a range join.
+SELECT *,
+       sum(CASE WHEN state = 'compute' THEN end_ns - start_ns ELSE 0 END) OVER w AS cum_compute,
+       sum(CASE WHEN state = 'communication' THEN end_ns - start_ns ELSE 0 END) OVER w AS cum_exposed_comm,
+       sum(CASE WHEN state = 'memory' THEN end_ns - start_ns ELSE 0 END) OVER w AS cum_exposed_memory,
+       sum(CASE WHEN state = 'idle' THEN end_ns - start_ns ELSE 0 END) OVER w AS cum_idle,
+       sum(CASE WHEN has_comm THEN end_ns - start_ns ELSE 0 END) OVER w AS cum_comm,
+       sum(CASE WHEN has_comm AND has_compute THEN end_ns - start_ns ELSE 0 END) OVER w AS cum_comm_overlap
+FROM seg
+WINDOW w AS (PARTITION BY rank ORDER BY start_ns ROWS UNBOUNDED PRECEDING);
 
 CREATE OR REPLACE TABLE gpu_islands AS
 WITH o AS (

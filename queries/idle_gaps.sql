@@ -5,8 +5,9 @@
 -- Parameters (DuckDB variables; defaults in brackets):
 --   tf_launch_threshold_ns  gaps shorter than this are launch latency when the next op was queued [5000 ns = 5 µs]
 --
--- One row per gap and step (a gap lies in one step's window; windows of consecutive steps may
--- overlap, so a gap can be listed under both).
+-- One row per gap, listed under the step of the op that ended it: the gap lies inside that step's
+-- window (a window starts at a busy point no later than the op, so never inside the gap). Ops
+-- launched outside any step fall back to the window that holds the gap.
 --   rank, step
 --   start_ns, end_ns  the gap (ns since epoch); dur_ns = end_ns - start_ns (ns)
 --   cause  'host_late'       the op that ended the gap was launched after the gap began: the GPU starved
@@ -36,16 +37,21 @@ WITH params AS (
     SELECT rank, arg_max(launch_tid, n) AS tid FROM (
         SELECT rank, launch_tid, count(*) AS n FROM gpu_ops WHERE launch_tid IS NOT NULL GROUP BY ALL)
     GROUP BY rank
-), g AS (
-    SELECT w.rank, w.step, gp.start_ns, gp.end_ns, gp.end_ns - gp.start_ns AS dur_ns,
+), g0 AS (
+    SELECT gp.rank, coalesce(n.step, CASE WHEN gp.end_ns <= w.end_ns THEN w.step END) AS step,
+           gp.start_ns, gp.end_ns, gp.end_ns - gp.start_ns AS dur_ns,
            n.name AS next_op, n.op_id AS next_op_id, n.api_start_ns AS next_api_start_ns,
            coalesce(n.issue_start_ns, n.api_start_ns) AS next_issue_start_ns,
            coalesce(n.launch_tid, mt.tid) AS host_tid, n.trace_id
     FROM gaps gp
-    JOIN step_windows w ON gp.rank = w.rank AND gp.start_ns >= w.start_ns AND gp.end_ns <= w.end_ns
     JOIN gpu_ops n ON n.op_id = gp.first_op_id
+    ASOF LEFT JOIN step_windows w ON gp.rank = w.rank AND gp.start_ns >= w.start_ns
     LEFT JOIN main_thread mt ON mt.rank = gp.rank
     WHERE gp.start_ns IS NOT NULL AND gp.end_ns > gp.start_ns
+), g AS (
+    -- inside the window (the gap before a rank's very first step is not)
+    SELECT g0.* FROM g0 JOIN step_windows w USING (rank, step)
+    WHERE g0.start_ns >= w.start_ns AND g0.end_ns <= w.end_ns
 ), pts AS (
     SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
     WHERE dur_ns >= (SELECT launch_thr FROM params)

@@ -15,27 +15,26 @@
 --   exposed_memory_ns    memcpy/memset not overlapped by compute or communication
 --   Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
 CREATE OR REPLACE TABLE step_breakdown AS
-WITH seg AS (
-    SELECT w.rank, w.step, s.state, s.end_ns - s.start_ns AS d
-    FROM step_windows w JOIN gpu_state s
-      ON s.rank = w.rank AND s.start_ns >= w.start_ns AND s.end_ns <= w.end_ns
+WITH c AS (
+    SELECT rank, end_ns, cum_compute, cum_exposed_comm, cum_exposed_memory, cum_idle FROM gpu_state
 ), agg AS (
-    SELECT rank, step,
-           sum(d) FILTER (WHERE state <> 'idle') AS busy_ns,
-           sum(d) FILTER (WHERE state = 'idle') AS idle_ns,
-           sum(d) FILTER (WHERE state = 'compute') AS compute_ns,
-           sum(d) FILTER (WHERE state = 'communication') AS exposed_comm_ns,
-           sum(d) FILTER (WHERE state = 'memory') AS exposed_memory_ns
-    FROM seg GROUP BY rank, step
+    -- window edges are segment boundaries: totals = running total at the end - at the start
+    SELECT w.rank, w.step,
+           e.cum_compute - coalesce(b.cum_compute, 0) AS compute_ns,
+           e.cum_exposed_comm - coalesce(b.cum_exposed_comm, 0) AS exposed_comm_ns,
+           e.cum_exposed_memory - coalesce(b.cum_exposed_memory, 0) AS exposed_memory_ns,
+           e.cum_idle - coalesce(b.cum_idle, 0) AS idle_ns
+    FROM step_windows w JOIN c e ON e.rank = w.rank AND e.end_ns = w.end_ns
+    LEFT JOIN c b ON b.rank = w.rank AND b.end_ns = w.start_ns
 )
 SELECT w.rank, w.step, w.start_ns, w.end_ns, st.start_ns AS host_start_ns, st.end_ns AS host_end_ns,
        w.end_ns - w.start_ns AS wall_ns,
-       coalesce(a.busy_ns, 0)::BIGINT AS busy_ns, coalesce(a.idle_ns, 0)::BIGINT AS idle_ns,
-       coalesce(a.compute_ns, 0)::BIGINT AS compute_ns, coalesce(a.exposed_comm_ns, 0)::BIGINT AS exposed_comm_ns,
-       coalesce(a.exposed_memory_ns, 0)::BIGINT AS exposed_memory_ns,
-       round(100.0 * coalesce(a.idle_ns, 0) / nullif(w.end_ns - w.start_ns, 0), 2) AS idle_pct,
-       round(100.0 * coalesce(a.compute_ns, 0) / nullif(w.end_ns - w.start_ns, 0), 2) AS compute_pct,
-       round(100.0 * coalesce(a.exposed_comm_ns, 0) / nullif(w.end_ns - w.start_ns, 0), 2) AS exposed_comm_pct,
-       round(100.0 * coalesce(a.exposed_memory_ns, 0) / nullif(w.end_ns - w.start_ns, 0), 2) AS exposed_memory_pct
-FROM step_windows w LEFT JOIN agg a USING (rank, step) LEFT JOIN steps st USING (rank, step)
+       (a.compute_ns + a.exposed_comm_ns + a.exposed_memory_ns)::BIGINT AS busy_ns, a.idle_ns::BIGINT AS idle_ns,
+       a.compute_ns::BIGINT AS compute_ns, a.exposed_comm_ns::BIGINT AS exposed_comm_ns,
+       a.exposed_memory_ns::BIGINT AS exposed_memory_ns,
+       round(100.0 * a.idle_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS idle_pct,
+       round(100.0 * a.compute_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS compute_pct,
+       round(100.0 * a.exposed_comm_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS exposed_comm_pct,
+       round(100.0 * a.exposed_memory_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS exposed_memory_pct
+FROM step_windows w JOIN agg a USING (rank, step) LEFT JOIN steps st USING (rank, step)
 ORDER BY w.rank, w.step;

@@ -25,32 +25,29 @@ KIND_OF_CATEGORY = {"compute": "gpu_compute", "communication": "gpu_comm", "memo
 MAX_MOVES_PER_OP = 8
 
 
+def _i64(column) -> np.ndarray:
+    return np.asarray(column, dtype=np.int64)
+
+
 class _Job:
     """The graph as arrays, indexed by position (not op_id)."""
 
     def __init__(self, con):
         g = con.execute("""
-            SELECT g.op_id, g.rank, g.start_ns, g.end_ns, g.category, g.name, g.api_start_ns, g.launch_tid,
+            SELECT g.op_id, g.rank, g.start_ns, g.end_ns, g.category, g.name,
+                   coalesce(g.api_start_ns, -1) AS api, coalesce(g.launch_tid, -1) AS ltid,
                    coalesce(p.stream_prev, -1) AS stream_prev, coalesce(p.dep_op_id, -1) AS dep, coalesce(c.grp, -1) AS grp
             FROM gpu_ops g JOIN cp_gpu_preds p USING (op_id)
             LEFT JOIN (SELECT op_id, dense_rank() OVER (ORDER BY comm, step, seq) AS grp FROM collectives
                        WHERE (comm, step, seq) IN (SELECT (comm, step, seq) FROM collectives GROUP BY ALL
                                                    HAVING count(DISTINCT rank) >= 2)) c USING (op_id)
             ORDER BY g.op_id""").fetchnumpy()
-        self.op_id = np.asarray(g["op_id"], dtype=np.int64)
-        self.rank = np.asarray(g["rank"], dtype=np.int64)
-        self.start = np.asarray(g["start_ns"], dtype=np.int64)
-        self.end = np.asarray(g["end_ns"], dtype=np.int64)
-        self.category = list(g["category"])
-        self.name = list(g["name"])
-        api = g["api_start_ns"]
-        self.api = np.where(np.ma.getmaskarray(api), -1, np.ma.filled(api, -1)).astype(np.int64) if np.ma.isMaskedArray(api) else np.asarray(api, dtype=np.int64)
-        tid = g["launch_tid"]
-        self.ltid = np.where(np.ma.getmaskarray(tid), -1, np.ma.filled(tid, -1)).astype(np.int64) if np.ma.isMaskedArray(tid) else np.asarray(tid, dtype=np.int64)
-        self.stream_prev = self._idx(np.asarray(g["stream_prev"], dtype=np.int64))
-        self.dep = self._idx(np.asarray(g["dep"], dtype=np.int64))
-        grp = np.asarray(g["grp"], dtype=np.int64)
-        self.grp = grp
+        self.op_id = _i64(g["op_id"])
+        self.rank, self.start, self.end = _i64(g["rank"]), _i64(g["start_ns"]), _i64(g["end_ns"])
+        self.category, self.name = list(g["category"]), list(g["name"])
+        self.api, self.ltid = _i64(g["api"]), _i64(g["ltid"])  # -1: no launch call in the trace
+        self.stream_prev, self.dep = self._idx(_i64(g["stream_prev"])), self._idx(_i64(g["dep"]))
+        self.grp = grp = _i64(g["grp"])
         # Per collective group: its members' positions.
         order = np.argsort(grp, kind="stable")
         gs = grp[order]
@@ -63,13 +60,10 @@ class _Job:
 
         h = con.execute("""SELECT rank, tid, start_ns, end_ns, name, role, coalesce(waited_op_id, -1) AS waited
                            FROM cp_host_nodes ORDER BY rank, tid, start_ns""").fetchnumpy()
-        self.h_rank = np.asarray(h["rank"], dtype=np.int64)
-        self.h_tid = np.asarray(h["tid"], dtype=np.int64)
-        self.h_start = np.asarray(h["start_ns"], dtype=np.int64)
-        self.h_end = np.asarray(h["end_ns"], dtype=np.int64)
-        self.h_name = list(h["name"])
-        self.h_role = list(h["role"])
-        self.h_waited = self._idx(np.asarray(h["waited"], dtype=np.int64))
+        self.h_rank, self.h_tid = _i64(h["rank"]), _i64(h["tid"])
+        self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])
+        self.h_name, self.h_role = list(h["name"]), list(h["role"])
+        self.h_waited = self._idx(_i64(h["waited"]))
         self.threads = {}
         if len(self.h_rank):
             keys = self.h_rank * (1 << 32) + self.h_tid
