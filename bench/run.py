@@ -87,6 +87,14 @@ def scale_kineto(src_files, dst: Path, steps: int, ranks: int) -> list[Path]:
     import msgspec
     dst.mkdir(parents=True, exist_ok=True)
     out = []
+    # One shift for every rank, so the copies of a step line up across ranks.
+    lo = hi = None
+    for f in src_files:
+        for e in msgspec.json.decode(gzip.open(f).read())["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                lo = e["ts"] if lo is None else min(lo, e["ts"])
+                hi = e["ts"] if hi is None else max(hi, e["ts"])
+    span = hi - lo + 1000.0
     for rcopy in range(ranks):
         for f in src_files:
             d = msgspec.json.decode(gzip.open(f).read())
@@ -96,8 +104,6 @@ def scale_kineto(src_files, dst: Path, steps: int, ranks: int) -> list[Path]:
             if target.exists():
                 continue
             evs = d["traceEvents"]
-            ts = [e["ts"] for e in evs if isinstance(e.get("ts"), (int, float))]
-            span = max(ts) - min(ts) + 1000.0
             new = []
             for c in range(steps):
                 for e in evs:
@@ -130,6 +136,15 @@ NSYS_TIME_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", 
 def scale_nsys(src_files, dst: Path, steps: int, ranks: int) -> list[Path]:
     dst.mkdir(parents=True, exist_ok=True)
     out = []
+    # One shift for every rank (in absolute time), so the copies of a step line up across ranks.
+    bounds = []
+    for f in src_files:
+        c = sqlite3.connect(f)
+        base = c.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+        lo, hi = c.execute("select min(start), max(end) from CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+        bounds.append((base + lo, base + hi))
+        c.close()
+    span = max(b for _, b in bounds) - min(a for a, _ in bounds) + 10**6
     for rcopy in range(ranks):
         for i, f in enumerate(src_files):
             rank = i + rcopy * len(src_files)
@@ -140,8 +155,6 @@ def scale_nsys(src_files, dst: Path, steps: int, ranks: int) -> list[Path]:
             shutil.copyfile(f, target)
             c = sqlite3.connect(target)
             tables = {r[0] for r in c.execute("select name from sqlite_master where type='table'")}
-            lo, hi = c.execute("select min(start), max(end) from CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
-            span = hi - lo + 10**6
             # copy the original rows only: later copies must not copy earlier ones
             last = {t: c.execute(f"select max(rowid) from {t}").fetchone()[0] or 0 for t in NSYS_TIME_TABLES if t in tables}
             for k in range(1, steps):

@@ -58,11 +58,14 @@ class _Job:
                 if grp[chunk[0]] >= 0:
                     self.group_members[int(grp[chunk[0]])] = chunk
 
-        h = con.execute("""SELECT rank, tid, start_ns, end_ns, name, role, coalesce(waited_op_id, -1) AS waited
+        h = con.execute("""SELECT rank, tid, start_ns, end_ns, node_op_id,
+                                  CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END AS role,
+                                  coalesce(waited_op_id, -1) AS waited
                            FROM cp_host_nodes ORDER BY rank, tid, start_ns""").fetchnumpy()
         self.h_rank, self.h_tid = _i64(h["rank"]), _i64(h["tid"])
         self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])
-        self.h_name, self.h_role = list(h["name"]), list(h["role"])
+        # ids, not names: a job has millions of host calls; SQL names the few on the path
+        self.h_op, self.h_role = _i64(h["node_op_id"]), _i64(h["role"])
         self.h_waited = self._idx(_i64(h["waited"]))
         self.threads = {}
         if len(self.h_rank):
@@ -179,13 +182,13 @@ class _Walk:
                 self.emit(rank, "host_cpu", None, max(e, floor), t, tid=tid)
                 t = max(e, floor)
                 continue
-            role = j.h_role[k]
+            role = int(j.h_role[k])
             w = int(j.h_waited[k])
-            if role == "sync" and w >= 0 and s < j.end[w] <= t and j.end[w] > floor:
-                self.emit(rank, "host_sync", j.h_name[k], int(j.end[w]), t, tid=tid)
+            if role == 1 and w >= 0 and s < j.end[w] <= t and j.end[w] > floor:
+                self.emit(rank, "host_sync", None, int(j.end[w]), t, tid=tid, op_id=int(j.h_op[k]))
                 return "gpu_end", w, int(j.end[w])
-            kind = {"sync": "host_sync", "launch": "launch"}.get(role, "host_cpu")
-            self.emit(rank, kind, j.h_name[k], max(s, floor), t, tid=tid)
+            kind = ("host_cpu", "host_sync", "launch")[role]
+            self.emit(rank, kind, None, max(s, floor), t, tid=tid, op_id=int(j.h_op[k]))
             t = max(s, floor)
             k -= 1
         return "host_done", key, t

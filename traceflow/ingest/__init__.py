@@ -134,7 +134,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             t0 = time.perf_counter()
             traces = _read_all(paths, scratch, jobs, nsys, progress)
             result.timings["read"] = time.perf_counter() - t0
-            con = duckdb.connect(str(tmp))
+            con = duckdb.connect(str(tmp), config=db_config(scratch))
+            con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
             try:
                 t0 = time.perf_counter()
                 _build(con, traces, scratch, result, append, rank_pattern)
@@ -148,6 +149,13 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return result
+
+
+def db_config(scratch: str) -> dict:
+    """DuckDB spills to disk past this, instead of taking 80% of RAM as it would by default."""
+    import psutil
+    limit = max(1 << 30, min(4 << 30, psutil.virtual_memory().total // 8))
+    return {"memory_limit": f"{limit >> 20}MB", "temp_directory": os.path.join(scratch, "duckdb-spill")}
 
 
 def _clean_stale_scratch():

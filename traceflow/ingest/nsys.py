@@ -8,6 +8,7 @@ absent. nsys stores times as ns since the session start; we add the session's UT
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -44,6 +45,9 @@ def connect_sqlite(path: str) -> duckdb.DuckDBPyConnection:
     con.execute(f"LOAD '{sqlite_scanner_path()}'")
     con.execute("SET preserve_insertion_order = false")
     con.execute("SET threads = 1")  # ranks already run in parallel, one process each
+    con.execute("SET memory_limit = '768MB'")  # two readers at once stay well inside small machines
+    con.execute(f"SET temp_directory = {_sql_str(os.path.join(tempfile.gettempdir(), f'traceflow-{os.getpid()}-spill'))}")
+    con.execute("SET enable_progress_bar = false")
     # The path goes into SQL text: quote it, never interpolate raw.
     con.execute(f"ATTACH {_sql_str(path)} AS src (TYPE sqlite, READ_ONLY)")
     return con
