@@ -154,8 +154,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
 def db_config(scratch: str) -> dict:
     """DuckDB spills to disk past this, instead of taking 80% of RAM as it would by default."""
     import psutil
-    limit = max(1 << 30, min(4 << 30, psutil.virtual_memory().total // 8))
-    return {"memory_limit": f"{limit >> 20}MB", "temp_directory": os.path.join(scratch, "duckdb-spill")}
+    limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT") or f"{max(1 << 30, min(4 << 30, psutil.virtual_memory().total // 8)) >> 20}MB"
+    return {"memory_limit": limit, "temp_directory": os.path.join(scratch, "duckdb-spill")}
 
 
 def _clean_stale_scratch():
