@@ -125,6 +125,20 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs)
         click.echo(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {n_steps:>4} steps  clock offset {off / 1e6:+.3f} ms")
 
 
+def _cell(v, instant: bool, duration: bool) -> str:
+    import datetime
+    if v is None:
+        return ""
+    if instant and isinstance(v, int):
+        return datetime.datetime.fromtimestamp(v / 1e9, datetime.timezone.utc).strftime("%H:%M:%S.%f")
+    if duration and isinstance(v, (int, float)):
+        return f"{v / 1e6:,.3f}"
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000:
+        return f"{v:,}"
+    v = str(v)
+    return v if len(v) <= 60 else v[:59] + "…"  # a kernel's full name is in --format json/csv
+
+
 def _print_rows(rel, fmt: str, limit: int | None):
     cols = [d[0] for d in rel.description]
     rows = rel.fetchall()
@@ -138,12 +152,16 @@ def _print_rows(rel, fmt: str, limit: int | None):
     else:
         from rich.console import Console
         from rich.table import Table
+        # For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns).
+        instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
+        duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
         t = Table(show_lines=False, header_style="bold")
-        for c in cols:
-            t.add_column(c, overflow="fold", justify="right" if c.endswith(("_ns", "_pct", "count", "rank", "step", "seq")) else "left")
+        for c, i, d in zip(cols, instant, duration):
+            head = f"{c[:-3]} (UTC)" if i else f"{c[:-3]} (ms)" if d else c
+            t.add_column(head, overflow="fold", justify="right" if (i or d or c.endswith(("_pct", "count", "rank", "step", "seq"))) else "left")
         shown = rows if limit is None else rows[:limit]
         for r in shown:
-            t.add_row(*["" if v is None else (f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000 else str(v)) for v in r])
+            t.add_row(*[_cell(v, i, d) for v, i, d in zip(r, instant, duration)])
         Console(width=max(160, len(cols) * 14)).print(t)
         if limit is not None and len(rows) > limit:
             click.echo(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
