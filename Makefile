@@ -41,7 +41,7 @@ test-all: venv chromium
 	$(BIN)/python -m pytest -q -n 2 tests
 
 fuzz: venv
-	TRACEFLOW_FUZZ=full $(BIN)/python -m pytest -q -n 2 tests/test_corpus.py tests/test_fuzz_json.py
+	TRACEFLOW_FUZZ=full $(BIN)/python -m pytest -q -n 2 tests/test_corpus.py tests/test_robustness.py
 
 bench: venv
 	$(BIN)/python bench/run.py --shared $(SHARED)

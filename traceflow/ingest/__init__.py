@@ -71,7 +71,10 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
     """Runs the readers, in parallel worker processes when there are several files."""
     results: dict[int, list[ProcessTrace]] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
-    if jobs == 1:
+    # A big input is read in a worker even alone: what a reader allocated goes back to the OS
+    # with its process instead of staying in the heap of the one that builds the database.
+    big = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > (64 << 20)
+    if jobs == 1 and not big:
         for i, p in enumerate(paths):
             results[i] = read_file(p, folder, i, nsys_exe)
             progress(p)
