@@ -139,7 +139,10 @@ def cases():
             (f"{src.name} every table dropped", _sqlite_edit(src, "".join(f"DROP TABLE [{t}];" for t in _tables(src))), "error"),
             (f"{src.name} clock runs backwards", _sqlite_edit(src, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = start - 1000 WHERE rowid % 50 = 0;"), "ok"),
             (f"{src.name} optional tables dropped", _sqlite_edit(src, "DROP TABLE IF EXISTS CUPTI_ACTIVITY_KIND_MEMSET; DROP TABLE IF EXISTS NVTX_EVENTS; DROP TABLE IF EXISTS OSRT_API; DROP TABLE IF EXISTS CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;"), "ok"),
-            (f"{src.name} old schema names", _sqlite_edit(src, "ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA;"), "ok"),
+        ]
+        if "META_DATA_EXPORT" in _tables(src):  # exports before 2023 already use the old name
+            out.append((f"{src.name} old schema names", _sqlite_edit(src, "ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA;"), "ok"))
+        out += [
             (f"{src.name} not an nsys database", _sqlite_edit(src, "".join(f"DROP TABLE [{t}];" for t in _tables(src)) + "CREATE TABLE t(x); INSERT INTO t VALUES (1);"), "error"),
         ]
     if len(nsys_sources()) >= 1 and SHARED.is_dir():
