@@ -6,7 +6,7 @@ from importlib import resources
 
 from . import clock
 
-ORDER = ["host_ops", "steps", "gpu_ops", "launches", "collectives"]
+ORDER = ["steps", "gpu_ops", "launches", "collectives"]  # host_ops get their ids while loading
 
 
 def sql(name: str) -> str:

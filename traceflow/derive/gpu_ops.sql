@@ -5,7 +5,7 @@
 --   collective AllReduce | AllGather | ReduceScatter | Broadcast | SendRecv | ... from the kernel name
 --              when the profiler gave none
 --   copy_kind  HtoD | DtoH | DtoD | ... for memcpy
---   op_id      BIGINT id (host ops use ids from 1e12 on)
+--   op_id      BIGINT id (host ops have ids from 1e12 on, given while loading)
 --   api_name, api_start_ns, api_end_ns, launch_tid, launch_op_id: the host call with the same
 --              correlation id that enqueued the op (NULL when the launch is outside the trace)
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the
@@ -22,8 +22,10 @@ WITH launch AS (
     WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation_id IS NOT NULL
     GROUP BY trace_id, correlation_id
 ), issuer AS (
+    -- only the CPU ops that made a launch call: most CPU ops never do
     SELECT trace_id, external_id, max(start_ns) AS issue_start_ns
-    FROM host_ops WHERE kind = 'cpu_op' AND external_id IS NOT NULL GROUP BY trace_id, external_id
+    FROM host_ops WHERE kind = 'cpu_op' AND (trace_id, external_id) IN (SELECT trace_id, external_id FROM launch)
+    GROUP BY trace_id, external_id
 ), ranks_with_launches AS (
     SELECT DISTINCT g.rank FROM gpu_ops g JOIN launch l USING (trace_id, correlation_id)
 ), classified AS (

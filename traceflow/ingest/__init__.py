@@ -22,6 +22,8 @@ from . import ranks
 from .model import ProcessTrace, reader_schema
 from .worker import read_file
 
+HOST_OP_ID_BASE = 10**12
+HOST_OP_IDS_PER_TRACE = 10**10
 SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
 
 
@@ -112,8 +114,15 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
             reader = ipc.open_stream(source)
             con.register("incoming", reader)
             cols = ", ".join(f.name for f in reader_schema(table))
-            con.execute(f"INSERT INTO {table} ({cols}, trace_id, rank) SELECT {cols}, ?, ? FROM incoming",
-                        [trace_id, rank])
+            if table == "host_ops":
+                # ids as they stream in, in a range of their own per trace (gpu_ops ids stay below 1e12):
+                # numbering them later would rewrite the biggest table of the job
+                con.execute(f"""INSERT INTO host_ops ({cols}, trace_id, rank, op_id)
+                                SELECT {cols}, ?, ?, ? + row_number() OVER () FROM incoming""",
+                            [trace_id, rank, HOST_OP_ID_BASE + trace_id * HOST_OP_IDS_PER_TRACE])
+            else:
+                con.execute(f"INSERT INTO {table} ({cols}, trace_id, rank) SELECT {cols}, ?, ? FROM incoming",
+                            [trace_id, rank])
             con.unregister("incoming")
 
 
