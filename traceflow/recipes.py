@@ -8,7 +8,7 @@ import duckdb
 
 from .dbfile import exclusive_writer
 from .errors import InputError, UsageError
-from .ingest.nsys_cli import export_sqlite, run_recipe
+from .ingest.nsys_cli import run_recipe
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
@@ -40,5 +40,3 @@ def load_recipe(name: str, files: list[str], database: str, nsys: str | None = N
             con.close()
     return loaded
 
-
-__all__ = ["load_recipe", "export_sqlite"]

@@ -43,10 +43,6 @@ CREATE TABLE traces (
 
 TABLES = {"gpu_ops": GPU_OPS, "host_ops": HOST_OPS, "ranges": RANGES}
 
-
-def empty(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
-
 _DUCK = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.string(): "VARCHAR", pa.bool_(): "BOOLEAN"}
 
 # Columns the derive step fills (see traceflow/derive/*.sql).

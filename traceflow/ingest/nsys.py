@@ -307,7 +307,3 @@ def _nccl_rank(src: _Src, gpid) -> int | None:
         return None
     data, off = bytes(row[0]), int(row[1])
     return int.from_bytes(data[off:off + 4], "little", signed=True)
-
-
-def file_size(path: str) -> int:
-    return os.path.getsize(path)
