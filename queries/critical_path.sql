@@ -8,7 +8,7 @@
 -- One row per segment.
 --   step, ordinal (0, 1, ... in time order), rank
 --   kind   gpu_compute | gpu_comm | gpu_memory | launch | host_cpu | host_sync | peer_wait | idle
---   name   the GPU op, the launch / sync call or OS call (by op_id), or for host_cpu between calls
+--   name   the GPU op, the launch / sync call or OS call (by op_id; the walk writes ids only), or for host_cpu between calls
 --          what the thread was doing (the innermost CPU op at the segment's midpoint, else the
 --          innermost range)
 --   start_ns, end_ns (ns since epoch); dur_ns = end_ns - start_ns (ns); tid: host thread, op_id
@@ -39,7 +39,7 @@ WITH unnamed AS (
     SELECT step, ordinal, coalesce(o.name, r.name) AS name FROM by_op o FULL JOIN by_range r USING (step, ordinal)
 )
 SELECT c.step, c.ordinal, c.rank, c.kind,
-       coalesce(c.name, h.name, b.name, CASE WHEN c.kind = 'launch' THEN g.api_name END) AS name,
+       coalesce(c.name, CASE WHEN c.kind = 'launch' THEN g.api_name ELSE g.name END, h.name, b.name) AS name,
        c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns, c.tid, c.op_id
 FROM critical_path_raw c
 LEFT JOIN best b USING (step, ordinal)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .packs import pack_sql
 
-KIND_OF_CATEGORY = {"compute": "gpu_compute", "communication": "gpu_comm", "memory": "gpu_memory"}
+GPU_KINDS = ("gpu_compute", "gpu_comm", "gpu_memory")  # by category code, see _Job
 MAX_MOVES_PER_OP = 8
 
 
@@ -34,7 +34,8 @@ class _Job:
 
     def __init__(self, con):
         g = con.execute("""
-            SELECT g.op_id, g.rank, g.start_ns, g.end_ns, g.category, g.name,
+            SELECT g.op_id, g.rank, g.start_ns, g.end_ns,
+                   CASE g.category WHEN 'communication' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END AS category,
                    coalesce(g.api_start_ns, -1) AS api, coalesce(g.launch_tid, -1) AS ltid,
                    coalesce(p.stream_prev, -1) AS stream_prev, coalesce(p.dep_op_id, -1) AS dep, coalesce(c.grp, -1) AS grp
             FROM gpu_ops g JOIN cp_gpu_preds p USING (op_id)
@@ -44,7 +45,8 @@ class _Job:
             ORDER BY g.op_id""").fetchnumpy()
         self.op_id = _i64(g["op_id"])
         self.rank, self.start, self.end = _i64(g["rank"]), _i64(g["start_ns"]), _i64(g["end_ns"])
-        self.category, self.name = list(g["category"]), list(g["name"])
+        # codes and ids, not strings: SQL names the few ops on the path (queries/critical_path.sql)
+        self.category = _i64(g["category"])
         self.api, self.ltid = _i64(g["api"]), _i64(g["ltid"])  # -1: no launch call in the trace
         self.stream_prev, self.dep = self._idx(_i64(g["stream_prev"])), self._idx(_i64(g["dep"]))
         self.grp = grp = _i64(g["grp"])
@@ -86,7 +88,7 @@ class _Job:
 
 
 class _Walk:
-    def __init__(self, job: _Job, step: int, t0: int, t1: int):
+    def __init__(self, job: _Job, step: int, t0: int):
         self.j, self.step, self.t0 = job, step, t0
         self.segs = []  # (rank, kind, name, start, end, tid, op_id)
 
@@ -130,11 +132,10 @@ class _Walk:
                 # wait for that peer stays on the path as peer_wait.
                 wait = min(int(starts.max()) - sk, int(j.end[k]) - sk)
                 split = min(sk + wait, t)
-                self.emit(int(j.rank[k]), "gpu_comm", j.name[k], split, t, op_id=int(j.op_id[k]))
-                self.emit(int(j.rank[k]), "peer_wait", j.name[k], sk, split, op_id=int(j.op_id[k]))
+                self.emit(int(j.rank[k]), "gpu_comm", None, split, t, op_id=int(j.op_id[k]))
+                self.emit(int(j.rank[k]), "peer_wait", None, sk, split, op_id=int(j.op_id[k]))
                 return "gpu_start", int(k), min(t, sk)
-        kind = KIND_OF_CATEGORY.get(j.category[i], "gpu_compute")
-        self.emit(int(j.rank[i]), kind, j.name[i], int(j.start[i]), t, op_id=int(j.op_id[i]))
+        self.emit(int(j.rank[i]), GPU_KINDS[j.category[i]], None, int(j.start[i]), t, op_id=int(j.op_id[i]))
         return "gpu_start", i, min(t, int(j.start[i]))
 
     def _gpu_start(self, i, t):
@@ -196,18 +197,17 @@ class _Walk:
 
 def compute(con):
     con.execute(pack_sql("cp_graph"))
+    # per step: where it starts across ranks, and the op that ends last (the walk starts there)
     extents = con.execute("""
-        SELECT w.step, min(w.start_ns) AS t0, max(w.end_ns) AS t1
-        FROM step_windows w GROUP BY w.step ORDER BY w.step""").fetchall()
+        SELECT w.step, w.t0, l.last_op FROM
+            (SELECT step, min(start_ns) AS t0 FROM step_windows GROUP BY step) w
+        JOIN (SELECT step, arg_max(op_id, (end_ns, -op_id)) AS last_op FROM gpu_ops WHERE step IS NOT NULL GROUP BY step) l
+        USING (step) ORDER BY w.step""").fetchall()
     rows = []
     job = _Job(con) if extents else None
-    for step, t0, t1 in extents:
-        last = con.execute("""SELECT op_id FROM gpu_ops WHERE step = ? ORDER BY end_ns DESC, op_id LIMIT 1""",
-                           [step]).fetchone()
-        if last is None:
-            continue
-        idx = int(np.searchsorted(job.op_id, last[0]))
-        segs = _Walk(job, int(step), int(t0), int(t1)).run(idx)
+    for step, t0, last_op in extents:
+        idx = int(np.searchsorted(job.op_id, last_op))
+        segs = _Walk(job, int(step), int(t0)).run(idx)
         rows.extend((int(step), n, *s) for n, s in enumerate(segs))
     con.execute("""CREATE OR REPLACE TABLE critical_path_raw (step INTEGER, ordinal INTEGER, rank INTEGER, kind VARCHAR,
                    name VARCHAR, start_ns BIGINT, end_ns BIGINT, tid BIGINT, op_id BIGINT)""")

@@ -26,18 +26,27 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale(target: Path) -> list[Path]:
-    """Remove temp files of earlier writers of `target` that died (kill -9, power loss)."""
+def remove_orphans(paths, pid_of) -> list[Path]:
+    """Remove the files or folders whose owning process (pid_of(path), from its name) is gone."""
     removed = []
-    for p in target.parent.glob(f".{target.name}{TMP_MARK}*"):
+    for p in paths:
         try:
-            pid = int(p.name.rsplit("-", 1)[-1].split(".")[0])
-        except ValueError:
+            pid = pid_of(p)
+        except (ValueError, IndexError):
             continue
         if not _pid_alive(pid):
-            p.unlink(missing_ok=True)
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
             removed.append(p)
     return removed
+
+
+def clean_stale(target: Path) -> list[Path]:
+    """Remove temp files of earlier writers of `target` that died (kill -9, power loss)."""
+    return remove_orphans(target.parent.glob(f".{target.name}{TMP_MARK}*"),
+                          lambda p: int(p.name.rsplit("-", 1)[-1].split(".")[0]))
 
 
 @contextmanager

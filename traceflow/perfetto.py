@@ -33,6 +33,7 @@ class Slice:
     flow_out: list = field(default_factory=list)
     flow_in: list = field(default_factory=list)
     args: dict | None = None
+    rank: int | None = None
 
 
 def nest(slices: list[Slice]) -> list[tuple[int, int, Slice]]:
@@ -158,12 +159,12 @@ def _cp_flows(con, ranks, tf):
     per_rank: dict[int, list[Slice]] = {}
     prev = None
     for step, ordinal, rank, kind, name, a, b in rows:
-        s = Slice(a, b, f"{kind}" + (f": {name}" if name else ""), args={"step": step, "ordinal": ordinal, "kind": kind})
-        if prev is not None and prev[0] == step and prev[1].rank_ != rank and rank in ranks and prev[1].rank_ in ranks:
+        s = Slice(a, b, f"{kind}" + (f": {name}" if name else ""), args={"step": step, "ordinal": ordinal, "kind": kind},
+                  rank=rank)
+        if prev is not None and prev[0] == step and prev[1].rank != rank and rank in ranks and prev[1].rank in ranks:
             fid = _uuid("cp", step, ordinal)
             prev[1].flow_out.append(fid)
             s.flow_in.append(fid)
-        s.rank_ = rank
         per_rank.setdefault(rank, []).append(s)
         prev = (step, s)
     return per_rank

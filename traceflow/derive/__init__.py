@@ -21,7 +21,7 @@ def derive_tables(con, step_pattern: str | None = None):
         con.execute(sql(name))
 
 
-def derive_all(con, align: str = "auto", step_pattern: str | None = None, progress=None, timings=None) -> list[str]:
+def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None) -> list[str]:
     """Everything after loading: returns warnings for the user."""
     timings = {} if timings is None else timings
     warnings = []

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from .. import schema
-from ..dbfile import exclusive_writer
+from ..dbfile import exclusive_writer, remove_orphans
 from ..errors import InputError, UsageError
 from . import ranks
 from .model import ProcessTrace, reader_schema
@@ -70,7 +70,7 @@ def expand(files) -> list[str]:
 
 
 def _read_all(paths, folder, jobs, nsys_exe, progress):
-    """Runs the readers, in parallel worker processes when there are several files."""
+    """Runs the readers: in worker processes when there are several files or a big one."""
     results: dict[int, list[ProcessTrace]] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
     # A big input is read in a worker even alone: what a reader allocated goes back to the OS
@@ -153,8 +153,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
                 _build(con, traces, scratch, result, append, rank_pattern)
                 result.timings["load"] = time.perf_counter() - t0
                 from ..derive import derive_all
-                result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, progress=progress,
-                                                  timings=result.timings))
+                result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings))
                 con.execute("CHECKPOINT")
             finally:
                 con.close()
@@ -172,14 +171,8 @@ def db_config(scratch: str) -> dict:
 
 def _clean_stale_scratch():
     """Reader scratch folders of runs that were killed (kill -9 leaves them behind)."""
-    from ..dbfile import _pid_alive
-    for p in Path(tempfile.gettempdir()).glob("traceflow-*-*"):
-        try:
-            pid = int(p.name.split("-")[1])
-        except (IndexError, ValueError):
-            continue
-        if p.is_dir() and not _pid_alive(pid):
-            shutil.rmtree(p, ignore_errors=True)
+    remove_orphans((p for p in Path(tempfile.gettempdir()).glob("traceflow-*-*") if p.is_dir()),
+                   lambda p: int(p.name.split("-")[1]))
 
 
 MIXED_JOB_GAP_NS = 60 * 10**9

@@ -8,7 +8,6 @@ absent. nsys stores times as ns since the session start; we add the session's UT
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import duckdb
@@ -39,14 +38,15 @@ def sqlite_scanner_path() -> str:
     return str(p)
 
 
-def connect_sqlite(path: str) -> duckdb.DuckDBPyConnection:
+def connect_sqlite(path: str, spill_dir: str | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(config={"allow_unsigned_extensions": "true", "autoinstall_known_extensions": "false",
                                  "autoload_known_extensions": "false"})
     con.execute(f"LOAD '{sqlite_scanner_path()}'")
     con.execute("SET preserve_insertion_order = false")
     con.execute("SET threads = 1")  # ranks already run in parallel, one process each
     con.execute("SET memory_limit = '768MB'")  # two readers at once stay well inside small machines
-    con.execute(f"SET temp_directory = {_sql_str(os.path.join(tempfile.gettempdir(), f'traceflow-{os.getpid()}-spill'))}")
+    if spill_dir:
+        con.execute(f"SET temp_directory = {_sql_str(spill_dir)}")
     con.execute("SET enable_progress_bar = false")
     # The path goes into SQL text: quote it, never interpolate raw.
     con.execute(f"ATTACH {_sql_str(path)} AS src (TYPE sqlite, READ_ONLY)")
@@ -103,7 +103,7 @@ def _case(col: str, mapping: dict) -> str:
 
 def read(path: str, sink, key: str = "p") -> list[ProcessTrace]:
     try:
-        con = connect_sqlite(path)
+        con = connect_sqlite(path, spill_dir=str(Path(sink.folder) / f"spill-{os.getpid()}"))
     except duckdb.Error as e:
         raise InputError(path, f"not a readable SQLite file ({_first_line(e)})") from None
     try:
