@@ -6,11 +6,12 @@
 --
 -- cp_host_nodes: host calls the path can pass through, on threads that launch GPU work:
 --   CUDA runtime/driver calls and OS-runtime calls, flattened (a call nested inside another is
---   dropped), one row per call: node_op_id, rank, tid, start_ns, end_ns (ns), name,
+--   dropped; a call overlapping the one before starts where that one ended), one row per call:
+--   node_op_id (its name and kind: host_ops), rank, tid, start_ns, end_ns (ns),
 --   role ('launch' | 'sync' | 'other'), waited_op_id (for sync calls: the GPU op whose end
 --   released it — the latest-ending op of the rank launched before the call and ended inside it).
 --
--- cp_edges: one row per edge, src -> dst, each end an (op_id, point) with point 'start' | 'end':
+-- cp_edges (a view): one row per edge, src -> dst, each end an (op_id, point) with point 'start' | 'end':
 --   kind 'stream'      end of the previous op on the same stream -> start of the op
 --        'launch'      start of the launch call -> start of the GPU op
 --        'program'     end of the previous host call on the thread -> start of the call
@@ -23,35 +24,38 @@ SET asof_loop_join_threshold = 0;
 CREATE OR REPLACE TABLE cp_host_nodes AS
 WITH threads AS (
     SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
+), blocking_names AS (
+    -- a few hundred distinct names: match them once, not once per call
+    SELECT name FROM (SELECT DISTINCT name FROM host_ops WHERE kind IN ('cuda_runtime', 'cuda_driver'))
+    WHERE regexp_matches(name, '(?i)^(cuda(Stream|Device|Event|Thread|Ctx)Synchronize|cu(Stream|Ctx|Event)Synchronize)')
+       OR (regexp_matches(name, '(?i)^cu(da)?Mem(cpy|set)') AND NOT regexp_matches(name, '(?i)async'))
 ), calls AS (
-    SELECT h.rank, h.tid, h.op_id, h.name, h.start_ns, h.end_ns, h.kind
-    FROM host_ops h JOIN threads USING (rank, tid)
+    -- ids, times and a flag only: the window below sorts every call of the launching threads
+    SELECT h.rank, h.tid, h.op_id, h.start_ns, h.end_ns, b.name IS NOT NULL AND h.kind <> 'osrt' AS blocking
+    FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
+    LEFT JOIN blocking_names b ON b.name = h.name
     WHERE h.kind IN ('cuda_runtime', 'cuda_driver', 'osrt') AND h.end_ns >= h.start_ns
 ), flat AS (
     SELECT *, max(end_ns) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC, op_id
                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end
     FROM calls
 ), kept AS (
-    SELECT rank, tid, op_id AS node_op_id, name, greatest(start_ns, coalesce(enclosing_end, start_ns)) AS start_ns, end_ns, kind
-    FROM flat WHERE enclosing_end IS NULL OR end_ns > enclosing_end
-), launchers AS (
-    SELECT DISTINCT launch_op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL
-), roles AS (
-    SELECT k.*,
-           CASE WHEN regexp_matches(k.name, '(?i)^(cuda(Stream|Device|Event|Thread|Ctx)Synchronize|cu(Stream|Ctx|Event)Synchronize)')
-                  OR (regexp_matches(k.name, '(?i)^cu(da)?Mem(cpy|set)') AND NOT regexp_matches(k.name, '(?i)async'))
-                  OR k.node_op_id IN (SELECT s.op_id FROM sync s) THEN 'sync'
-                WHEN k.node_op_id IN (SELECT launch_op_id FROM launchers) THEN 'launch'
+    SELECT rank, tid, op_id AS node_op_id, greatest(start_ns, coalesce(enclosing_end, start_ns)) AS start_ns, end_ns,
+           CASE WHEN blocking OR op_id IN (SELECT s.op_id FROM sync s) THEN 'sync'
+                WHEN op_id IN (SELECT launch_op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL) THEN 'launch'
                 ELSE 'other' END AS role
-    FROM kept k
+    FROM flat WHERE enclosing_end IS NULL OR end_ns > enclosing_end
 ), ends AS (
     SELECT rank, op_id, end_ns, api_start_ns FROM gpu_ops
+), waited AS (
+    -- only sync calls wait for a GPU op: the as-of join probes those few rows
+    SELECT k.node_op_id,
+           CASE WHEN e.end_ns > k.start_ns AND (e.api_start_ns IS NULL OR e.api_start_ns <= k.start_ns) THEN e.op_id END AS waited_op_id
+    FROM (SELECT * FROM kept WHERE role = 'sync') k ASOF LEFT JOIN ends e ON e.rank = k.rank AND e.end_ns <= k.end_ns
 )
-SELECT r.node_op_id, r.rank, r.tid, r.start_ns, r.end_ns, r.name, r.kind, r.role,
-       CASE WHEN r.role = 'sync' AND e.end_ns > r.start_ns AND (e.api_start_ns IS NULL OR e.api_start_ns <= r.start_ns)
-            THEN e.op_id END AS waited_op_id
-FROM roles r ASOF LEFT JOIN ends e ON e.rank = r.rank AND e.end_ns <= r.end_ns
-ORDER BY r.rank, r.tid, r.start_ns;
+SELECT k.node_op_id, k.rank, k.tid, k.start_ns, k.end_ns, k.role, w.waited_op_id
+FROM kept k LEFT JOIN waited w USING (node_op_id)
+ORDER BY k.rank, k.tid, k.start_ns;
 
 CREATE OR REPLACE TABLE cp_gpu_preds AS
 WITH o AS (
@@ -67,7 +71,8 @@ SELECT o.op_id, o.stream_prev,
             THEN e.dep_op_id END AS dep_op_id
 FROM o ASOF LEFT JOIN ends e ON e.rank = o.rank AND e.dep_end <= o.start_ns;
 
-CREATE OR REPLACE TABLE cp_edges AS
+-- a view: it is as long as all the job's ops and calls together, and only people read it
+CREATE OR REPLACE VIEW cp_edges AS
 SELECT 'stream' AS kind, stream_prev AS src_op_id, 'end' AS src_point, op_id AS dst_op_id, 'start' AS dst_point
 FROM cp_gpu_preds WHERE stream_prev IS NOT NULL
 UNION ALL

@@ -8,9 +8,11 @@
 -- One row per segment.
 --   step, ordinal (0, 1, ... in time order), rank
 --   kind   gpu_compute | gpu_comm | gpu_memory | launch | host_cpu | host_sync | peer_wait | idle
---   name   the GPU op, the launch / sync call or OS call (by op_id; the walk writes ids only), or for host_cpu between calls
---          what the thread was doing (the innermost CPU op at the segment's midpoint, else the
---          innermost range)
+--   name   the GPU op, the launch / sync call or OS call (by op_id; the walk writes ids only). The
+--          walk joins adjacent host_cpu stretches of a thread into one segment (a polling loop is one
+--          segment, not millions); it keeps the id of its longest call when calls fill most of it.
+--          Otherwise host_cpu is named by what the thread was doing: the innermost CPU op at the
+--          segment's midpoint, else the innermost range.
 --   start_ns, end_ns (ns since epoch); dur_ns = end_ns - start_ns (ns); tid: host thread, op_id
 --
 -- critical_path_summary (pack `critical-path-summary`): per step, rank and kind: total_ns (ns)
@@ -21,7 +23,7 @@ SET asof_loop_join_threshold = 0;
 CREATE OR REPLACE TABLE critical_path AS
 WITH unnamed AS (
     SELECT step, ordinal, rank, tid, (start_ns + end_ns) // 2 AS mid
-    FROM critical_path_raw WHERE kind = 'host_cpu' AND name IS NULL AND op_id IS NULL AND tid IS NOT NULL
+    FROM critical_path_raw WHERE kind = 'host_cpu' AND op_id IS NULL AND tid IS NOT NULL
 ), ops AS (
     SELECT rank, tid, start_ns, end_ns, name FROM host_ops
     WHERE kind IN ('cpu_op', 'python', 'osrt') AND (rank, tid) IN (SELECT DISTINCT rank, tid FROM unnamed)
@@ -39,7 +41,7 @@ WITH unnamed AS (
     SELECT step, ordinal, coalesce(o.name, r.name) AS name FROM by_op o FULL JOIN by_range r USING (step, ordinal)
 )
 SELECT c.step, c.ordinal, c.rank, c.kind,
-       coalesce(c.name, CASE WHEN c.kind = 'launch' THEN g.api_name ELSE g.name END, h.name, b.name) AS name,
+       coalesce(CASE WHEN c.kind = 'launch' THEN g.api_name ELSE g.name END, h.name, b.name) AS name,
        c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns, c.tid, c.op_id
 FROM critical_path_raw c
 LEFT JOIN best b USING (step, ordinal)

@@ -21,8 +21,14 @@ import numpy as np
 
 from .packs import pack_sql
 
-GPU_KINDS = ("gpu_compute", "gpu_comm", "gpu_memory")  # by category code, see _Job
+# Segment kinds by code: the walk keeps codes and ids, queries/critical_path.sql names them.
+KINDS = ("gpu_compute", "gpu_comm", "gpu_memory", "launch", "host_cpu", "host_sync", "peer_wait", "idle")
+GPU_COMPUTE, GPU_COMM, GPU_MEMORY, LAUNCH, HOST_CPU, HOST_SYNC, PEER_WAIT, IDLE = range(len(KINDS))
+HOST_KIND_BY_ROLE = np.array([HOST_CPU, HOST_SYNC, LAUNCH])  # cp_host_nodes.role: other, sync, launch
 MAX_MOVES_PER_OP = 8
+SCALAR_HOST_CALLS = 16  # shorter host stretches are walked call by call; longer ones with numpy
+FLUSH_ROWS = 1 << 20
+RAW_COLUMNS = ("rank", "kind", "start_ns", "end_ns", "tid", "op_id")  # -1: none
 
 
 def _i64(column) -> np.ndarray:
@@ -45,11 +51,11 @@ class _Job:
             ORDER BY g.op_id""").fetchnumpy()
         self.op_id = _i64(g["op_id"])
         self.rank, self.start, self.end = _i64(g["rank"]), _i64(g["start_ns"]), _i64(g["end_ns"])
-        # codes and ids, not strings: SQL names the few ops on the path (queries/critical_path.sql)
-        self.category = _i64(g["category"])
+        self.category = _i64(g["category"])  # GPU_COMPUTE, GPU_COMM, GPU_MEMORY
         self.api, self.ltid = _i64(g["api"]), _i64(g["ltid"])  # -1: no launch call in the trace
         self.stream_prev, self.dep = self._idx(_i64(g["stream_prev"])), self._idx(_i64(g["dep"]))
         self.grp = grp = _i64(g["grp"])
+        del g
         # Per collective group: its members' positions.
         order = np.argsort(grp, kind="stable")
         gs = grp[order]
@@ -60,22 +66,20 @@ class _Job:
                 if grp[chunk[0]] >= 0:
                     self.group_members[int(grp[chunk[0]])] = chunk
 
-        h = con.execute("""SELECT rank, tid, start_ns, end_ns, node_op_id,
-                                  CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END AS role,
+        # Host calls per thread, disjoint and in time order (cp_graph.sql flattens them), so both
+        # start and end are sorted within a thread and a stretch of calls is a slice.
+        self.threads = {}
+        for rank, tid, a, b in con.execute("""
+                SELECT rank, tid, sum(count(*)) OVER (ORDER BY rank, tid) - count(*) AS a, a + count(*) AS b
+                FROM cp_host_nodes GROUP BY rank, tid ORDER BY rank, tid""").fetchall():
+            self.threads[(int(rank), int(tid))] = (int(a), int(b))
+        h = con.execute("""SELECT start_ns, end_ns, node_op_id,
+                                  CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END::TINYINT AS role,
                                   coalesce(waited_op_id, -1) AS waited
                            FROM cp_host_nodes ORDER BY rank, tid, start_ns""").fetchnumpy()
-        self.h_rank, self.h_tid = _i64(h["rank"]), _i64(h["tid"])
         self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])
-        # ids, not names: a job has millions of host calls; SQL names the few on the path
-        self.h_op, self.h_role = _i64(h["node_op_id"]), _i64(h["role"])
-        self.h_waited = self._idx(_i64(h["waited"]))
-        self.threads = {}
-        if len(self.h_rank):
-            keys = self.h_rank * (1 << 32) + self.h_tid
-            cuts = np.flatnonzero(np.diff(keys)) + 1
-            bounds = np.concatenate([[0], cuts, [len(keys)]])
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                self.threads[(int(self.h_rank[a]), int(self.h_tid[a]))] = (int(a), int(b))
+        self.h_op, self.h_role = _i64(h["node_op_id"]), np.asarray(h["role"], dtype=np.int8)
+        self.h_waited = self._idx(_i64(h["waited"])).astype(np.int32)
 
     def _idx(self, op_ids):
         """op_id -> position; -1 stays -1."""
@@ -88,16 +92,24 @@ class _Job:
 
 
 class _Walk:
-    def __init__(self, job: _Job, step: int, t0: int):
-        self.j, self.step, self.t0 = job, step, t0
-        self.segs = []  # (rank, kind, name, start, end, tid, op_id)
+    def __init__(self, job: _Job, t0: int):
+        self.j, self.t0 = job, t0
+        # Segments go back in time. Single moves collect as tuples, long host stretches as arrays
+        # (one chunk each, in the same backward order): a step can pass millions of host calls.
+        self.rows, self.chunks = [], []
 
-    def emit(self, rank, kind, name, a, b, tid=None, op_id=None):
+    def emit(self, rank, kind, a, b, tid=-1, op_id=-1):
         a = max(a, self.t0)
         if b > a:
-            self.segs.append((rank, kind, name, a, b, tid, op_id))
+            self.rows.append((rank, kind, a, b, tid, op_id))
 
-    def run(self, last_idx: int):
+    def _flush_rows(self):
+        if self.rows:
+            self.chunks.append(np.array(self.rows, dtype=np.int64).reshape(-1, len(RAW_COLUMNS)))
+            self.rows = []
+
+    def run(self, last_idx: int) -> np.ndarray:
+        """Segments of the step in time order, one row per segment, columns RAW_COLUMNS."""
         j = self.j
         state, idx, t = "gpu_end", last_idx, int(j.end[last_idx])
         budget = MAX_MOVES_PER_OP * (len(j.op_id) + len(j.h_start)) + 100
@@ -113,9 +125,11 @@ class _Walk:
                 break
         if t > self.t0:  # nothing earlier explains the time
             rank = int(j.rank[idx]) if state.startswith("gpu") else int(idx[0])
-            self.emit(rank, "idle", None, self.t0, t)
-        self.segs.reverse()
-        return self.segs
+            self.emit(rank, IDLE, self.t0, t)
+        self._flush_rows()
+        if not self.chunks:
+            return np.empty((0, len(RAW_COLUMNS)), dtype=np.int64)
+        return _merge_host_runs(np.concatenate(self.chunks)[::-1])
 
     def _gpu_end(self, i, t):
         j = self.j
@@ -132,10 +146,10 @@ class _Walk:
                 # wait for that peer stays on the path as peer_wait.
                 wait = min(int(starts.max()) - sk, int(j.end[k]) - sk)
                 split = min(sk + wait, t)
-                self.emit(int(j.rank[k]), "gpu_comm", None, split, t, op_id=int(j.op_id[k]))
-                self.emit(int(j.rank[k]), "peer_wait", None, sk, split, op_id=int(j.op_id[k]))
+                self.emit(int(j.rank[k]), GPU_COMM, split, t, op_id=int(j.op_id[k]))
+                self.emit(int(j.rank[k]), PEER_WAIT, sk, split, op_id=int(j.op_id[k]))
                 return "gpu_start", int(k), min(t, sk)
-        self.emit(int(j.rank[i]), GPU_KINDS[j.category[i]], None, int(j.start[i]), t, op_id=int(j.op_id[i]))
+        self.emit(int(j.rank[i]), int(j.category[i]), int(j.start[i]), t, op_id=int(j.op_id[i]))
         return "gpu_start", i, min(t, int(j.start[i]))
 
     def _gpu_start(self, i, t):
@@ -147,12 +161,12 @@ class _Walk:
         rank = int(j.rank[i])
         if t_l is not None and t_l <= t and (t_g is None or t_l > t_g):
             # The GPU waited for the host to launch this op.
-            self.emit(rank, "launch", None, t_l, t, tid=int(j.ltid[i]), op_id=int(j.op_id[i]))
+            self.emit(rank, LAUNCH, t_l, t, tid=int(j.ltid[i]), op_id=int(j.op_id[i]))
             key = (rank, int(j.ltid[i]))
             if key not in j.threads:
                 if t_g is None:
                     return "end", (rank,), t_l
-                self.emit(rank, "host_cpu", None, t_g, t_l, tid=int(j.ltid[i]))
+                self.emit(rank, HOST_CPU, t_g, t_l, tid=int(j.ltid[i]))
                 return "gpu_end", gp, t_g
             if t_g is None:
                 return "host", key, t_l
@@ -162,40 +176,157 @@ class _Walk:
             return "gpu_end", gp, t_g
         if t_g is None:
             return "end", (rank,), t
-        self.emit(rank, "idle", None, t_g, t)
+        self.emit(rank, IDLE, t_g, t)
         return "gpu_end", gp, t_g
 
     def _host(self, key, t, stop_at):
-        """Walk the host thread back from t; stop at `stop_at` (then the caller continues on the GPU)."""
+        """Walk the host thread back from t; stop at `stop_at` (then the caller continues on the GPU).
+
+        Between calls the thread ran code of its own (host_cpu). A sync call whose waited GPU op
+        ended inside it hands the walk to that op (host_sync from the op's end)."""
         j = self.j
-        rank, tid = key
         a, b = j.threads[key]
         floor = self.t0 if stop_at is None else max(stop_at, self.t0)
-        k = a + int(np.searchsorted(j.h_start[a:b], t, side="left")) - 1
+        if t <= floor:
+            return "host_done", key, t
+        hi = a + int(np.searchsorted(j.h_start[a:b], t, side="left"))  # calls [a, hi) start before t
+        lo = a + int(np.searchsorted(j.h_end[a:hi], floor, side="right"))  # ... and [lo, hi) end after floor
+        if hi - lo > SCALAR_HOST_CALLS:
+            return self._host_stretch(key, t, floor, stop_at, a, lo, hi)
+        rank, tid = key
+        k = hi - 1
         while t > floor:
             if k < a:
                 if stop_at is None:
                     return "end", (rank,), t
-                self.emit(rank, "host_cpu", None, floor, t, tid=tid)
+                self.emit(rank, HOST_CPU, floor, t, tid=tid)
                 return "host_done", key, floor
             s, e = int(j.h_start[k]), int(j.h_end[k])
             if e < t:
-                self.emit(rank, "host_cpu", None, max(e, floor), t, tid=tid)
+                self.emit(rank, HOST_CPU, max(e, floor), t, tid=tid)
                 t = max(e, floor)
                 continue
             role = int(j.h_role[k])
             w = int(j.h_waited[k])
             if role == 1 and w >= 0 and s < j.end[w] <= t and j.end[w] > floor:
-                self.emit(rank, "host_sync", None, int(j.end[w]), t, tid=tid, op_id=int(j.h_op[k]))
+                self.emit(rank, HOST_SYNC, int(j.end[w]), t, tid=tid, op_id=int(j.h_op[k]))
                 return "gpu_end", w, int(j.end[w])
-            kind = ("host_cpu", "host_sync", "launch")[role]
-            self.emit(rank, kind, None, max(s, floor), t, tid=tid, op_id=int(j.h_op[k]))
+            self.emit(rank, int(HOST_KIND_BY_ROLE[role]), max(s, floor), t, tid=tid, op_id=int(j.h_op[k]))
             t = max(s, floor)
             k -= 1
         return "host_done", key, t
 
+    def _host_stretch(self, key, t, floor, stop_at, a, lo, hi):
+        """_host's loop for calls [lo, hi) at once: same segments, as one array chunk."""
+        j = self.j
+        rank, tid = key
+        s, e = j.h_start[lo:hi], j.h_end[lo:hi]
+        t_at = np.minimum(e, t)  # where the walk stands when it reaches each call
+        role, w = j.h_role[lo:hi], j.h_waited[lo:hi]
+        w_end = j.end[np.maximum(w, 0)] if len(j.end) else np.zeros(len(w), dtype=np.int64)
+        hands_back = (role == 1) & (w >= 0) & (s < w_end) & (w_end <= t_at) & (w_end > floor)
+        hit = np.flatnonzero(hands_back)
+        m = int(hit[-1]) if len(hit) else -1  # the latest such sync call; calls below it are not reached
+        first = m + 1
+        n = hi - lo - first
+        # per call, two pieces: the call itself and the thread's own time after it (up to the next call or t)
+        starts = np.empty(2 * n, dtype=np.int64)
+        ends = np.empty(2 * n, dtype=np.int64)
+        kinds = np.empty(2 * n, dtype=np.int64)
+        ops = np.empty(2 * n, dtype=np.int64)
+        upper = np.append(s[first + 1:], t)
+        starts[0::2], ends[0::2] = np.maximum(s[first:], floor), t_at[first:]
+        kinds[0::2], ops[0::2] = HOST_KIND_BY_ROLE[role[first:]], j.h_op[lo + first:hi]
+        starts[1::2], ends[1::2], kinds[1::2], ops[1::2] = np.maximum(e[first:], floor), upper, HOST_CPU, -1
+        pieces = [(starts, ends, kinds, ops)]
+        if m >= 0:
+            gap_top = s[first] if n else t
+            pieces.insert(0, (np.array([max(int(e[m]), floor)]), np.array([gap_top]), np.array([HOST_CPU]), np.array([-1])))
+            out, nxt = ("gpu_end", int(w[m]), int(w_end[m])), [(int(w_end[m]), int(t_at[m]), HOST_SYNC, int(j.h_op[lo + m]))]
+        else:
+            low = max(int(s[0]), floor)
+            nxt = []
+            if low > floor and lo == a and stop_at is None:
+                out = ("end", (rank,), low)
+            else:
+                nxt = [(floor, low, HOST_CPU, -1)]
+                out = ("host_done", key, floor)
+        if nxt:
+            pieces.append(tuple(np.array(nxt, dtype=np.int64).T))
+        st, en, kd, op = (np.concatenate(c) for c in zip(*pieces))
+        keep = en > np.maximum(st, self.t0)
+        chunk = np.empty((int(keep.sum()), len(RAW_COLUMNS)), dtype=np.int64)
+        chunk[:, 0], chunk[:, 4] = rank, tid
+        chunk[:, 1], chunk[:, 2], chunk[:, 3], chunk[:, 5] = kd[keep], np.maximum(st[keep], self.t0), en[keep], op[keep]
+        order = np.argsort(-chunk[:, 3], kind="stable")  # backward, like the single moves
+        self._flush_rows()
+        self.chunks.append(chunk[order])
+        return out
+
+
+def _merge_host_runs(segs: np.ndarray) -> np.ndarray:
+    """Adjacent host_cpu segments of one thread become one; it keeps the id of its longest call
+    when calls fill most of it (so SQL names it after that call), else no id (SQL then names it
+    by what the thread was doing at its midpoint). A polling loop is one segment, not millions."""
+    if len(segs) < 2:
+        return segs
+    rank, kind, start, end, tid, op = segs.T
+    cpu = kind == HOST_CPU
+    joins = np.zeros(len(segs), dtype=bool)
+    joins[1:] = cpu[1:] & cpu[:-1] & (rank[1:] == rank[:-1]) & (tid[1:] == tid[:-1]) & (start[1:] == end[:-1])
+    if not joins.any():
+        return segs
+    run = np.cumsum(~joins) - 1
+    heads = np.flatnonzero(~joins)
+    dur = end - start
+    call_dur = np.where(op >= 0, dur, 0)
+    call_sum = np.bincount(run, weights=call_dur)
+    total = np.bincount(run, weights=dur)
+    # the longest call of each run: sort by (run, call duration), take each run's last
+    order = np.lexsort((call_dur, run))
+    last_of_run = np.append(np.flatnonzero(np.diff(run[order])), len(order) - 1)
+    longest = op[order[last_of_run]]
+    out = segs[heads].copy()
+    out[:, 3] = np.maximum.reduceat(end, heads)
+    out[:, 5] = np.where((out[:, 1] == HOST_CPU) & (call_sum * 2 < total), -1, np.where(out[:, 1] == HOST_CPU, longest, out[:, 5]))
+    return out
+
+
+class _Writer:
+    """Segments into critical_path_raw in bounded batches."""
+
+    def __init__(self, con):
+        self.con, self.parts, self.n = con, [], 0
+        con.execute("""CREATE OR REPLACE TABLE critical_path_raw (step INTEGER, ordinal INTEGER, rank INTEGER,
+                       kind VARCHAR, start_ns BIGINT, end_ns BIGINT, tid BIGINT, op_id BIGINT)""")
+
+    def add(self, step: int, segs: np.ndarray):
+        self.parts.append((step, segs))
+        self.n += len(segs)
+        if self.n >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self):
+        if not self.parts:
+            return
+        import pyarrow as pa
+        segs = np.concatenate([s for _, s in self.parts])
+        step = np.concatenate([np.full(len(s), st, dtype=np.int32) for st, s in self.parts])
+        ordinal = np.concatenate([np.arange(len(s), dtype=np.int32) for _, s in self.parts])
+        cols = {"step": step, "ordinal": ordinal}
+        cols.update({c: segs[:, n] for n, c in enumerate(RAW_COLUMNS)})
+        tbl = pa.table(cols)
+        self.con.register("cp_rows", tbl)
+        self.con.execute("""INSERT INTO critical_path_raw SELECT step, ordinal, rank, (?::VARCHAR[])[kind + 1],
+                            start_ns, end_ns, nullif(tid, -1), nullif(op_id, -1) FROM cp_rows""", [list(KINDS)])
+        self.con.unregister("cp_rows")
+        self.parts, self.n = [], 0
+
 
 def compute(con):
+    # databases written before cp_edges became a view hold it as a table (ingest --append keeps them)
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'cp_edges'").fetchone()[0]:
+        con.execute("DROP TABLE cp_edges")
     con.execute(pack_sql("cp_graph"))
     # per step: where it starts across ranks, and the op that ends last (the walk starts there)
     extents = con.execute("""
@@ -203,23 +334,13 @@ def compute(con):
             (SELECT step, min(start_ns) AS t0 FROM step_windows GROUP BY step) w
         JOIN (SELECT step, arg_max(op_id, (end_ns, -op_id)) AS last_op FROM gpu_ops WHERE step IS NOT NULL GROUP BY step) l
         USING (step) ORDER BY w.step""").fetchall()
-    rows = []
+    writer = _Writer(con)
     job = _Job(con) if extents else None
     for step, t0, last_op in extents:
         idx = int(np.searchsorted(job.op_id, last_op))
-        segs = _Walk(job, int(step), int(t0)).run(idx)
-        rows.extend((int(step), n, *s) for n, s in enumerate(segs))
-    con.execute("""CREATE OR REPLACE TABLE critical_path_raw (step INTEGER, ordinal INTEGER, rank INTEGER, kind VARCHAR,
-                   name VARCHAR, start_ns BIGINT, end_ns BIGINT, tid BIGINT, op_id BIGINT)""")
-    if rows:
-        import pyarrow as pa
-        cols = list(zip(*rows))
-        names = ["step", "ordinal", "rank", "kind", "name", "start_ns", "end_ns", "tid", "op_id"]
-        types = [pa.int32(), pa.int32(), pa.int32(), pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64()]
-        tbl = pa.table({n: pa.array(c, t) for n, c, t in zip(names, cols, types)})
-        con.register("cp_rows", tbl)
-        con.execute("INSERT INTO critical_path_raw SELECT * FROM cp_rows")
-        con.unregister("cp_rows")
+        writer.add(int(step), _Walk(job, int(t0)).run(idx))
+    del job
+    writer.flush()
     con.execute(pack_sql("critical_path"))
 
 
