@@ -25,13 +25,16 @@ WITH unnamed AS (
     SELECT step, ordinal, rank, tid, (start_ns + end_ns) // 2 AS mid
     FROM critical_path_raw WHERE kind = 'host_cpu' AND op_id IS NULL AND tid IS NOT NULL
 ), ops AS (
-    SELECT rank, tid, start_ns, end_ns, name FROM host_ops
+    -- (ids, not names, through the as-of join's sort: the few names found are looked up after)
+    SELECT rank, tid, start_ns, end_ns, op_id FROM host_ops
     WHERE kind IN ('cpu_op', 'python', 'osrt') AND (rank, tid) IN (SELECT DISTINCT rank, tid FROM unnamed)
-), by_op AS (
+), covering AS (
     -- host ops nest on a thread: the latest-starting one before the midpoint, if it still runs
     -- there, is the innermost op covering it (linear, unlike an interval join)
-    SELECT u.step, u.ordinal, CASE WHEN o.end_ns >= u.mid THEN o.name END AS name
+    SELECT u.step, u.ordinal, CASE WHEN o.end_ns >= u.mid THEN o.op_id END AS op_id
     FROM unnamed u ASOF LEFT JOIN ops o ON o.rank = u.rank AND o.tid = u.tid AND o.start_ns <= u.mid
+), by_op AS (
+    SELECT c.step, c.ordinal, h.name FROM covering c LEFT JOIN host_ops h ON h.op_id = c.op_id
 ), by_range AS (
     SELECT u.step, u.ordinal, arg_min(r.name, r.end_ns - r.start_ns) AS name
     FROM unnamed u JOIN ranges r ON r.rank = u.rank AND r.tid = u.tid AND NOT r.on_gpu

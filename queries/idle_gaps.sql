@@ -40,11 +40,11 @@ WITH params AS (
 ), g0 AS (
     SELECT gp.rank, coalesce(n.step, CASE WHEN gp.end_ns <= w.end_ns THEN w.step END) AS step,
            gp.start_ns, gp.end_ns, gp.end_ns - gp.start_ns AS dur_ns,
-           n.name AS next_op, n.op_id AS next_op_id, n.api_start_ns AS next_api_start_ns,
+           n.op_id AS next_op_id, n.api_start_ns AS next_api_start_ns,
            coalesce(n.issue_start_ns, n.api_start_ns) AS next_issue_start_ns,
            coalesce(n.launch_tid, mt.tid) AS host_tid, n.trace_id
     FROM gaps gp
-    JOIN gpu_ops n ON n.op_id = gp.first_op_id
+    JOIN (SELECT op_id, step, api_start_ns, issue_start_ns, launch_tid, trace_id FROM gpu_ops) n ON n.op_id = gp.first_op_id
     ASOF LEFT JOIN step_windows w ON gp.rank = w.rank AND gp.start_ns >= w.start_ns
     LEFT JOIN main_thread mt ON mt.rank = gp.rank
     WHERE gp.start_ns IS NOT NULL AND gp.end_ns > gp.start_ns
@@ -57,13 +57,16 @@ WITH params AS (
     WHERE dur_ns >= (SELECT launch_thr FROM params)
 ), ops AS (
     -- only the threads asked about: NCCL's helper threads alone hold millions of OS calls
-    SELECT rank, tid, start_ns, end_ns, name FROM host_ops
+    -- (ids, not names, through the as-of join's sort: the few names found are looked up after)
+    SELECT rank, tid, start_ns, end_ns, op_id FROM host_ops
     WHERE (rank, tid) IN (SELECT DISTINCT rank, host_tid FROM pts)
-), by_op AS (
+), covering AS (
     -- host calls nest on a thread: the latest-starting one before the gap's midpoint, if it
     -- still runs there, is the innermost call covering it (linear, unlike an interval join)
-    SELECT p.rank, p.step, p.start_ns, CASE WHEN o.end_ns >= p.mid THEN o.name END AS name
+    SELECT p.rank, p.step, p.start_ns, CASE WHEN o.end_ns >= p.mid THEN o.op_id END AS op_id
     FROM pts p ASOF LEFT JOIN ops o ON o.rank = p.rank AND o.tid = p.host_tid AND o.start_ns <= p.mid
+), by_op AS (
+    SELECT c.rank, c.step, c.start_ns, h.name FROM covering c LEFT JOIN host_ops h ON h.op_id = c.op_id
 ), by_range AS (
     SELECT p.rank, p.step, p.start_ns, arg_min(r.name, r.end_ns - r.start_ns) AS name
     FROM pts p JOIN ranges r ON r.rank = p.rank AND r.tid = p.host_tid AND NOT r.on_gpu
@@ -77,8 +80,10 @@ SELECT g.rank, g.step, g.start_ns, g.end_ns, g.dur_ns,
        CASE WHEN g.next_api_start_ns >= g.start_ns THEN 'host_late'
             WHEN g.dur_ns < p.launch_thr THEN 'launch_latency'
             ELSE 'dependency' END AS cause,
-       g.next_op, g.next_op_id, g.next_api_start_ns, g.next_issue_start_ns, g.host_tid, b.host_activity
+       nm.name AS next_op, g.next_op_id, g.next_api_start_ns, g.next_issue_start_ns, g.host_tid, b.host_activity
 FROM g CROSS JOIN params p LEFT JOIN best b USING (rank, step, start_ns)
+-- kernel names are long: they join the narrow rows last
+LEFT JOIN gpu_ops nm ON nm.op_id = g.next_op_id
 ORDER BY g.rank, g.step, g.start_ns;
 
 CREATE OR REPLACE TABLE idle_gaps_summary AS

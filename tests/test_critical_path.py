@@ -198,3 +198,34 @@ def test_align_off_keeps_the_shift(tmp_path):
     traceflow.ingest(files, str(tmp_path / "s.duckdb"), align="off")
     s = connect(tmp_path / "s.duckdb")
     assert s.execute("select count(*) from traces where clock_offset_ns <> 0").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("rel", ["h100/nsys/ddp4_sync_stall", "h100/kineto/launch_bound"])
+def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, monkeypatch):
+    """The walk takes long host stretches at once with numpy; the call-by-call loop is the reference."""
+    import duckdb
+
+    from traceflow import critical_path
+    paths = []
+    for name, limit in (("numpy", 0), ("loop", 10**9)):
+        path = tmp_path / f"{name}.duckdb"
+        shutil.copy(ingested(rel), path)
+        monkeypatch.setattr(critical_path, "SCALAR_HOST_CALLS", limit)
+        con = duckdb.connect(str(path))
+        critical_path.compute(con)
+        con.close()
+        paths.append(path)
+    q = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
+    a, b = (connect(p).execute(q).fetchall() for p in paths)
+    assert len(a) > 100 and a == b
+
+
+@pytest.mark.parametrize("rel", ["h100/nsys/ddp4_sync_stall", "public/nsys-ai"])
+def test_host_time_of_a_thread_is_one_segment(ingested, rel):
+    """Adjacent host_cpu pieces of one thread are one segment (a polling loop is not millions of rows)."""
+    db = connect(ingested(rel))
+    adjacent = db.execute("""select count(*) from (
+            select kind, rank, tid, start_ns, lag(kind) over w k0, lag(rank) over w r0, lag(tid) over w t0, lag(end_ns) over w e0
+            from critical_path window w as (partition by step order by ordinal))
+        where kind = 'host_cpu' and k0 = 'host_cpu' and r0 = rank and t0 = tid and e0 = start_ns""").fetchone()[0]
+    assert adjacent == 0

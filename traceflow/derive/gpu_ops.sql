@@ -12,7 +12,9 @@
 --              launch call (Kineto links them by External id), else the launch call's start
 --   step       the step whose host range holds the launch call's start; for a rank with no
 --              launch calls at all, the step holding the op's own start
-CREATE OR REPLACE TABLE gpu_ops AS
+-- Kernel names are long (C++ templates, often 1 KB): they stay out of the sorts and joins, which
+-- run on a narrow table of the derived columns; a positional join puts the two side by side.
+CREATE OR REPLACE TEMP TABLE gpu_ops_derived AS
 WITH launch AS (
     SELECT trace_id, correlation_id,
            arg_min(name, start_ns) AS api_name, min(start_ns) AS api_start_ns,
@@ -26,11 +28,8 @@ WITH launch AS (
     SELECT trace_id, external_id, max(start_ns) AS issue_start_ns
     FROM host_ops WHERE kind = 'cpu_op' AND (trace_id, external_id) IN (SELECT trace_id, external_id FROM launch)
     GROUP BY trace_id, external_id
-), ranks_with_launches AS (
-    SELECT DISTINCT g.rank FROM gpu_ops g JOIN launch l USING (trace_id, correlation_id)
-), classified AS (
-    SELECT g.* EXCLUDE (category, collective, copy_kind, op_id, api_name, api_start_ns, api_end_ns,
-                        launch_tid, launch_op_id, issue_start_ns, step),
+), ops AS (
+    SELECT g.rowid AS rid, g.trace_id, g.rank, g.correlation_id, g.start_ns, g.end_ns,
         CASE WHEN g.kind = 'kernel' AND regexp_matches(g.name, '(?i)^\s*(void\s+)?(nccl|rccl)') THEN 'communication'
              WHEN g.kind IN ('memcpy', 'memset') THEN 'memory'
              ELSE 'compute' END AS category,
@@ -42,16 +41,30 @@ WITH launch AS (
                 WHEN 'recv' THEN 'SendRecv' WHEN 'alltoall' THEN 'AllToAll' WHEN '' THEN NULL
                 ELSE regexp_extract(g.name, '(?i)^\s*(?:void\s+)?(?:nccl|rccl)(?:DevKernel|Kernel)?_([A-Za-z]+)', 1)
             END END) AS collective,
-        coalesce(g.copy_kind, nullif(regexp_extract(g.name, '^Memcpy ([A-Za-z]+)', 1), '')) AS copy_kind,
-        row_number() OVER (ORDER BY g.trace_id, g.start_ns, g.end_ns) AS op_id,
+        coalesce(g.copy_kind, nullif(regexp_extract(g.name, '^Memcpy ([A-Za-z]+)', 1), '')) AS copy_kind
+    FROM gpu_ops g
+), ranks_with_launches AS (
+    SELECT DISTINCT o.rank FROM ops o JOIN launch l USING (trace_id, correlation_id)
+), keyed AS (
+    SELECT o.rid, o.rank, o.category, o.collective, o.copy_kind,
+        row_number() OVER (ORDER BY o.trace_id, o.start_ns, o.end_ns) AS op_id,
         l.api_name, l.api_start_ns, l.api_end_ns, l.launch_tid, l.launch_op_id,
         CASE WHEN i.issue_start_ns <= l.api_start_ns THEN i.issue_start_ns ELSE l.api_start_ns END AS issue_start_ns,
         CASE WHEN l.api_start_ns IS NOT NULL THEN l.api_start_ns
-             WHEN g.rank NOT IN (SELECT rank FROM ranks_with_launches) THEN g.start_ns END AS step_key
-    FROM gpu_ops g LEFT JOIN launch l USING (trace_id, correlation_id)
+             WHEN o.rank NOT IN (SELECT rank FROM ranks_with_launches) THEN o.start_ns END AS step_key
+    FROM ops o LEFT JOIN launch l USING (trace_id, correlation_id)
     LEFT JOIN issuer i ON i.trace_id = l.trace_id AND i.external_id = l.external_id
 )
-SELECT c.* EXCLUDE (step_key, collective),
-       CASE WHEN c.category = 'communication' THEN c.collective END AS collective,
-       CASE WHEN c.step_key < s.end_ns THEN s.step END AS step
-FROM classified c ASOF LEFT JOIN steps s ON c.rank = s.rank AND c.step_key >= s.start_ns;
+SELECT k.rid, k.category, CASE WHEN k.category = 'communication' THEN k.collective END AS collective, k.copy_kind,
+       k.op_id, k.api_name, k.api_start_ns, k.api_end_ns, k.launch_tid, k.launch_op_id, k.issue_start_ns,
+       CASE WHEN k.step_key < s.end_ns THEN s.step END AS step
+FROM keyed k ASOF LEFT JOIN steps s ON k.rank = s.rank AND k.step_key >= s.start_ns
+ORDER BY k.rid;
+
+CREATE OR REPLACE TABLE gpu_ops AS
+SELECT g.* EXCLUDE (category, collective, copy_kind, op_id, api_name, api_start_ns, api_end_ns,
+                    launch_tid, launch_op_id, issue_start_ns, step),
+       d.* EXCLUDE (rid)
+FROM gpu_ops g POSITIONAL JOIN gpu_ops_derived d;
+
+DROP TABLE gpu_ops_derived;
