@@ -5,11 +5,13 @@
 --   another stream of its rank ended is taken to have waited for it (a cross-stream event wait) [20000 ns].
 --
 -- cp_host_nodes: host calls the path can pass through, on threads that launch GPU work:
---   CUDA runtime/driver calls and OS-runtime calls, flattened (a call nested inside another is
---   dropped; a call overlapping the one before starts where that one ended), one row per call:
---   node_op_id (its name and kind: host_ops), rank, tid, start_ns, end_ns (ns),
+--   CUDA runtime/driver calls and OS-runtime calls, one row per call: node_op_id (its name and
+--   kind: host_ops), rank, tid, start_ns, end_ns (ns),
 --   role ('launch' | 'sync' | 'other'), waited_op_id (for sync calls: the GPU op whose end
 --   released it — the latest-ending op of the rank launched before the call and ended inside it).
+--   The walk (traceflow/critical_path.py) keeps the outermost calls: a call nested inside another
+--   is dropped, one overlapping the call before starts where that one ended. (A running max over
+--   tens of millions of calls is a slow window aggregate in DuckDB and a fast cumulative max in numpy.)
 --
 -- cp_edges (a view): one row per edge, src -> dst, each end an (op_id, point) with point 'start' | 'end':
 --   kind 'stream'      end of the previous op on the same stream -> start of the op
@@ -30,32 +32,23 @@ WITH threads AS (
     WHERE regexp_matches(name, '(?i)^(cuda(Stream|Device|Event|Thread|Ctx)Synchronize|cu(Stream|Ctx|Event)Synchronize)')
        OR (regexp_matches(name, '(?i)^cu(da)?Mem(cpy|set)') AND NOT regexp_matches(name, '(?i)async'))
 ), calls AS (
-    -- ids, times and a flag only: the window below sorts every call of the launching threads
-    SELECT h.rank, h.tid, h.op_id, h.start_ns, h.end_ns, b.name IS NOT NULL AND h.kind <> 'osrt' AS blocking
+    SELECT h.rank, h.tid, h.op_id AS node_op_id, h.start_ns, h.end_ns,
+           CASE WHEN (b.name IS NOT NULL AND h.kind <> 'osrt') OR h.op_id IN (SELECT s.op_id FROM sync s) THEN 'sync'
+                WHEN h.op_id IN (SELECT launch_op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL) THEN 'launch'
+                ELSE 'other' END AS role
     FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
     LEFT JOIN blocking_names b ON b.name = h.name
     WHERE h.kind IN ('cuda_runtime', 'cuda_driver', 'osrt') AND h.end_ns >= h.start_ns
-), flat AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC, op_id
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end
-    FROM calls
-), kept AS (
-    SELECT rank, tid, op_id AS node_op_id, greatest(start_ns, coalesce(enclosing_end, start_ns)) AS start_ns, end_ns,
-           CASE WHEN blocking OR op_id IN (SELECT s.op_id FROM sync s) THEN 'sync'
-                WHEN op_id IN (SELECT launch_op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL) THEN 'launch'
-                ELSE 'other' END AS role
-    FROM flat WHERE enclosing_end IS NULL OR end_ns > enclosing_end
 ), ends AS (
     SELECT rank, op_id, end_ns, api_start_ns FROM gpu_ops
 ), waited AS (
     -- only sync calls wait for a GPU op: the as-of join probes those few rows
-    SELECT k.node_op_id,
-           CASE WHEN e.end_ns > k.start_ns AND (e.api_start_ns IS NULL OR e.api_start_ns <= k.start_ns) THEN e.op_id END AS waited_op_id
-    FROM (SELECT * FROM kept WHERE role = 'sync') k ASOF LEFT JOIN ends e ON e.rank = k.rank AND e.end_ns <= k.end_ns
+    SELECT c.node_op_id,
+           CASE WHEN e.end_ns > c.start_ns AND (e.api_start_ns IS NULL OR e.api_start_ns <= c.start_ns) THEN e.op_id END AS waited_op_id
+    FROM (SELECT * FROM calls WHERE role = 'sync') c ASOF LEFT JOIN ends e ON e.rank = c.rank AND e.end_ns <= c.end_ns
 )
-SELECT k.node_op_id, k.rank, k.tid, k.start_ns, k.end_ns, k.role, w.waited_op_id
-FROM kept k LEFT JOIN waited w USING (node_op_id)
-ORDER BY k.rank, k.tid, k.start_ns;
+SELECT c.node_op_id, c.rank, c.tid, c.start_ns, c.end_ns, c.role, w.waited_op_id
+FROM calls c LEFT JOIN waited w USING (node_op_id);
 
 CREATE OR REPLACE TABLE cp_gpu_preds AS
 WITH o AS (
@@ -80,8 +73,8 @@ SELECT 'event_wait', dep_op_id, 'end', op_id, 'start' FROM cp_gpu_preds WHERE de
 UNION ALL
 SELECT 'launch', launch_op_id, 'start', op_id, 'start' FROM gpu_ops WHERE launch_op_id IS NOT NULL
 UNION ALL
-SELECT 'program', lag(node_op_id) OVER (PARTITION BY rank, tid ORDER BY start_ns), 'end', node_op_id, 'start'
-FROM cp_host_nodes QUALIFY lag(node_op_id) OVER (PARTITION BY rank, tid ORDER BY start_ns) IS NOT NULL
+SELECT 'program', lag(node_op_id) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC), 'end', node_op_id, 'start'
+FROM cp_host_nodes QUALIFY lag(node_op_id) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC) IS NOT NULL
 UNION ALL
 SELECT 'sync', waited_op_id, 'end', node_op_id, 'end' FROM cp_host_nodes WHERE waited_op_id IS NOT NULL
 UNION ALL

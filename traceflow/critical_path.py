@@ -66,20 +66,40 @@ class _Job:
                 if grp[chunk[0]] >= 0:
                     self.group_members[int(grp[chunk[0]])] = chunk
 
-        # Host calls per thread, disjoint and in time order (cp_graph.sql flattens them), so both
-        # start and end are sorted within a thread and a stretch of calls is a slice.
-        self.threads = {}
-        for rank, tid, a, b in con.execute("""
-                SELECT rank, tid, sum(count(*)) OVER (ORDER BY rank, tid) - count(*) AS a, a + count(*) AS b
-                FROM cp_host_nodes GROUP BY rank, tid ORDER BY rank, tid""").fetchall():
-            self.threads[(int(rank), int(tid))] = (int(a), int(b))
-        h = con.execute("""SELECT start_ns, end_ns, node_op_id,
-                                  CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END::TINYINT AS role,
-                                  coalesce(waited_op_id, -1) AS waited
-                           FROM cp_host_nodes ORDER BY rank, tid, start_ns""").fetchnumpy()
-        self.h_start, self.h_end = _i64(h["start_ns"]), _i64(h["end_ns"])
-        self.h_op, self.h_role = _i64(h["node_op_id"]), np.asarray(h["role"], dtype=np.int8)
-        self.h_waited = self._idx(_i64(h["waited"])).astype(np.int32)
+        self._load_host_calls(con)
+
+    def _load_host_calls(self, con):
+        """The outermost host calls per thread, disjoint and in time order, so that both start and
+        end are sorted within a thread and a stretch of calls is a slice. Streamed in batches: a
+        call is kept when it ends after every earlier call of its thread (a running max)."""
+        reader = con.execute("""
+            SELECT rank::BIGINT AS rank, tid, start_ns, end_ns, node_op_id,
+                   CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END::TINYINT AS role,
+                   coalesce(waited_op_id, -1) AS waited
+            FROM cp_host_nodes ORDER BY rank, tid, start_ns, end_ns DESC, node_op_id""").to_arrow_reader(1 << 20)
+        names = ("rank", "tid", "start_ns", "end_ns", "node_op_id", "role", "waited")
+        parts, carry = [], (None, None, None)  # the last thread of the previous batch and its running max
+        for batch in reader:
+            rank, tid, start, end, op, role, waited = (batch.column(n).to_numpy() for n in names)
+            enclosing = np.empty(len(end), dtype=np.int64)
+            cuts = _thread_cuts(rank, tid)
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                run = np.maximum.accumulate(end[a:b])
+                first = carry[2] if (rank[a], tid[a]) == carry[:2] else np.iinfo(np.int64).min
+                enclosing[a] = first
+                enclosing[a + 1:b] = np.maximum(run[:-1], first)
+                carry = (rank[a], tid[a], max(int(run[-1]), first))
+            keep = end > enclosing
+            parts.append((rank[keep], tid[keep], np.maximum(start[keep], enclosing[keep]), end[keep], op[keep],
+                          role[keep], waited[keep]))
+        rank, tid, start, end, op, role, waited = (
+            np.concatenate(c) for c in zip(*parts)) if parts else (np.empty(0, dtype=np.int64),) * 7
+        del parts
+        self.h_start, self.h_end, self.h_op = _i64(start), _i64(end), _i64(op)
+        self.h_role = np.asarray(role, dtype=np.int8)
+        self.h_waited = self._idx(_i64(waited)).astype(np.int32)
+        cuts = _thread_cuts(rank, tid)
+        self.threads = {(int(rank[a]), int(tid[a])): (int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])}
 
     def _idx(self, op_ids):
         """op_id -> position; -1 stays -1."""
@@ -89,6 +109,14 @@ class _Job:
         if len(self.op_id):
             ok &= self.op_id[pos] == op_ids
         return np.where(ok, pos, -1)
+
+
+def _thread_cuts(rank, tid) -> np.ndarray:
+    """Bounds of the runs of one (rank, tid) in arrays sorted by it: [0, ..., len]."""
+    if not len(rank):
+        return np.zeros(1, dtype=np.int64)
+    inner = np.flatnonzero((np.diff(rank) != 0) | (np.diff(tid) != 0)) + 1
+    return np.concatenate([[0], inner, [len(rank)]])
 
 
 class _Walk:

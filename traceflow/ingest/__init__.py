@@ -110,7 +110,8 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
         path = Path(sink_folder) / f"{trace.key}.{table}.arrow"
         if not path.exists():
             continue
-        with pa.memory_map(str(path)) as source:
+        # read, not memory-mapped: batch by batch, the pages of a GB-sized file are not all resident at once
+        with pa.OSFile(str(path)) as source:
             reader = ipc.open_stream(source)
             con.register("incoming", reader)
             cols = ", ".join(f.name for f in reader_schema(table))
