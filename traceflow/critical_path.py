@@ -72,34 +72,44 @@ class _Job:
         """The outermost host calls per thread, disjoint and in time order, so that both start and
         end are sorted within a thread and a stretch of calls is a slice. Streamed in batches: a
         call is kept when it ends after every earlier call of its thread (a running max)."""
+        n = con.execute("SELECT count(*) FROM cp_host_nodes").fetchone()[0]
+        # filled in place (tens of millions of calls: no second copy from concatenating parts)
+        self.h_start, self.h_end, self.h_op = (np.empty(n, dtype=np.int64) for _ in range(3))
+        self.h_role, waited_ids = np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64)
         reader = con.execute("""
             SELECT rank::BIGINT AS rank, tid, start_ns, end_ns, node_op_id,
                    CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END::TINYINT AS role,
                    coalesce(waited_op_id, -1) AS waited
             FROM cp_host_nodes ORDER BY rank, tid, start_ns, end_ns DESC, node_op_id""").to_arrow_reader(1 << 20)
         names = ("rank", "tid", "start_ns", "end_ns", "node_op_id", "role", "waited")
-        parts, carry = [], (None, None, None)  # the last thread of the previous batch and its running max
+        runs = []  # [rank, tid, first kept position, end position]
+        carry, k = (None, None, None), 0  # the last thread of the previous batch and its running max
         for batch in reader:
-            rank, tid, start, end, op, role, waited = (batch.column(n).to_numpy() for n in names)
+            rank, tid, start, end, op, role, waited = (batch.column(c).to_numpy() for c in names)
             enclosing = np.empty(len(end), dtype=np.int64)
             cuts = _thread_cuts(rank, tid)
             for a, b in zip(cuts[:-1], cuts[1:]):
                 run = np.maximum.accumulate(end[a:b])
-                first = carry[2] if (rank[a], tid[a]) == carry[:2] else np.iinfo(np.int64).min
+                same = (rank[a], tid[a]) == carry[:2]
+                first = carry[2] if same else np.iinfo(np.int64).min
                 enclosing[a] = first
                 enclosing[a + 1:b] = np.maximum(run[:-1], first)
                 carry = (rank[a], tid[a], max(int(run[-1]), first))
+                kept = int(np.count_nonzero(end[a:b] > enclosing[a:b]))
+                if same:
+                    runs[-1][3] += kept
+                else:
+                    runs.append([int(rank[a]), int(tid[a]), k, k + kept])
+                k += kept
             keep = end > enclosing
-            parts.append((rank[keep], tid[keep], np.maximum(start[keep], enclosing[keep]), end[keep], op[keep],
-                          role[keep], waited[keep]))
-        rank, tid, start, end, op, role, waited = (
-            np.concatenate(c) for c in zip(*parts)) if parts else (np.empty(0, dtype=np.int64),) * 7
-        del parts
-        self.h_start, self.h_end, self.h_op = _i64(start), _i64(end), _i64(op)
-        self.h_role = np.asarray(role, dtype=np.int8)
-        self.h_waited = self._idx(_i64(waited)).astype(np.int32)
-        cuts = _thread_cuts(rank, tid)
-        self.threads = {(int(rank[a]), int(tid[a])): (int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])}
+            m = int(np.count_nonzero(keep))
+            lo, hi = k - m, k
+            self.h_start[lo:hi] = np.maximum(start[keep], enclosing[keep])
+            self.h_end[lo:hi], self.h_op[lo:hi], self.h_role[lo:hi], waited_ids[lo:hi] = end[keep], op[keep], role[keep], waited[keep]
+        self.h_start, self.h_end, self.h_op, self.h_role = self.h_start[:k], self.h_end[:k], self.h_op[:k], self.h_role[:k]
+        self.h_waited = self._idx(waited_ids[:k]).astype(np.int32)
+        del waited_ids
+        self.threads = {(r, t): (a, b) for r, t, a, b in runs}
 
     def _idx(self, op_ids):
         """op_id -> position; -1 stays -1."""
