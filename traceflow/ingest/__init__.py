@@ -163,10 +163,10 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
 
 
 def db_config(scratch: str) -> dict:
-    """DuckDB spills to disk past this, instead of taking 80% of RAM as it would by default. 2 GiB
-    at most: with the critical path's arrays the whole run stays under 4 GiB on a 16-rank job."""
+    """DuckDB spills to disk past this, instead of taking 80% of RAM as it would by default. (2 GiB
+    was too little: some of DuckDB's operators cannot spill, and a 16-rank nsys job ran out.)"""
     import psutil
-    limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT") or f"{max(1 << 30, min(2 << 30, psutil.virtual_memory().total // 8)) >> 20}MB"
+    limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT") or f"{max(1 << 30, min(3 << 30, psutil.virtual_memory().total // 8)) >> 20}MB"
     return {"memory_limit": limit, "temp_directory": os.path.join(scratch, "duckdb-spill")}
 
 
