@@ -58,13 +58,9 @@ class _Job:
         del g
         # Per collective group: its members' positions.
         order = np.argsort(grp, kind="stable")
-        gs = grp[order]
-        self.group_members = {}
-        if len(gs):
-            cuts = np.flatnonzero(np.diff(gs)) + 1
-            for chunk in np.split(order, cuts):
-                if grp[chunk[0]] >= 0:
-                    self.group_members[int(grp[chunk[0]])] = chunk
+        bounds = _run_bounds(grp[order])
+        self.group_members = {int(grp[order[a]]): order[a:b] for a, b in zip(bounds[:-1], bounds[1:])
+                              if grp[order[a]] >= 0}
 
         self._load_host_calls(con)
 
@@ -82,30 +78,30 @@ class _Job:
                    coalesce(waited_op_id, -1) AS waited
             FROM cp_host_nodes ORDER BY rank, tid, start_ns, end_ns DESC, node_op_id""").to_arrow_reader(1 << 20)
         names = ("rank", "tid", "start_ns", "end_ns", "node_op_id", "role", "waited")
-        runs = []  # [rank, tid, first kept position, end position]
+        runs = []  # [rank, tid, first position, end position] per thread
         carry, k = (None, None, None), 0  # the last thread of the previous batch and its running max
         for batch in reader:
             rank, tid, start, end, op, role, waited = (batch.column(c).to_numpy() for c in names)
             enclosing = np.empty(len(end), dtype=np.int64)
-            cuts = _thread_cuts(rank, tid)
-            for a, b in zip(cuts[:-1], cuts[1:]):
+            bounds = _run_bounds(rank, tid)
+            for a, b in zip(bounds[:-1], bounds[1:]):
                 run = np.maximum.accumulate(end[a:b])
-                same = (rank[a], tid[a]) == carry[:2]
-                first = carry[2] if same else np.iinfo(np.int64).min
+                first = carry[2] if (rank[a], tid[a]) == carry[:2] else np.iinfo(np.int64).min
                 enclosing[a] = first
                 enclosing[a + 1:b] = np.maximum(run[:-1], first)
                 carry = (rank[a], tid[a], max(int(run[-1]), first))
-                kept = int(np.count_nonzero(end[a:b] > enclosing[a:b]))
-                if same:
+            keep = end > enclosing
+            kept_per_thread = np.add.reduceat(keep, bounds[:-1]) if len(keep) else []
+            for a, kept in zip(bounds[:-1], [int(x) for x in kept_per_thread]):
+                thread = [int(rank[a]), int(tid[a])]
+                if runs and runs[-1][:2] == thread:  # the thread goes on from the last batch
                     runs[-1][3] += kept
                 else:
-                    runs.append([int(rank[a]), int(tid[a]), k, k + kept])
-                k += kept
-            keep = end > enclosing
-            m = int(np.count_nonzero(keep))
-            lo, hi = k - m, k
-            self.h_start[lo:hi] = np.maximum(start[keep], enclosing[keep])
-            self.h_end[lo:hi], self.h_op[lo:hi], self.h_role[lo:hi], waited_ids[lo:hi] = end[keep], op[keep], role[keep], waited[keep]
+                    pos = runs[-1][3] if runs else 0
+                    runs.append(thread + [pos, pos + kept])
+            lo, k = k, k + int(np.count_nonzero(keep))
+            self.h_start[lo:k] = np.maximum(start[keep], enclosing[keep])
+            self.h_end[lo:k], self.h_op[lo:k], self.h_role[lo:k], waited_ids[lo:k] = end[keep], op[keep], role[keep], waited[keep]
         self.h_start, self.h_end, self.h_op, self.h_role = self.h_start[:k], self.h_end[:k], self.h_op[:k], self.h_role[:k]
         self.h_waited = self._idx(waited_ids[:k]).astype(np.int32)
         del waited_ids
@@ -121,12 +117,15 @@ class _Job:
         return np.where(ok, pos, -1)
 
 
-def _thread_cuts(rank, tid) -> np.ndarray:
-    """Bounds of the runs of one (rank, tid) in arrays sorted by it: [0, ..., len]."""
-    if not len(rank):
+def _run_bounds(*keys) -> np.ndarray:
+    """Bounds of the runs of equal keys in arrays sorted by them: [0, ..., len]."""
+    n = len(keys[0])
+    if not n:
         return np.zeros(1, dtype=np.int64)
-    inner = np.flatnonzero((np.diff(rank) != 0) | (np.diff(tid) != 0)) + 1
-    return np.concatenate([[0], inner, [len(rank)]])
+    change = np.zeros(n - 1, dtype=bool)
+    for key in keys:
+        change |= np.diff(key) != 0
+    return np.concatenate([[0], np.flatnonzero(change) + 1, [n]])
 
 
 class _Walk:
@@ -326,7 +325,8 @@ def _merge_host_runs(segs: np.ndarray) -> np.ndarray:
     longest = op[order[last_of_run]]
     out = segs[heads].copy()
     out[:, 3] = np.maximum.reduceat(end, heads)
-    out[:, 5] = np.where((out[:, 1] == HOST_CPU) & (call_sum * 2 < total), -1, np.where(out[:, 1] == HOST_CPU, longest, out[:, 5]))
+    cpu_runs = out[:, 1] == HOST_CPU
+    out[cpu_runs, 5] = np.where(call_sum * 2 < total, -1, longest)[cpu_runs]
     return out
 
 
