@@ -220,6 +220,45 @@ def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, m
     assert len(a) > 100 and a == b
 
 
+@pytest.mark.parametrize("rel", ["h100/nsys/ddp4_sync_stall", "h100/kineto/ddp4_straggler", "h100/nsys/graphs", "public/hta-2rank"])
+def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path, monkeypatch):
+    """A big job loads the host calls a few steps at a time; with one step per batch the path is
+    the same, row for row, as with every call loaded at once."""
+    import duckdb
+
+    from traceflow import critical_path
+    source = ingested(rel)
+    batches = []
+    real = critical_path._step_batches
+    monkeypatch.setattr(critical_path, "_step_batches", lambda *a: batches.append(real(*a)) or batches[-1])
+    paths = []
+    for name, budget in (("batched", 1), ("whole", 10**12)):
+        path = tmp_path / f"{name}.duckdb"
+        shutil.copy(source, path)
+        monkeypatch.setattr(critical_path, "HOST_CALLS_PER_BATCH", budget)
+        con = duckdb.connect(str(path))
+        # a thread silent from before a step's start well into it: the walk must still see its earlier calls
+        con.execute("""DELETE FROM host_ops WHERE rank = 0 AND start_ns BETWEEN
+                           (SELECT min(start_ns) - 50000000 FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows))
+                           AND (SELECT (min(start_ns) + max(end_ns)) // 2 FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows))""")
+        critical_path.compute(con)
+        con.close()
+        paths.append(path)
+    assert len(batches[0]) > 1 and len(batches[1]) == 1
+    # a window's load still knows every thread, and which ones had calls before it
+    con = duckdb.connect(str(paths[0]))
+    job = critical_path._Job(con)
+    lo, hi = con.execute("SELECT min(start_ns), max(end_ns) FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows)").fetchone()
+    job.load_host_calls(con, lo, hi)
+    expect = dict(con.execute(f"SELECT (rank, tid), bool_or(end_ns < {lo}) FROM cp_host_nodes GROUP BY rank, tid").fetchall())
+    assert {k: job.has_earlier_calls(k) for k in job.threads} == {tuple(k): v for k, v in expect.items()}
+    assert any(expect.values()) and len(job.h_start) < con.execute("SELECT count(*) FROM cp_host_nodes").fetchone()[0]
+    con.close()
+    q = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
+    a, b = (connect(p).execute(q).fetchall() for p in paths)
+    assert len(a) > 100 and a == b
+
+
 @pytest.mark.parametrize("rel", ["h100/nsys/ddp4_sync_stall", "public/nsys-ai"])
 def test_host_time_of_a_thread_is_one_segment(ingested, rel):
     """Adjacent host_cpu pieces of one thread are one segment (a polling loop is not millions of rows)."""

@@ -27,6 +27,7 @@ GPU_COMPUTE, GPU_COMM, GPU_MEMORY, LAUNCH, HOST_CPU, HOST_SYNC, PEER_WAIT, IDLE 
 HOST_KIND_BY_ROLE = np.array([HOST_CPU, HOST_SYNC, LAUNCH])  # cp_host_nodes.role: other, sync, launch
 MAX_MOVES_PER_OP = 8
 SCALAR_HOST_CALLS = 16  # shorter host stretches are walked call by call; longer ones with numpy
+HOST_CALLS_PER_BATCH = 4_000_000  # ~30 bytes each in arrays: more calls than this load a few steps at a time
 FLUSH_ROWS = 1 << 20
 RAW_COLUMNS = ("rank", "kind", "start_ns", "end_ns", "tid", "op_id")  # -1: none
 
@@ -56,27 +57,37 @@ class _Job:
         self.stream_prev, self.dep = self._idx(_i64(g["stream_prev"])), self._idx(_i64(g["dep"]))
         self.grp = grp = _i64(g["grp"])
         del g
+        self.loaded_from, self.first_end = np.iinfo(np.int64).min, {}
         # Per collective group: its members' positions.
         order = np.argsort(grp, kind="stable")
         bounds = _run_bounds(grp[order])
         self.group_members = {int(grp[order[a]]): order[a:b] for a, b in zip(bounds[:-1], bounds[1:])
                               if grp[order[a]] >= 0}
 
-        self._load_host_calls(con)
-
-    def _load_host_calls(self, con):
+    def load_host_calls(self, con, lo=None, hi=None):
         """The outermost host calls per thread, disjoint and in time order, so that both start and
         end are sorted within a thread and a stretch of calls is a slice. Streamed in batches: a
-        call is kept when it ends after every earlier call of its thread (a running max)."""
-        n = con.execute("SELECT count(*) FROM cp_host_nodes").fetchone()[0]
+        call is kept when it ends after every earlier call of its thread (a running max).
+
+        With [lo, hi], only the calls that reach into it: enough for the steps inside it, since a
+        walk never leaves its step. A call left out before lo cannot enclose one kept, so the
+        running max over what is loaded keeps the same calls."""
+        where = "" if lo is None else f"WHERE end_ns >= {int(lo)} AND start_ns <= {int(hi)}"
+        if lo is not None and not self.first_end:
+            # whether a thread had calls before the window decides how a walk ends there
+            self.first_end = {(int(r), int(t)): int(e) for r, t, e in con.execute(
+                "SELECT rank, tid, min(end_ns) FROM cp_host_nodes GROUP BY ALL").fetchall()}
+        self.loaded_from = np.iinfo(np.int64).min if lo is None else int(lo)
+        self.h_start = self.h_end = self.h_op = self.h_role = self.h_waited = None  # the last batch's, freed first
+        n = con.execute(f"SELECT count(*) FROM cp_host_nodes {where}").fetchone()[0]
         # filled in place (tens of millions of calls: no second copy from concatenating parts)
         self.h_start, self.h_end, self.h_op = (np.empty(n, dtype=np.int64) for _ in range(3))
         self.h_role, waited_ids = np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64)
-        reader = con.execute("""
+        reader = con.execute(f"""
             SELECT rank::BIGINT AS rank, tid, start_ns, end_ns, node_op_id,
                    CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END::TINYINT AS role,
                    coalesce(waited_op_id, -1) AS waited
-            FROM cp_host_nodes ORDER BY rank, tid, start_ns, end_ns DESC, node_op_id""").to_arrow_reader(1 << 20)
+            FROM cp_host_nodes {where} ORDER BY rank, tid, start_ns, end_ns DESC, node_op_id""").to_arrow_reader(1 << 20)
         names = ("rank", "tid", "start_ns", "end_ns", "node_op_id", "role", "waited")
         runs = []  # [rank, tid, first position, end position] per thread
         carry, k = (None, None, None), 0  # the last thread of the previous batch and its running max
@@ -105,7 +116,12 @@ class _Job:
         self.h_start, self.h_end, self.h_op, self.h_role = self.h_start[:k], self.h_end[:k], self.h_op[:k], self.h_role[:k]
         self.h_waited = self._idx(waited_ids[:k]).astype(np.int32)
         del waited_ids
-        self.threads = {(r, t): (a, b) for r, t, a, b in runs}
+        self.threads = {key: (0, 0) for key in self.first_end}  # threads with no call in the window
+        self.threads.update({(r, t): (a, b) for r, t, a, b in runs})
+
+    def has_earlier_calls(self, key) -> bool:
+        """The thread has calls before the loaded ones (left out of this window)."""
+        return self.first_end.get(key, self.loaded_from) < self.loaded_from
 
     def _idx(self, op_ids):
         """op_id -> position; -1 stays -1."""
@@ -234,7 +250,7 @@ class _Walk:
         k = hi - 1
         while t > floor:
             if k < a:
-                if stop_at is None:
+                if stop_at is None and not j.has_earlier_calls(key):
                     return "end", (rank,), t
                 self.emit(rank, HOST_CPU, floor, t, tid=tid)
                 return "host_done", key, floor
@@ -283,7 +299,7 @@ class _Walk:
         else:
             low = max(int(s[0]), floor)
             nxt = []
-            if low > floor and lo == a and stop_at is None:
+            if low > floor and lo == a and stop_at is None and not j.has_earlier_calls(key):
                 out = ("end", (rank,), low)
             else:
                 nxt = [(floor, low, HOST_CPU, -1)]
@@ -373,13 +389,48 @@ def compute(con):
         JOIN (SELECT step, arg_max(op_id, (end_ns, -op_id)) AS last_op FROM gpu_ops WHERE step IS NOT NULL GROUP BY step) l
         USING (step) ORDER BY w.step""").fetchall()
     writer = _Writer(con)
-    job = _Job(con) if extents else None
-    for step, t0, last_op in extents:
-        idx = int(np.searchsorted(job.op_id, last_op))
-        writer.add(int(step), _Walk(job, int(t0)).run(idx))
-    del job
+    if extents:
+        job = _Job(con)
+        steps = [(int(step), int(t0), int(np.searchsorted(job.op_id, last_op))) for step, t0, last_op in extents]
+        windows = [(st, t0, int(job.end[idx])) for st, t0, idx in steps]
+        batches = _step_batches(con, windows, HOST_CALLS_PER_BATCH)
+        for batch in batches:
+            if len(batches) == 1:
+                job.load_host_calls(con)
+            else:
+                job.load_host_calls(con, min(windows[i][1] for i in batch), max(windows[i][2] for i in batch))
+            for i in batch:
+                step, t0, idx = steps[i]
+                writer.add(step, _Walk(job, t0).run(idx))
+        del job
     writer.flush()
     con.execute(pack_sql("critical_path"))
+
+
+def _step_batches(con, windows, budget: int) -> list[list[int]]:
+    """Consecutive steps grouped so that the host calls reaching into each group's time window
+    number about `budget` (by a histogram of call starts over the windows' edges)."""
+    total = con.execute("SELECT count(*) FROM cp_host_nodes").fetchone()[0]
+    if total <= budget:
+        return [list(range(len(windows)))]
+    edges = np.unique(np.array([t for _, lo, hi in windows for t in (lo, hi)], dtype=np.int64))
+    counts = np.zeros(len(edges) + 1, dtype=np.int64)
+    for batch in con.execute("SELECT start_ns FROM cp_host_nodes").to_arrow_reader(1 << 20):
+        counts += np.bincount(np.searchsorted(edges, batch.column(0).to_numpy(), side="right"), minlength=len(edges) + 1)
+    before = np.concatenate([[0], np.cumsum(counts)])  # before[k + 1]: calls starting before edges[k]
+
+    def calls(lo, hi):  # starting in [lo, hi); the few that start earlier and reach in are not counted
+        return int(before[np.searchsorted(edges, hi) + 1] - before[np.searchsorted(edges, lo) + 1])
+
+    out, lo, hi = [], None, None
+    for i, (_, a, b) in enumerate(windows):
+        if out and calls(min(lo, a), max(hi, b)) <= budget:
+            out[-1].append(i)
+            lo, hi = min(lo, a), max(hi, b)
+        else:
+            out.append([i])
+            lo, hi = a, b
+    return out
 
 
 def summary_lines(con, step=None) -> list[str]:
