@@ -7,8 +7,9 @@
 -- cp_host_nodes: host calls the path can pass through, on threads that launch GPU work:
 --   CUDA runtime/driver calls and OS-runtime calls, one row per call: node_op_id (its name and
 --   kind: host_ops), rank, tid, start_ns, end_ns (ns),
---   role ('launch' | 'sync' | 'other'), waited_op_id (for sync calls: the GPU op whose end
---   released it — the latest-ending op of the rank launched before the call and ended inside it).
+--   role ('launch' | 'sync' | 'other'; 'sync': a blocking call of the sync pack), waited_op_id (for
+--   sync calls: the GPU op whose end released it — the latest-ending op of the rank launched
+--   before the call and ended inside it).
 --   The walk (traceflow/critical_path.py) keeps the outermost calls: a call nested inside another
 --   is dropped, one overlapping the call before starts where that one ended. (A running max over
 --   tens of millions of calls is a slow window aggregate in DuckDB and a fast cumulative max in numpy.)
@@ -26,29 +27,29 @@ SET asof_loop_join_threshold = 0;
 CREATE OR REPLACE TABLE cp_host_nodes AS
 WITH threads AS (
     SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
-), blocking_names AS (
-    -- a few hundred distinct names: match them once, not once per call
-    SELECT name FROM (SELECT DISTINCT name FROM host_ops WHERE kind IN ('cuda_runtime', 'cuda_driver'))
-    WHERE regexp_matches(name, '(?i)^(cuda(Stream|Device|Event|Thread|Ctx)Synchronize|cu(Stream|Ctx|Event)Synchronize)')
-       OR (regexp_matches(name, '(?i)^cu(da)?Mem(cpy|set)') AND NOT regexp_matches(name, '(?i)async'))
 ), calls AS (
-    SELECT h.rank, h.tid, h.op_id AS node_op_id, h.start_ns, h.end_ns,
-           CASE WHEN (b.name IS NOT NULL AND h.kind <> 'osrt') OR h.op_id IN (SELECT s.op_id FROM sync s) THEN 'sync'
-                WHEN h.op_id IN (SELECT launch_op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL) THEN 'launch'
-                ELSE 'other' END AS role
+    SELECT h.rank, h.tid, h.op_id AS node_op_id, h.start_ns, h.end_ns, h.kind
     FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
-    LEFT JOIN blocking_names b ON b.name = h.name
     WHERE h.kind IN ('cuda_runtime', 'cuda_driver', 'osrt') AND h.end_ns >= h.start_ns
+), cuda AS (
+    -- OS-runtime calls neither launch nor block on the GPU (sync holds CUDA calls only): only the
+    -- CUDA calls, a small part of a job's host calls, are looked up by id
+    SELECT * EXCLUDE (kind),
+           CASE WHEN node_op_id IN (SELECT op_id FROM sync) THEN 'sync'
+                WHEN node_op_id IN (SELECT launch_op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL) THEN 'launch'
+                ELSE 'other' END AS role
+    FROM calls WHERE kind <> 'osrt'
 ), ends AS (
     SELECT rank, op_id, end_ns, api_start_ns FROM gpu_ops
-), waited AS (
-    -- only sync calls wait for a GPU op: the as-of join probes those few rows
-    SELECT c.node_op_id,
-           CASE WHEN e.end_ns > c.start_ns AND (e.api_start_ns IS NULL OR e.api_start_ns <= c.start_ns) THEN e.op_id END AS waited_op_id
-    FROM (SELECT * FROM calls WHERE role = 'sync') c ASOF LEFT JOIN ends e ON e.rank = c.rank AND e.end_ns <= c.end_ns
 )
-SELECT c.node_op_id, c.rank, c.tid, c.start_ns, c.end_ns, c.role, w.waited_op_id
-FROM calls c LEFT JOIN waited w USING (node_op_id);
+SELECT node_op_id, rank, tid, start_ns, end_ns, 'other' AS role, NULL::BIGINT AS waited_op_id FROM calls WHERE kind = 'osrt'
+UNION ALL
+SELECT node_op_id, rank, tid, start_ns, end_ns, role, NULL FROM cuda WHERE role <> 'sync'
+UNION ALL
+-- only sync calls wait for a GPU op: the as-of join probes those few rows
+SELECT c.node_op_id, c.rank, c.tid, c.start_ns, c.end_ns, c.role,
+       CASE WHEN e.end_ns > c.start_ns AND (e.api_start_ns IS NULL OR e.api_start_ns <= c.start_ns) THEN e.op_id END
+FROM (SELECT * FROM cuda WHERE role = 'sync') c ASOF LEFT JOIN ends e ON e.rank = c.rank AND e.end_ns <= c.end_ns;
 
 CREATE OR REPLACE TABLE cp_gpu_preds AS
 WITH o AS (
