@@ -11,8 +11,10 @@
 --   exposed_ns   |comm − compute| = comm_ns − overlap_ns
 CREATE OR REPLACE TABLE exposed_comm AS
 WITH c AS (
+    -- job-wide running total in (rank, time) order, not one partition per rank (DuckDB's are slow
+    -- past 8 ranks): only differences within a rank are taken
     SELECT rank, end_ns, cum_comm, cum_comm_overlap,
-           sum(CASE WHEN has_compute THEN end_ns - start_ns ELSE 0 END) OVER (PARTITION BY rank ORDER BY start_ns
+           sum(CASE WHEN has_compute THEN end_ns - start_ns ELSE 0 END) OVER (ORDER BY rank, start_ns
                ROWS UNBOUNDED PRECEDING) AS cum_has_compute
     FROM gpu_state
 ), d AS (
@@ -34,12 +36,11 @@ FROM d ORDER BY rank, step;
 CREATE OR REPLACE TABLE exposed_comm_segments AS
 WITH s AS (
     SELECT rank, start_ns, end_ns, state = 'communication' AS exposed,
-           lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) AS prev_end,
-           lag(state = 'communication') OVER (PARTITION BY rank ORDER BY start_ns) AS prev_exposed
-    FROM gpu_state
+           lag(rank) OVER o AS prev_rank, lag(end_ns) OVER o AS prev_end, lag(state = 'communication') OVER o AS prev_exposed
+    FROM gpu_state WINDOW o AS (ORDER BY rank, start_ns)
 ), g AS (
-    SELECT *, sum(CASE WHEN exposed AND prev_exposed AND prev_end = start_ns THEN 0 ELSE 1 END)
-                  OVER (PARTITION BY rank ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS grp
+    SELECT *, sum(CASE WHEN exposed AND prev_exposed AND prev_rank = rank AND prev_end = start_ns THEN 0 ELSE 1 END)
+                  OVER (ORDER BY rank, start_ns ROWS UNBOUNDED PRECEDING) AS grp
     FROM s
 )
 SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM g WHERE exposed GROUP BY rank, grp ORDER BY rank, start_ns;
