@@ -232,18 +232,37 @@ print(json.dumps({"parse_s": t1 - t0, "analyses_s": t2 - t1}))
 
 
 def peers_venv(work: Path) -> Path | None:
+    """The peers' own venv. nsys-ai reads with DuckDB's SQLite scanner, which DuckDB downloads at
+    first use; offline, it is taken from the scanner's PyPI package instead: DuckDB is pinned to
+    the version traceflow uses (nsys-ai needs duckdb >= 1.0) and the extension is put where DuckDB
+    looks for installed ones, under PEERS_HOME."""
+    import duckdb
     venv = work / "peers-venv"
     py = venv / "bin" / "python"
-    if not py.exists():
-        r = subprocess.run(["python3.11", "-m", "venv", str(venv)], capture_output=True, text=True)
-        if r.returncode != 0:
-            return None
-        r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "traceinsight==0.6.1", "nsys-ai==0.3.0"],
+    stamp = venv / f".peers-{duckdb.__version__}"
+    if not stamp.exists():
+        if not py.exists():
+            r = subprocess.run(["python3.11", "-m", "venv", str(venv)], capture_output=True, text=True)
+            if r.returncode != 0:
+                return None
+        r = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "traceinsight==0.6.1", "nsys-ai==0.3.0",
+                            f"duckdb=={duckdb.__version__}", f"duckdb-extension-sqlite-scanner=={duckdb.__version__}"],
                            capture_output=True, text=True)
         if r.returncode != 0:
             print("peers: install failed:", r.stderr.strip().splitlines()[-1:], file=sys.stderr)
             return None
+        found = sorted(venv.glob(f"lib/python*/site-packages/duckdb_extension_sqlite_scanner/extensions/"
+                                 f"v{duckdb.__version__}/sqlite_scanner.duckdb_extension"))
+        if found:
+            ext_dir = peers_home(work) / ".duckdb" / "extensions" / f"v{duckdb.__version__}" / "linux_amd64"
+            ext_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy(found[0], ext_dir / found[0].name)
+        stamp.touch()
     return venv
+
+
+def peers_home(work: Path) -> Path:
+    return work / "peers-home"
 
 
 def main():
@@ -269,7 +288,7 @@ def main():
 
     kineto_gz = sorted(shared.glob("kineto/*.json.gz"))
 
-    def run(key, cmd):
+    def run(key, cmd, env=env):
         print(f"  {key} ...", end="", flush=True)
         r = measure(cmd, env=env)
         print(f" {r['wall_s']} s, {r['peak_rss_mib']} MiB" + (f"  ERROR {r.get('error')}" if r["rc"] else ""), flush=True)
@@ -339,7 +358,8 @@ def main():
                 for c in Path(f).parent.glob(Path(f).stem + "*"):
                     if c != Path(f) and c.is_dir():
                         shutil.rmtree(c, ignore_errors=True)
-            run("nsys-ai: cache + 3 analyses (nsys x1)", ["bash", "-c", script])
+            run("nsys-ai: cache + 3 analyses (nsys x1)", ["bash", "-c", script],
+                env=dict(os.environ, HOME=str(peers_home(work))))
 
     for r in results["runs"].values():
         r.pop("stdout", None)
