@@ -20,7 +20,7 @@ from ..dbfile import exclusive_writer, remove_orphans
 from ..errors import InputError, UsageError
 from . import ranks
 from .model import ProcessTrace, reader_schema
-from .detect import SQLITE_MAGIC
+from .detect import detect
 from .worker import read_file
 
 HOST_OP_ID_BASE = 10**12
@@ -71,7 +71,8 @@ def expand(files) -> list[str]:
 
 
 def _read_all(paths, folder, jobs, nsys_exe, progress):
-    """Runs the readers: in worker processes when there are several files or a big one."""
+    """Runs the readers, in parallel when there are several files or a big one: on threads for
+    SQLite exports, in worker processes otherwise (a JSON reader runs Python code)."""
     results: dict[int, list[ProcessTrace]] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
     # A big input is read in a worker even alone: what a reader allocated goes back to the OS
@@ -82,7 +83,7 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
             results[i] = read_file(p, folder, i, nsys_exe)
             progress(p)
         return [t for i in sorted(results) for t in results[i]]
-    if all(_is_plain_sqlite(p) for p in paths):
+    if all(_is_sqlite_export(p) for p in paths):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
         # threads do as well as processes here, without a worker's start (~0.25 s).
         pool = ThreadPoolExecutor(max_workers=jobs)
@@ -105,11 +106,10 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
     return [t for i in sorted(results) for t in results[i]]
 
 
-def _is_plain_sqlite(path: str) -> bool:
+def _is_sqlite_export(path: str) -> bool:
     try:
-        with open(path, "rb") as f:
-            return f.read(16) == SQLITE_MAGIC
-    except OSError:
+        return detect(path) == "nsys-sqlite"
+    except InputError:  # its reader says what is wrong with it
         return False
 
 
