@@ -335,6 +335,8 @@ def main():
             r["events_per_s"] = round(r["events"] / r["wall_s"])
         if s == 1:
             run(f"traceflow {fmt} x{s}: report", [*TRACEFLOW, "report", str(db), "-o", str(work / f"report-{fmt}.html")])
+            run(f"traceflow {fmt} x{s}: annotate (Perfetto trace)",
+                [*TRACEFLOW, "annotate", str(db), "-o", str(work / f"job-{fmt}.perfetto-trace")])
 
     # Peers on the x1 inputs
     if not args.skip_peers:

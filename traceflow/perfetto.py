@@ -16,6 +16,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from .api import connect
 from .errors import UsageError
+from .perfetto_packets import nest_events, slice_packets
 
 SEQ = 0x7F1F
 BEGIN, END = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
@@ -38,25 +39,13 @@ class Slice:
 
 def nest(slices: list[Slice]) -> list[tuple[int, int, Slice]]:
     """(ts, BEGIN/END, slice) in an order Perfetto accepts: properly nested, ends before begins."""
-    slices = sorted(slices, key=lambda s: (s.start, -s.end))
-    out, stack = [], []
-    for s in slices:
-        while stack and stack[-1].end <= s.start:
-            top = stack.pop()
-            out.append((top.end, END, top))
-        if stack and s.end > stack[-1].end:
-            s.end = stack[-1].end  # a child may not outlive its parent on one track
-        out.append((s.start, BEGIN, s))
-        stack.append(s)
-    while stack:
-        top = stack.pop()
-        out.append((top.end, END, top))
-    return out
+    ts, kinds, idx = nest_events([s.start for s in slices], [s.end for s in slices])
+    return [(t, k, slices[i]) for t, k, i in zip(ts.tolist(), kinds.tolist(), idx.tolist())]
 
 
 class _Writer:
     def __init__(self, f):
-        self.b = StreamingTraceProtoBuilder(f)
+        self.f, self.b = f, StreamingTraceProtoBuilder(f)
         self.first = True
         self.n_slices = 0
 
@@ -109,6 +98,13 @@ class _Writer:
                         a.string_value = str(v)
                 self.n_slices += 1
             self.b.write_packet(p)
+
+    def bulk_slices(self, uuid, con, sql: str, params, name: str, args: tuple[str, ...]):
+        """The slices a query returns (start_ns, end_ns, the name column, the args columns),
+        encoded column by column: the big tracks (host threads, GPU streams, ranges)."""
+        t = con.execute(sql, params).to_arrow_table()
+        self.n_slices += slice_packets(self.f, SEQ, uuid, t["start_ns"].to_numpy(), t["end_ns"].to_numpy(),
+                                       t[name].combine_chunks(), {a: t[a].combine_chunks() for a in args})
 
 
 def _window(con, ranks, steps):
@@ -180,42 +176,38 @@ def _rank_tracks(con, w: _Writer, rank: int, tf: str, cp: dict):
     for (tid,) in threads:
         u = _uuid("thread", rank, tid)
         w.track(u, pid=pid, tid=pid * 100_000 + (tid % 100_000), thread_name=f"thread {tid}")
-        rows = con.execute(f"""SELECT start_ns, end_ns, name, kind FROM host_ops WHERE rank = ? AND tid = ? AND {tf}""",
-                           [rank, tid]).fetchall()
-        w.slices(u, [Slice(a, b, n, args={"kind": k}) for a, b, n, k in rows])
+        w.bulk_slices(u, con, f"SELECT start_ns, end_ns, name, kind FROM host_ops WHERE rank = ? AND tid = ? AND {tf}",
+                      [rank, tid], "name", ("kind",))
     rtids = con.execute(f"SELECT DISTINCT tid FROM ranges WHERE rank = ? AND NOT on_gpu AND {tf} ORDER BY tid", [rank]).fetchall()
     for (tid,) in rtids:
         u = _uuid("ranges", rank, tid)
         w.track(u, name=f"ranges (thread {tid})", parent=proc)
-        rows = con.execute(f"SELECT start_ns, end_ns, name, domain FROM ranges WHERE rank = ? AND tid IS NOT DISTINCT FROM ? AND NOT on_gpu AND {tf}",
-                           [rank, tid]).fetchall()
-        w.slices(u, [Slice(a, b, n, args={"domain": d}) for a, b, n, d in rows])
+        w.bulk_slices(u, con, f"SELECT start_ns, end_ns, name, domain FROM ranges WHERE rank = ? AND tid IS NOT DISTINCT FROM ? AND NOT on_gpu AND {tf}",
+                      [rank, tid], "name", ("domain",))
 
     streams = con.execute(f"SELECT DISTINCT device, stream FROM gpu_ops WHERE rank = ? AND {tf} ORDER BY ALL", [rank]).fetchall()
     for dev, stream in streams:
         u = _uuid("stream", rank, dev, stream)
         w.track(u, name=f"GPU {dev} stream {stream}", parent=proc)
-        rows = con.execute(f"""SELECT start_ns, end_ns, name, category, step, bytes FROM gpu_ops
-                               WHERE rank = ? AND device IS NOT DISTINCT FROM ? AND stream IS NOT DISTINCT FROM ? AND {tf}""",
-                           [rank, dev, stream]).fetchall()
-        w.slices(u, [Slice(a, b, n, args={"category": c, "step": s, "bytes": by}) for a, b, n, c, s, by in rows])
+        w.bulk_slices(u, con, f"""SELECT start_ns, end_ns, name, category, step::BIGINT AS step, bytes FROM gpu_ops
+                                  WHERE rank = ? AND device IS NOT DISTINCT FROM ? AND stream IS NOT DISTINCT FROM ? AND {tf}""",
+                      [rank, dev, stream], "name", ("category", "step", "bytes"))
 
     u = _uuid("tf-steps", rank)
     w.track(u, name="traceflow: steps (GPU window)", parent=proc)
-    rows = con.execute(f"SELECT start_ns, end_ns, step, wall_ns, idle_ns FROM step_breakdown WHERE rank = ? AND {tf}", [rank]).fetchall()
-    w.slices(u, [Slice(a, b, f"step {s}", args={"wall_ns": wall, "idle_ns": idle}) for a, b, s, wall, idle in rows])
+    w.bulk_slices(u, con, f"""SELECT start_ns, end_ns, 'step ' || step AS name, wall_ns::BIGINT AS wall_ns, idle_ns::BIGINT AS idle_ns
+                              FROM step_breakdown WHERE rank = ? AND {tf}""", [rank], "name", ("wall_ns", "idle_ns"))
 
     u = _uuid("tf-gaps", rank)
     w.track(u, name="traceflow: idle gaps", parent=proc)
-    rows = con.execute(f"""SELECT DISTINCT start_ns, end_ns, cause, host_activity, next_op FROM idle_gaps
-                           WHERE rank = ? AND {tf}""", [rank]).fetchall()
-    w.slices(u, [Slice(a, b, f"idle: {c}" + (f" ({h})" if h else ""), args={"cause": c, "host_activity": h, "next_op": n})
-                 for a, b, c, h, n in rows])
+    w.bulk_slices(u, con, f"""SELECT *, 'idle: ' || coalesce(cause, 'None') || coalesce(' (' || nullif(host_activity, '') || ')', '') AS name
+                              FROM (SELECT DISTINCT start_ns, end_ns, cause, host_activity, next_op FROM idle_gaps WHERE rank = ? AND {tf})""",
+                  [rank], "name", ("cause", "host_activity", "next_op"))
 
     u = _uuid("tf-comm", rank)
     w.track(u, name="traceflow: exposed communication", parent=proc)
-    rows = con.execute(f"""SELECT start_ns, end_ns FROM exposed_comm_segments WHERE rank = ? AND {tf}""", [rank]).fetchall()
-    w.slices(u, [Slice(a, b, "exposed comm") for a, b in rows])
+    w.bulk_slices(u, con, f"SELECT start_ns, end_ns, 'exposed comm' AS name FROM exposed_comm_segments WHERE rank = ? AND {tf}",
+                  [rank], "name", ())
 
     u = _uuid("tf-cp", rank)
     w.track(u, name="traceflow: critical path", parent=proc)
