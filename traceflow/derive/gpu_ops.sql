@@ -22,6 +22,8 @@ WITH launch AS (
            arg_min(op_id, start_ns) AS launch_op_id, arg_min(external_id, start_ns) AS external_id
     FROM host_ops
     WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation_id IS NOT NULL
+          -- most runtime calls launch nothing: group only those whose id a GPU op carries
+          AND (trace_id, correlation_id) IN (SELECT trace_id, correlation_id FROM gpu_ops WHERE correlation_id IS NOT NULL)
     GROUP BY trace_id, correlation_id
 ), issuer AS (
     -- only the CPU ops that made a launch call: most CPU ops never do
@@ -43,17 +45,20 @@ WITH launch AS (
             END END) AS collective,
         coalesce(g.copy_kind, nullif(regexp_extract(g.name, '^Memcpy ([A-Za-z]+)', 1), '')) AS copy_kind
     FROM gpu_ops g
-), ranks_with_launches AS (
-    SELECT DISTINCT o.rank FROM ops o JOIN launch l USING (trace_id, correlation_id)
-), keyed AS (
-    SELECT o.rid, o.rank, o.category, o.collective, o.copy_kind,
+), joined AS (
+    SELECT o.rid, o.rank, o.start_ns, o.category, o.collective, o.copy_kind,
         row_number() OVER (ORDER BY o.trace_id, o.start_ns, o.end_ns) AS op_id,
         l.api_name, l.api_start_ns, l.api_end_ns, l.launch_tid, l.launch_op_id,
-        CASE WHEN i.issue_start_ns <= l.api_start_ns THEN i.issue_start_ns ELSE l.api_start_ns END AS issue_start_ns,
-        CASE WHEN l.api_start_ns IS NOT NULL THEN l.api_start_ns
-             WHEN o.rank NOT IN (SELECT rank FROM ranks_with_launches) THEN o.start_ns END AS step_key
+        CASE WHEN i.issue_start_ns <= l.api_start_ns THEN i.issue_start_ns ELSE l.api_start_ns END AS issue_start_ns
     FROM ops o LEFT JOIN launch l USING (trace_id, correlation_id)
     LEFT JOIN issuer i ON i.trace_id = l.trace_id AND i.external_id = l.external_id
+), ranks_with_launches AS (
+    SELECT DISTINCT rank FROM joined WHERE api_start_ns IS NOT NULL
+), keyed AS (
+    SELECT * EXCLUDE (start_ns),
+        CASE WHEN api_start_ns IS NOT NULL THEN api_start_ns
+             WHEN rank NOT IN (SELECT rank FROM ranks_with_launches) THEN start_ns END AS step_key
+    FROM joined
 )
 SELECT k.rid, k.category, CASE WHEN k.category = 'communication' THEN k.collective END AS collective, k.copy_kind,
        k.op_id, k.api_name, k.api_start_ns, k.api_end_ns, k.launch_tid, k.launch_op_id, k.issue_start_ns,
