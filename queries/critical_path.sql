@@ -33,8 +33,13 @@ WITH unnamed AS (
     -- there, is the innermost op covering it (linear, unlike an interval join)
     SELECT u.step, u.ordinal, CASE WHEN o.end_ns >= u.mid THEN o.op_id END AS op_id
     FROM unnamed u ASOF LEFT JOIN ops o ON o.rank = u.rank AND o.tid = u.tid AND o.start_ns <= u.mid
+), host_names AS (
+    -- the few host ops named on the path, found by id first: a join on host_ops itself would hash
+    -- every host op's name (tens of millions)
+    SELECT op_id, name FROM host_ops
+    WHERE op_id IN (SELECT op_id FROM critical_path_raw UNION ALL SELECT op_id FROM covering)
 ), by_op AS (
-    SELECT c.step, c.ordinal, h.name FROM covering c LEFT JOIN host_ops h ON h.op_id = c.op_id
+    SELECT c.step, c.ordinal, h.name FROM covering c LEFT JOIN host_names h ON h.op_id = c.op_id
 ), by_range AS (
     SELECT u.step, u.ordinal, arg_min(r.name, r.end_ns - r.start_ns) AS name
     FROM unnamed u JOIN ranges r ON r.rank = u.rank AND r.tid = u.tid AND NOT r.on_gpu
@@ -50,7 +55,7 @@ FROM critical_path_raw c
 LEFT JOIN best b USING (step, ordinal)
 -- plain equi-joins: an extra ON condition would make DuckDB loop
 LEFT JOIN gpu_ops g ON g.op_id = c.op_id
-LEFT JOIN host_ops h ON h.op_id = c.op_id
+LEFT JOIN host_names h ON h.op_id = c.op_id
 ORDER BY c.step, c.ordinal;
 
 CREATE OR REPLACE TABLE critical_path_summary AS
