@@ -12,21 +12,40 @@ from traceflow import perfetto
 from traceflow.perfetto_packets import _nest_loop, nest_events, slice_packets
 
 
-def library_bytes(uuid, start, end, names, args) -> bytes:
-    """The same slices written one protobuf object at a time (perfetto's own builder)."""
-    f = io.BytesIO()
-    w = perfetto._Writer(f)
-    w.first = False  # the columnar path never writes the first packet of a trace
-    rows = [perfetto.Slice(int(a), int(b), n, args={k: v[i] for k, v in args.items()} or None)
-            for i, (a, b, n) in enumerate(zip(start, end, names))]
-    w.slices(uuid, rows)
-    return f.getvalue()
+def library_bytes(uuid, start, end, names, args, flows=None) -> bytes:
+    """The same slices, one protobuf object per packet (the perfetto package's own classes), in
+    the order of nest_events (checked against the stack below)."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    out = io.BytesIO()
+    for ts, kind, i in zip(*nest_events(start, end)):
+        t = Trace()
+        p = t.packet.add()
+        p.timestamp, p.trusted_packet_sequence_id = int(ts), perfetto.SEQ
+        e = p.track_event
+        e.type, e.track_uuid = int(kind), uuid
+        if kind == 1:
+            e.name = names[i] or "?"
+            for k, v in args.items():
+                if v[i] is None:
+                    continue
+                a = e.debug_annotations.add()
+                a.name = k
+                if isinstance(v[i], int):
+                    a.int_value = v[i]
+                else:
+                    a.string_value = v[i]
+            for field, ids in (flows or {}).items():
+                if ids[i] is not None:
+                    (e.flow_ids if field == 47 else e.terminating_flow_ids).append(ids[i])
+        out.write(t.SerializeToString())
+    return out.getvalue()
 
 
-def columnar_bytes(uuid, start, end, names, args) -> bytes:
+def columnar_bytes(uuid, start, end, names, args, flows=None) -> bytes:
     f = io.BytesIO()
     slice_packets(f, perfetto.SEQ, uuid, np.array(start, dtype=np.int64), np.array(end, dtype=np.int64),
-                  pa.array(names, pa.string()), {k: pa.array(v) for k, v in args.items()})
+                  pa.array(names, pa.string()), {k: pa.array(v) for k, v in args.items()},
+                  {k: pa.array(v, pa.int64()) for k, v in (flows or {}).items()})
     return f.getvalue()
 
 
@@ -49,13 +68,15 @@ def test_packets_equal_protobuf_library(ingested, table, cols):
 
 
 def test_packets_edge_cases_equal_protobuf_library():
-    """Empty and NULL names ('?'), NULL and negative ints, a huge uuid, empty tracks, non-ASCII."""
+    """Empty and NULL names ('?'), NULL and negative ints, a huge uuid, flow ids, empty tracks, non-ASCII."""
     start = [0, 5, 5, 10, 10, 12, 30]
     end = [20, 5, 15, 10, 25, 40, 31]  # zero-length slices, partial overlaps (cut at the parent's end)
     names = ["a", "", None, "ünïcode ✓", "x" * 300, "b", "c"]
     args = {"kind": ["k", None, "", "z", None, "y", "w"], "n": [1, None, -5, 2**40, 0, 7, None]}
+    flows = {47: [None, 2**62 + 7, None, 5, None, None, 1], 48: [3, None, None, None, 2**40, None, None]}
     for uuid in (1, 2**62 + 12345):
         assert columnar_bytes(uuid, start, end, names, args) == library_bytes(uuid, start, end, names, args)
+        assert columnar_bytes(uuid, start, end, names, args, flows) == library_bytes(uuid, start, end, names, args, flows)
     assert columnar_bytes(3, [], [], [], {}) == b""
 
 

@@ -9,38 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
 
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from .api import connect
 from .errors import UsageError
-from .perfetto_packets import nest_events, slice_packets
+from .perfetto_packets import slice_packets
 
 SEQ = 0x7F1F
-BEGIN, END = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
 
 
 def _uuid(*parts) -> int:
     return int.from_bytes(hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
-
-
-@dataclass
-class Slice:
-    start: int
-    end: int
-    name: str
-    flow_out: list = field(default_factory=list)
-    flow_in: list = field(default_factory=list)
-    args: dict | None = None
-    rank: int | None = None
-
-
-def nest(slices: list[Slice]) -> list[tuple[int, int, Slice]]:
-    """(ts, BEGIN/END, slice) in an order Perfetto accepts: properly nested, ends before begins."""
-    ts, kinds, idx = nest_events([s.start for s in slices], [s.end for s in slices])
-    return [(t, k, slices[i]) for t, k, i in zip(ts.tolist(), kinds.tolist(), idx.tolist())]
 
 
 class _Writer:
@@ -74,37 +55,13 @@ class _Writer:
             d.thread.thread_name = thread_name or name or ""
         self.b.write_packet(p)
 
-    def slices(self, uuid, slices: list[Slice]):
-        for ts, kind, s in nest(slices):
-            p = self.packet()
-            p.timestamp = int(ts)
-            e = p.track_event
-            e.type = kind
-            e.track_uuid = uuid
-            if kind == BEGIN:
-                e.name = s.name or "?"
-                if s.flow_out:
-                    e.flow_ids.extend(s.flow_out)
-                if s.flow_in:
-                    e.terminating_flow_ids.extend(s.flow_in)
-                for k, v in (s.args or {}).items():
-                    if v is None:
-                        continue
-                    a = e.debug_annotations.add()
-                    a.name = k
-                    if isinstance(v, int):
-                        a.int_value = v
-                    else:
-                        a.string_value = str(v)
-                self.n_slices += 1
-            self.b.write_packet(p)
-
-    def bulk_slices(self, uuid, con, sql: str, params, name: str, args: tuple[str, ...]):
-        """The slices a query returns (start_ns, end_ns, the name column, the args columns),
-        encoded column by column: the big tracks (host threads, GPU streams, ranges)."""
+    def slices(self, uuid, con, sql: str, params, name: str, args: tuple[str, ...]):
+        """The slices a query returns (start_ns, end_ns, the name column, the args columns and,
+        when present, flow_out / flow_in ids), encoded column by column."""
         t = con.execute(sql, params).to_arrow_table()
+        flows = {field: t[c].combine_chunks() for field, c in ((47, "flow_out"), (48, "flow_in")) if c in t.column_names}
         self.n_slices += slice_packets(self.f, SEQ, uuid, t["start_ns"].to_numpy(), t["end_ns"].to_numpy(),
-                                       t[name].combine_chunks(), {a: t[a].combine_chunks() for a in args})
+                                       t[name].combine_chunks(), {a: t[a].combine_chunks() for a in args}, flows)
 
 
 def _window(con, ranks, steps):
@@ -137,9 +94,8 @@ def write_trace(database: str, output: str = "job.perfetto-trace", ranks=None, s
         tf = _time_filter(wins)
         with open(tmp, "wb") as f:
             w = _Writer(f)
-            flows = _cp_flows(con, keep_ranks, tf)
             for rank in keep_ranks:
-                _rank_tracks(con, w, rank, tf, flows)
+                _rank_tracks(con, w, rank, tf, keep_ranks)
         os.replace(tmp, output)
     finally:
         if os.path.exists(tmp):
@@ -148,25 +104,7 @@ def write_trace(database: str, output: str = "job.perfetto-trace", ranks=None, s
     return output
 
 
-def _cp_flows(con, ranks, tf):
-    """Critical-path segments per rank, with flow ids linking consecutive segments on different ranks."""
-    rows = con.execute(f"""SELECT step, ordinal, rank, kind, name, start_ns, end_ns FROM critical_path
-                           WHERE {tf} ORDER BY step, ordinal""").fetchall()
-    per_rank: dict[int, list[Slice]] = {}
-    prev = None
-    for step, ordinal, rank, kind, name, a, b in rows:
-        s = Slice(a, b, f"{kind}" + (f": {name}" if name else ""), args={"step": step, "ordinal": ordinal, "kind": kind},
-                  rank=rank)
-        if prev is not None and prev[0] == step and prev[1].rank != rank and rank in ranks and prev[1].rank in ranks:
-            fid = _uuid("cp", step, ordinal)
-            prev[1].flow_out.append(fid)
-            s.flow_in.append(fid)
-        per_rank.setdefault(rank, []).append(s)
-        prev = (step, s)
-    return per_rank
-
-
-def _rank_tracks(con, w: _Writer, rank: int, tf: str, cp: dict):
+def _rank_tracks(con, w: _Writer, rank: int, tf: str, ranks: list[int]):
     info = con.execute("SELECT any_value(hostname), any_value(pid) FROM traces WHERE rank = ?", [rank]).fetchone()
     pid = 1000 + rank  # real pids repeat across hosts; Perfetto needs them unique
     proc = _uuid("rank", rank)
@@ -176,39 +114,47 @@ def _rank_tracks(con, w: _Writer, rank: int, tf: str, cp: dict):
     for (tid,) in threads:
         u = _uuid("thread", rank, tid)
         w.track(u, pid=pid, tid=pid * 100_000 + (tid % 100_000), thread_name=f"thread {tid}")
-        w.bulk_slices(u, con, f"SELECT start_ns, end_ns, name, kind FROM host_ops WHERE rank = ? AND tid = ? AND {tf}",
+        w.slices(u, con, f"SELECT start_ns, end_ns, name, kind FROM host_ops WHERE rank = ? AND tid = ? AND {tf}",
                       [rank, tid], "name", ("kind",))
     rtids = con.execute(f"SELECT DISTINCT tid FROM ranges WHERE rank = ? AND NOT on_gpu AND {tf} ORDER BY tid", [rank]).fetchall()
     for (tid,) in rtids:
         u = _uuid("ranges", rank, tid)
         w.track(u, name=f"ranges (thread {tid})", parent=proc)
-        w.bulk_slices(u, con, f"SELECT start_ns, end_ns, name, domain FROM ranges WHERE rank = ? AND tid IS NOT DISTINCT FROM ? AND NOT on_gpu AND {tf}",
+        w.slices(u, con, f"SELECT start_ns, end_ns, name, domain FROM ranges WHERE rank = ? AND tid IS NOT DISTINCT FROM ? AND NOT on_gpu AND {tf}",
                       [rank, tid], "name", ("domain",))
 
     streams = con.execute(f"SELECT DISTINCT device, stream FROM gpu_ops WHERE rank = ? AND {tf} ORDER BY ALL", [rank]).fetchall()
     for dev, stream in streams:
         u = _uuid("stream", rank, dev, stream)
         w.track(u, name=f"GPU {dev} stream {stream}", parent=proc)
-        w.bulk_slices(u, con, f"""SELECT start_ns, end_ns, name, category, step::BIGINT AS step, bytes FROM gpu_ops
+        w.slices(u, con, f"""SELECT start_ns, end_ns, name, category, step::BIGINT AS step, bytes FROM gpu_ops
                                   WHERE rank = ? AND device IS NOT DISTINCT FROM ? AND stream IS NOT DISTINCT FROM ? AND {tf}""",
                       [rank, dev, stream], "name", ("category", "step", "bytes"))
 
     u = _uuid("tf-steps", rank)
     w.track(u, name="traceflow: steps (GPU window)", parent=proc)
-    w.bulk_slices(u, con, f"""SELECT start_ns, end_ns, 'step ' || step AS name, wall_ns::BIGINT AS wall_ns, idle_ns::BIGINT AS idle_ns
+    w.slices(u, con, f"""SELECT start_ns, end_ns, 'step ' || step AS name, wall_ns::BIGINT AS wall_ns, idle_ns::BIGINT AS idle_ns
                               FROM step_breakdown WHERE rank = ? AND {tf}""", [rank], "name", ("wall_ns", "idle_ns"))
 
     u = _uuid("tf-gaps", rank)
     w.track(u, name="traceflow: idle gaps", parent=proc)
-    w.bulk_slices(u, con, f"""SELECT *, 'idle: ' || coalesce(cause, 'None') || coalesce(' (' || nullif(host_activity, '') || ')', '') AS name
+    w.slices(u, con, f"""SELECT *, 'idle: ' || coalesce(cause, 'None') || coalesce(' (' || nullif(host_activity, '') || ')', '') AS name
                               FROM (SELECT DISTINCT start_ns, end_ns, cause, host_activity, next_op FROM idle_gaps WHERE rank = ? AND {tf})""",
                   [rank], "name", ("cause", "host_activity", "next_op"))
 
     u = _uuid("tf-comm", rank)
     w.track(u, name="traceflow: exposed communication", parent=proc)
-    w.bulk_slices(u, con, f"SELECT start_ns, end_ns, 'exposed comm' AS name FROM exposed_comm_segments WHERE rank = ? AND {tf}",
+    w.slices(u, con, f"SELECT start_ns, end_ns, 'exposed comm' AS name FROM exposed_comm_segments WHERE rank = ? AND {tf}",
                   [rank], "name", ())
 
     u = _uuid("tf-cp", rank)
     w.track(u, name="traceflow: critical path", parent=proc)
-    w.slices(u, cp.get(rank, []))
+    # consecutive segments of a step on two different ranks are linked by a flow arrow
+    w.slices(u, con, f"""
+        SELECT start_ns, end_ns, kind || coalesce(': ' || nullif(name, ''), '') AS name, step::BIGINT AS step,
+               ordinal::BIGINT AS ordinal, kind,
+               CASE WHEN next_rank <> rank AND list_contains($ranks, next_rank) THEN (hash(step, next_ordinal) >> 1)::BIGINT END AS flow_out,
+               CASE WHEN prev_rank <> rank AND list_contains($ranks, prev_rank) THEN (hash(step, ordinal) >> 1)::BIGINT END AS flow_in
+        FROM (SELECT *, lag(rank) OVER w AS prev_rank, lead(rank) OVER w AS next_rank, lead(ordinal) OVER w AS next_ordinal
+              FROM critical_path WHERE {tf} WINDOW w AS (PARTITION BY step ORDER BY ordinal))
+        WHERE rank = $rank ORDER BY step, ordinal""", {"ranks": ranks, "rank": rank}, "name", ("step", "ordinal", "kind"))

@@ -5,8 +5,8 @@ cost ~6 µs each (nsys long4: 38 s for 3 M slices). Here each field of every pac
 column of bytes (offsets + data, like an Arrow binary array) and packets are the columns
 concatenated row by row. The wire format is protobuf's: Trace.packet (1) -> TracePacket
 {timestamp (8), trusted_packet_sequence_id (10), track_event (11) -> TrackEvent
-{debug_annotations (4), type (9), track_uuid (11), name (23)}}; DebugAnnotation {int_value (4),
-string_value (6), name (10)}.
+{debug_annotations (4), type (9), track_uuid (11), name (23), flow_ids (47, fixed64),
+terminating_flow_ids (48, fixed64)}}; DebugAnnotation {int_value (4), string_value (6), name (10)}.
 """
 from __future__ import annotations
 
@@ -118,6 +118,19 @@ class Varints:
             out[at[m] + k] = byte | np.where(lengths[m] > k + 1, 0x80, 0).astype(np.uint8)
 
 
+class Fixed64:
+    """8 little-endian bytes per row."""
+
+    def __init__(self, values):
+        self.v = np.asarray(values).astype("<i8").view(np.uint8).reshape(-1, 8)
+        self.lengths = np.full(len(self.v), 8, dtype=np.int64)
+
+    def write(self, out, pos, rows):
+        v, at = (self.v, pos) if rows is None else (self.v[rows], pos[rows])
+        for k in range(8):
+            out[at + k] = v[:, k]
+
+
 class Bytes:
     """Variable bytes per row: row i is data[offsets[i]:offsets[i + 1]] (an Arrow binary column)."""
 
@@ -194,9 +207,11 @@ def varint_field(field: int, values) -> Concat:
 
 # --- packets ----------------------------------------------------------------------------------
 
-def slice_packets(f, seq_id: int, track_uuid: int, start, end, names: pa.Array, args: dict[str, pa.Array]) -> int:
+def slice_packets(f, seq_id: int, track_uuid: int, start, end, names: pa.Array, args: dict[str, pa.Array],
+                  flows: dict[int, pa.Array] | None = None) -> int:
     """Writes the slices of one track (arrays of equal length; args: name -> int or string
-    column, NULL = left out) as begin/end packets to the open file f. Returns the slice count."""
+    column, NULL = left out; flows: 47 (flow_ids) or 48 (terminating_flow_ids) -> one flow id
+    per slice or NULL) as begin/end packets to the open file f. Returns the slice count."""
     ts_all, kind_all, idx_all = nest_events(start, end)
     names = pc.if_else(pc.fill_null(pc.equal(names, ""), True), "?", names) if len(names) else names
     for a in range(0, len(ts_all), CHUNK_EVENTS):
@@ -218,6 +233,10 @@ def slice_packets(f, seq_id: int, track_uuid: int, start, end, names: pa.Array, 
         fields.append(varint_field(9, kind))
         fields.append(Const(tag(11, 0) + varint(track_uuid), n))
         fields.append(Where(length_delimited(23, Bytes.strings(names.take(take))), begin))
+        for field, column in sorted((flows or {}).items()):
+            col = column.take(take)
+            present = begin & ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+            fields.append(Where(Concat(Const(tag(field, 1), n), Fixed64(col.fill_null(0).to_numpy())), present))
         packet = Concat(varint_field(8, ts), varint_field(10, np.full(n, seq_id)), length_delimited(11, Concat(*fields)))
         f.write(materialize(length_delimited(1, packet)).tobytes())
     return int(len(start))

@@ -70,11 +70,16 @@ def expand(files) -> list[str]:
     return out
 
 
+def _workers(jobs: int | None, n: int) -> int:
+    """--jobs if given, else one per core; never more than there is work."""
+    return max(1, min(jobs or os.cpu_count() or 1, n))
+
+
 def _read_all(paths, folder, jobs, nsys_exe, progress):
     """Runs the readers, in parallel when there are several files or a big one: on threads for
     SQLite exports, in worker processes otherwise (a JSON reader runs Python code)."""
     results: dict[int, list[ProcessTrace]] = {}
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    jobs = _workers(jobs, len(paths))
     # A big input is read in a worker even alone: what a reader allocated goes back to the OS
     # with its process instead of staying in the heap of the one that builds the database.
     big = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > (64 << 20)
@@ -122,7 +127,7 @@ def _create_tables(con):
 def _load_all(con, sink_folder: str, loads, jobs: int | None):
     """Loads the traces' Arrow files, several at once: DuckDB appends to one table from several
     connections without conflict, and one append of a stream runs on one thread."""
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(loads)))
+    jobs = _workers(jobs, len(loads))
     if jobs == 1:
         for load in loads:
             _load(con, sink_folder, *load)
