@@ -7,7 +7,6 @@ absent. nsys stores times as ns since the session start; we add the session's UT
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import duckdb
@@ -43,7 +42,7 @@ def connect_sqlite(path: str, spill_dir: str | None = None) -> duckdb.DuckDBPyCo
                                  "autoload_known_extensions": "false"})
     con.execute(f"LOAD '{sqlite_scanner_path()}'")
     con.execute("SET preserve_insertion_order = false")
-    con.execute("SET threads = 1")  # ranks already run in parallel, one process each
+    con.execute("SET threads = 1")  # files are already read in parallel, one reader each
     con.execute("SET memory_limit = '768MB'")  # two readers at once stay well inside small machines
     if spill_dir:
         con.execute(f"SET temp_directory = {_sql_str(spill_dir)}")
@@ -103,7 +102,8 @@ def _case(col: str, mapping: dict) -> str:
 
 def read(path: str, sink, key: str = "p") -> list[ProcessTrace]:
     try:
-        con = connect_sqlite(path, spill_dir=str(Path(sink.folder) / f"spill-{os.getpid()}"))
+        # a folder of its own per file: readers on threads of one process must not share spill files
+        con = connect_sqlite(path, spill_dir=str(Path(sink.folder) / f"spill-{key}"))
     except duckdb.Error as e:
         raise InputError(path, f"not a readable SQLite file ({_first_line(e)})") from None
     try:

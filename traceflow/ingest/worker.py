@@ -1,6 +1,6 @@
 """The map phase: one input file -> Arrow IPC files + trace records. A pure function of the file.
 
-Runs in a worker process; nothing here touches the job database, so the same function can
+Runs on a worker thread or in a worker process; nothing here touches the job database, so the same function can
 later run on a cluster engine writing shards per rank.
 """
 from __future__ import annotations
