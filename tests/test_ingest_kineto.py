@@ -172,6 +172,30 @@ def test_small_batches_give_the_same_rows(tmp_path, monkeypatch):
     assert a.execute(q).fetchall() == b.execute(q).fetchall()
 
 
+@needs_shared
+@pytest.mark.parametrize("rel", KINETO_FIXTURES)
+def test_fast_and_loose_paths_agree_on_real_traces(tmp_path, monkeypatch, rel):
+    """Real traces take the fast path (strict types, columns built by C loops) in every batch, Kineto's
+    "Spans" / "Traces" pids included, and it gives the same tables, bit for bit, as the loose path."""
+    from test_robustness import loose_decoding, read_kineto
+    from traceflow.ingest import kineto
+    monkeypatch.setattr(kineto, "BATCH_BYTES", 200_000)
+    batches = collections.Counter()
+    for name in ("_strict_columns", "_loose_columns"):
+        monkeypatch.setattr(kineto, name, lambda evs, f=getattr(kineto, name), name=name: (batches.update([name]), f(evs))[1])
+    for i, src in enumerate(fixture_files(rel)[:2]):
+        batches.clear()
+        fast = read_kineto(src, tmp_path / f"fast{i}")
+        assert batches["_strict_columns"] >= 1 and batches["_loose_columns"] == 0, (src, batches)
+        with loose_decoding():
+            loose = read_kineto(src, tmp_path / f"loose{i}")
+        assert batches["_loose_columns"] >= 1
+        assert fast[0] == loose[0]
+        assert fast[1].keys() == loose[1].keys() and fast[1]["gpu_ops.arrow"].num_rows > 0
+        for name in fast[1]:
+            assert fast[1][name].equals(loose[1][name]), (src, name)
+
+
 def test_cpu_only_trace_warns(tmp_path):
     src = BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz"
     d = json.load(gzip.open(src))

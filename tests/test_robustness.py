@@ -140,6 +140,22 @@ def test_hostile_sqlite_path(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.parametrize("bad_at", [0, 1, 2])
+def test_bad_file_among_good_ones_read_in_parallel(tmp_path, bad_at):
+    """Readers share the files (this process and a worker process, --jobs 2): whichever reads the bad
+    file, the error is one line naming it, exit 3, and the database is left as it was."""
+    files = [shutil.copyfile(k, tmp_path / f"rank-{i}.pt.trace.json.gz") for i, k in enumerate(KINETO[:3])]
+    data = Path(files[bad_at]).read_bytes()
+    Path(files[bad_at]).write_bytes(data[: len(data) // 2])
+    db = tmp_path / "job.duckdb"
+    db.write_bytes(b"not touched")
+    r = run_cli("ingest", *files, "-o", db, "--jobs", "2")
+    assert r.returncode == 3, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(files[bad_at]) in lines[0] and "truncated" in lines[0], r.stderr
+    assert db.read_bytes() == b"not touched"
+
+
 # --- property-based: the JSON reader on mutated real events ----------------------------------
 
 _EVENTS = [e for e in json.load(gzip.open(KINETO[0]))["traceEvents"] if e.get("ph") == "X"][:400]
@@ -155,7 +171,8 @@ _ARG_FIELDS = st.sampled_from(["correlation", "External id", "device", "stream",
                                 st.booleans()), min_size=1, max_size=12),
        batch=st.sampled_from([300, 5_000, 1 << 20]))
 def test_json_reader_on_mutated_events(tmp_path_factory, edits, batch):
-    import traceflow
+    """Odd types anywhere: a one-line error or rows, never a traceback; and the fast path (strict types,
+    columns built by C loops) gives exactly what the loose path (each value converted on its own) gives."""
     from traceflow.errors import InputError
     from traceflow.ingest import kineto
     events = json.loads(json.dumps(_EVENTS))
@@ -174,8 +191,67 @@ def test_json_reader_on_mutated_events(tmp_path_factory, edits, batch):
     old = kineto.BATCH_BYTES
     kineto.BATCH_BYTES = batch
     try:
-        traceflow.ingest([str(src)], str(d / "o.duckdb"), jobs=1)
-    except InputError as e:
-        assert str(src) in str(e) and "\n" not in str(e)
+        fast = read_kineto(src, d / "fast")
+        with loose_decoding():
+            loose = read_kineto(src, d / "loose")
     finally:
         kineto.BATCH_BYTES = old
+    if isinstance(fast, InputError):
+        assert str(src) in str(fast) and "\n" not in str(fast)
+    assert str(fast) == str(loose) if isinstance(fast, Exception) else fast == loose
+
+
+# Values the fast path takes without falling back: each must come out as the loose path has it.
+_FAST_PATH_EDITS = [("name", None), ("name", "DELETE"), ("args", None), ("args", "DELETE"), ("pid", "Spans"),
+                    ("pid", "123"), ("pid", "DELETE"), ("tid", "-7"), ("tid", None), ("ts", "DELETE"), ("dur", "DELETE"),
+                    ("dur", -5), ("ts", 1e300), ("ph", None), ("cat", None), ("device", None), ("stream", "DELETE"),
+                    ("Collective name", ""), ("Collective name", "ALL_REDUCE"), ("Process Group Name", 7),
+                    ("Process Group Name", 0.5), ("In msg nelems", "12"), ("In msg nelems", 3), ("dtype", "Float"),
+                    ("bytes", 0), ("correlation", None)]
+
+
+@pytest.mark.parametrize("field,value", _FAST_PATH_EDITS)
+def test_fast_path_edge_values_match_loose(tmp_path, field, value):
+    events = json.loads(json.dumps(_EVENTS[:60]))
+    for e in events[::3]:
+        target = e.setdefault("args", {}) if field[0].isupper() or field in ("correlation", "device", "stream", "bytes", "dtype") else e
+        if field == "dtype":
+            target["In msg nelems"] = 10
+        if value == "DELETE":
+            target.pop(field, None)
+        else:
+            target[field] = value
+    src = tmp_path / "rank0.json"
+    src.write_text(json.dumps({"baseTimeNanoseconds": 1790857026000000000, "traceEvents": events}))
+    fast = read_kineto(src, tmp_path / "fast")
+    with loose_decoding():
+        loose = read_kineto(src, tmp_path / "loose")
+    assert not isinstance(fast, Exception)
+    assert fast == loose
+
+
+def read_kineto(src, folder):
+    """What the reader makes of a Kineto file: its trace record and each table it wrote, or the InputError."""
+    import pyarrow.ipc as ipc
+
+    from traceflow.errors import InputError
+    from traceflow.ingest.worker import read_file
+    folder.mkdir()
+    try:
+        rec = read_file(str(src), str(folder), 0)[0]
+    except InputError as e:
+        return e
+    tables = {p.name.split(".", 1)[1]: ipc.open_stream(str(p)).read_all() for p in sorted(folder.glob("*.arrow"))}
+    return rec, tables
+
+
+class loose_decoding:
+    """Reads with the loose types only: the path odd traces take."""
+    def __enter__(self):
+        from traceflow.ingest import kineto
+        self.saved = kineto._strict_events_decoder, kineto._strict_meta_decoder
+        kineto._strict_events_decoder, kineto._strict_meta_decoder = kineto._events_decoder, kineto._meta_decoder
+
+    def __exit__(self, *exc):
+        from traceflow.ingest import kineto
+        kineto._strict_events_decoder, kineto._strict_meta_decoder = self.saved

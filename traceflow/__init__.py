@@ -5,12 +5,20 @@
     traceflow.query("job.duckdb", "idle-gaps", rank=1)      # polars DataFrame
     con = traceflow.connect("job.duckdb")                   # DuckDB connection
 """
-from .api import connect, query, sql
 from .errors import InputError, UsageError
 from .ingest import ingest
 
 __all__ = ["ingest", "query", "sql", "connect", "report", "annotate", "postmortem", "InputError", "UsageError"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The API's DuckDB import waits for its first use: a reader process, which imports this
+    # package to unpickle its task, never needs DuckDB and starts 0.1 s sooner without it.
+    if name in ("connect", "query", "sql"):
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'traceflow' has no attribute {name!r}")
 
 
 def report(database: str, output: str = "report.html") -> str:

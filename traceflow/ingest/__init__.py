@@ -5,13 +5,13 @@ import multiprocessing as mp
 import os
 import shutil
 import tempfile
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -78,36 +78,68 @@ def _workers(jobs: int | None, n: int) -> int:
 def _read_all(paths, folder, jobs, nsys_exe, progress):
     """Runs the readers, in parallel when there are several files or a big one: on threads for
     SQLite exports, in worker processes otherwise (a JSON reader runs Python code)."""
-    results: dict[int, list[ProcessTrace]] = {}
     jobs = _workers(jobs, len(paths))
-    # A big input is read in a worker even alone: what a reader allocated goes back to the OS
-    # with its process instead of staying in the heap of the one that builds the database.
+    # A big input is read in workers only: what a reader allocated goes back to the OS with its
+    # process instead of staying in the heap of the one that builds the database.
     big = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > (64 << 20)
     if jobs == 1 and not big:
-        for i, p in enumerate(paths):
-            results[i] = read_file(p, folder, i, nsys_exe)
-            progress(p)
-        return [t for i in sorted(results) for t in results[i]]
+        return _read_here(paths, folder, nsys_exe, progress)
     if all(_is_sqlite_export(p) for p in paths):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
         # threads do as well as processes here, without a worker's start (~0.25 s).
-        pool = ThreadPoolExecutor(max_workers=jobs)
-    else:
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))  # the parent holds DuckDB threads: never fork under them
-    with pool:
-        futs = {pool.submit(read_file, p, folder, i, nsys_exe): i for i, p in enumerate(paths)}
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return _share(paths, [lambda *a: pool.submit(read_file, *a).result()] * jobs, folder, nsys_exe, progress)
+    # A worker process takes ~0.2 s to start (a fresh interpreter importing Arrow): on small inputs
+    # this process reads too meanwhile, and takes the next file whenever it is free.
+    n_proc = jobs if big else jobs - 1
+    with ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context("spawn")) as pool:  # the parent holds DuckDB threads: never fork under them
+        slots = [lambda *a: pool.submit(read_file, *a).result()] * n_proc + ([] if big else [read_file])
+        return _share(paths, slots, folder, nsys_exe, progress)
+
+
+def _read_here(paths, folder, nsys_exe, progress):
+    out = []
+    for i, p in enumerate(paths):
+        out.extend(read_file(p, folder, i, nsys_exe))
+        progress(p)
+    return out
+
+
+def _share(paths, slots, folder, nsys_exe, progress):
+    """Each slot (a function that reads one file, here or in a worker) takes the next file as soon
+    as it is free, so a slow start or a big file holds up only its own slot. The last slot runs
+    on the calling thread. Returns the traces in the order of `paths`; the first error wins."""
+    todo = list(range(len(paths)))[::-1]
+    results: dict[int, list[ProcessTrace]] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def take():
+        with lock:
+            return todo.pop() if todo and not errors else None
+
+    def run(read):
         try:
-            for fut in as_completed(futs):
+            while (i := take()) is not None:
                 try:
-                    results[futs[fut]] = fut.result()
+                    results[i] = read(paths[i], folder, i, nsys_exe)
                 except BrokenProcessPool:
-                    raise InputError(paths[futs[fut]], "the reader process died while reading this file "
+                    raise InputError(paths[i], "the reader process died while reading this file "
                                      "(killed, or out of memory)") from None
-                progress(paths[futs[fut]])
-        except BaseException:
-            for f in futs:
-                f.cancel()
-            raise
+                progress(paths[i])
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread, which raises it
+            with lock:
+                errors.append(e)
+                todo.clear()
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in slots[:-1]]
+    for t in threads:
+        t.start()
+    run(slots[-1])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
     return [t for i in sorted(results) for t in results[i]]
 
 
@@ -185,6 +217,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             t0 = time.perf_counter()
             traces = _read_all(paths, scratch, jobs, nsys, progress)
             result.timings["read"] = time.perf_counter() - t0
+            import duckdb  # here, not at the top: reader processes import this package and never need it
             con = duckdb.connect(str(tmp), config=db_config(scratch))
             con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
             try:

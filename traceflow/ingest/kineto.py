@@ -14,9 +14,13 @@ import gc
 import math
 import re
 
+from itertools import repeat
+from operator import attrgetter, is_, is_not
+
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..schema import GPU_OPS, HOST_OPS, RANGES
@@ -53,6 +57,36 @@ class Event(msgspec.Struct):
     args: Args | None = None
 
 
+# The types nearly every trace has. A batch that decodes with them is turned into columns by C
+# loops (attrgetter, Arrow); one that does not (a string pid, a null ts) is decoded again with the
+# loose types above and converted event by event. Both give the same columns.
+class StrictArgs(msgspec.Struct, frozen=True, gc=False):
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    device: int | None = None
+    stream: int | None = None
+    bytes: int | None = None
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    pg_name: Num = msgspec.field(default=None, name="Process Group Name")
+    in_nelems: Num = msgspec.field(default=None, name="In msg nelems")
+    dtype: str | None = None
+    name: Num = None
+
+
+_NO_STRICT_ARGS = StrictArgs()
+
+
+class StrictEvent(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None    # Kineto's own rows have pid "Spans" / "Traces"
+    tid: int | str | None = None
+    ts: float = math.nan
+    dur: float = 0.0
+    args: StrictArgs | None = _NO_STRICT_ARGS
+
+
 class Meta(msgspec.Struct):
     """Top-level keys around traceEvents."""
     traceEvents: list[Event] = []
@@ -63,6 +97,12 @@ class Meta(msgspec.Struct):
     schemaVersion: Num = None
 
 
+class StrictMeta(Meta):
+    traceEvents: list[StrictEvent] = []
+
+
+_strict_events_decoder = msgspec.json.Decoder(list[StrictEvent])
+_strict_meta_decoder = msgspec.json.Decoder(StrictMeta)
 _events_decoder = msgspec.json.Decoder(list[Event])
 _raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _event_decoder = msgspec.json.Decoder(Event)
@@ -170,13 +210,11 @@ def _read(path, sink, key):
                     break
                 piece = b"[" + buf[:cut] + b"]"
                 try:
-                    events = _events_decoder.decode(piece)
-                except msgspec.ValidationError:
-                    events, bad = _decode_leniently(piece)
-                    dropped += bad
+                    events, bad = _decode_batch(piece)
                 except msgspec.DecodeError:
                     end = cut  # the cut fell inside an event or a string: try an earlier one
                     continue
+                dropped += bad
                 conv.add(events, sink, key)
                 del events
                 buf = buf[cut + 1:]
@@ -185,10 +223,13 @@ def _read(path, sink, key):
                 raise InputError(path, "no event boundary found in 256 MiB of JSON: not a PyTorch profiler trace")
         tail = b'{"traceEvents":[' + buf
         try:
-            meta_tail = _meta_decoder.decode(tail)
+            meta_tail = _strict_meta_decoder.decode(tail)
         except msgspec.ValidationError:
-            meta_tail, bad = _decode_tail_leniently(path, tail)
-            dropped += bad
+            try:
+                meta_tail = _meta_decoder.decode(tail)
+            except msgspec.ValidationError:
+                meta_tail, bad = _decode_tail_leniently(path, tail)
+                dropped += bad
         except msgspec.DecodeError as e:
             raise InputError(path, f"truncated or invalid JSON ({_short(e)})") from None
         conv.set_meta(meta_tail)
@@ -209,6 +250,18 @@ def _decode_meta(path, text: bytes) -> Meta:
         raise InputError(path, f"trace metadata has an unexpected type ({_short(e)})") from None
     except msgspec.DecodeError as e:
         raise InputError(path, f"invalid JSON before traceEvents ({_short(e)})") from None
+
+
+def _decode_batch(piece: bytes):
+    """`[events]` -> (events, how many were dropped). Raises msgspec.DecodeError if it is not JSON."""
+    try:
+        return _strict_events_decoder.decode(piece), 0
+    except msgspec.ValidationError:
+        pass
+    try:
+        return _events_decoder.decode(piece), 0
+    except msgspec.ValidationError:
+        return _decode_leniently(piece)
 
 
 def _decode_leniently(piece: bytes):
@@ -298,104 +351,83 @@ class _Converter:
         if m.schemaVersion is not None:
             self.version = f"kineto schema {m.schemaVersion}"
 
-    def add(self, events: list[Event], sink, key):
+    def add(self, events: list, sink, key):
         if not events:
             return
         self.any_events = True
-        gpu, host, rng = [], [], []
-        for e in events:
-            if e.ph != "X":
-                if e.ph == "M" and e.name == "process_name" and e.args is not None and isinstance(e.pid, int):
-                    self.host_pids.setdefault(e.pid, e.args.name)
-                continue
-            c = e.cat
-            if c in GPU_CATS:
-                gpu.append(e)
-            elif c in HOST_CATS:
-                host.append(e)
-            elif c in RANGE_CATS:
-                rng.append(e)
-        if gpu:
-            self._write(sink, key, "gpu_ops", self._gpu(gpu))
-        if host:
-            self._write(sink, key, "host_ops", self._host(host))
-        if rng:
-            self._write(sink, key, "ranges", self._ranges(rng))
+        col = _strict_columns(events) if isinstance(events[0], StrictEvent) else _loose_columns(events)
+        ph = col["ph"]
+        for i in np.flatnonzero(_true(pc.equal(ph, "M"))):
+            e = events[i]
+            if e.name == "process_name" and e.args is not None and e.args is not _NO_STRICT_ARGS \
+                    and isinstance(e.pid, int):
+                self.host_pids.setdefault(e.pid, e.args.name)
+        code = pc.index_in(col["cat"], value_set=_CAT_VALUES).fill_null(-1).to_numpy()
+        table = np.where(_true(pc.equal(ph, "X")) & (code >= 0), _CAT_TABLE[code], -1)
+        for t, build in enumerate((self._gpu, self._host, self._ranges)):
+            idx = np.flatnonzero(table == t)
+            if len(idx):
+                self._write(sink, key, _TABLE_NAMES[t], build(col, idx, code[idx]))
 
     def _write(self, sink, key, table, batch):
         if batch.num_rows:
             self.n[table] += batch.num_rows
             sink.write(key, table, batch)
 
-    def _times(self, evs):
+    def _times(self, col, idx):
         """start/end ns, and a mask of events whose ts/dur are usable (finite, dur >= 0)."""
-        ts = [e.ts if e.ts is not None else math.nan for e in evs]
-        du = [e.dur if e.dur is not None else 0.0 for e in evs]
-        ts_a, du_a = np.asarray(ts, dtype=np.float64), np.asarray(du, dtype=np.float64)
-        ok = np.isfinite(ts_a) & np.isfinite(du_a) & (du_a >= 0) & (np.abs(ts_a) < 9e15)
+        ts_a, du_a = col["ts"][idx], col["dur"][idx]
+        ok = np.isfinite(ts_a) & np.isfinite(du_a) & (du_a >= 0) & (np.abs(ts_a) < 9e15) & (du_a < 9e15)  # µs: ns fit int64
         self.bad_time += int((~ok).sum())
         ts_a, du_a = np.where(ok, ts_a, 0.0), np.where(ok, du_a, 0.0)
         start = _ns(ts_a, self.base)
         end = start + _ns(du_a, 0)
         return start, end, ok
 
-    def _gpu(self, evs):
-        start, end, ok = self._times(evs)
-        args = [e.args or _NO_ARGS for e in evs]
-        kind = [GPU_CATS[e.cat] for e in evs]
-        names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
-        coll = [COLLECTIVES.get(a.collective.lower(), a.collective) if a.collective else None for a in args]
-        nbytes = []
-        for a, k in zip(args, kind):
-            b = _int_or_none(a.bytes)
-            if b is None and a.in_nelems is not None and a.dtype:
-                n = _int_or_none(a.in_nelems)
-                size = DTYPE_BYTES.get(a.dtype.lower())
-                b = n * size if n is not None and size else None
-            nbytes.append(b)
+    def _gpu(self, col, idx, code):
+        start, end, ok = self._times(col, idx)
+        n = len(idx)
         t = pa.table({
-            "device": pa.array([_int_or_none(a.device) if a.device is not None else _int_or_none(e.pid)
-                                for a, e in zip(args, evs)], pa.int32()),
-            "stream": pa.array([_int_or_none(a.stream) if a.stream is not None else _int_or_none(e.tid)
-                                for a, e in zip(args, evs)], pa.int64()),
-            "kind": pa.array(kind, pa.string()),
-            "name": pa.array(names, pa.string()),
-            "short_name": pa.nulls(len(evs), pa.string()),
+            "device": col["gpu_device"].take(idx).cast(pa.int32()),
+            "stream": col["gpu_stream"].take(idx),
+            "kind": _CAT_KIND.take(code),
+            "name": col["name"].take(idx),
+            "short_name": pa.nulls(n, pa.string()),
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
-            "correlation_id": pa.array([_int_or_none(a.correlation) for a in args], pa.int64()),
-            "bytes": pa.array(nbytes, pa.int64()),
-            "copy_kind": pa.nulls(len(evs), pa.string()),
-            "graph_id": pa.nulls(len(evs), pa.int64()),
-            "collective": pa.array(coll, pa.string()),
-            "comm": pa.array([str(a.pg_name) if a.pg_name is not None else None for a in args], pa.string()),
+            "correlation_id": col["correlation"].take(idx),
+            "bytes": col["bytes"].take(idx),
+            "copy_kind": pa.nulls(n, pa.string()),
+            "graph_id": pa.nulls(n, pa.int64()),
+            "collective": col["collective"].take(idx),
+            "comm": col["comm"].take(idx),
         })
         return t.filter(pa.array(ok)) if not ok.all() else t
 
-    def _host(self, evs):
-        start, end, ok = self._times(evs)
+    def _host(self, col, idx, code):
+        start, end, ok = self._times(col, idx)
         t = pa.table({
-            "pid": pa.array([_int_or_none(e.pid) for e in evs], pa.int64()),
-            "tid": pa.array([_int_or_none(e.tid) for e in evs], pa.int64()),
-            "kind": pa.array([HOST_CATS[e.cat] for e in evs], pa.string()),
-            "name": pa.array([e.name if isinstance(e.name, str) else str(e.name) for e in evs], pa.string()),
+            "pid": col["pid"].take(idx),
+            "tid": col["tid"].take(idx),
+            "kind": _CAT_KIND.take(code),
+            "name": col["name"].take(idx),
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
-            "correlation_id": pa.array([_int_or_none(e.args.correlation) if e.args else None for e in evs], pa.int64()),
+            "correlation_id": col["correlation"].take(idx),
             # links a CUDA call to the CPU op that issued it
-            "external_id": pa.array([_int_or_none(e.args.external_id) if e.args else None for e in evs], pa.int64()),
+            "external_id": col["external_id"].take(idx),
         })
         return t.filter(pa.array(ok)) if not ok.all() else t
 
-    def _ranges(self, evs):
-        start, end, ok = self._times(evs)
+    def _ranges(self, col, idx, code):
+        start, end, ok = self._times(col, idx)
         t = pa.table({
-            "tid": pa.array([_int_or_none(e.tid) for e in evs], pa.int64()),
-            "domain": pa.nulls(len(evs), pa.string()),
-            "name": pa.array([e.name if isinstance(e.name, str) else str(e.name) for e in evs], pa.string()),
+            "tid": col["tid"].take(idx),
+            "domain": pa.nulls(len(idx), pa.string()),
+            "name": col["name"].take(idx),
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
-            "on_gpu": pa.array([RANGE_CATS[e.cat] for e in evs], pa.bool_()),
+            "on_gpu": _CAT_ON_GPU.take(code),
         })
         return t.filter(pa.array(ok)) if not ok.all() else t
 
@@ -421,3 +453,111 @@ class _Converter:
 
 
 _NO_ARGS = Args()
+_TABLE_NAMES = ("gpu_ops", "host_ops", "ranges")
+_CAT_VALUES = pa.array([*GPU_CATS, *HOST_CATS, *RANGE_CATS], pa.string())
+_CAT_TABLE = np.array([0] * len(GPU_CATS) + [1] * len(HOST_CATS) + [2] * len(RANGE_CATS), np.int64)
+_CAT_KIND = pa.array([*GPU_CATS.values(), *HOST_CATS.values()] + [None] * len(RANGE_CATS), pa.string())
+_CAT_ON_GPU = pa.array([None] * (len(GPU_CATS) + len(HOST_CATS)) + list(RANGE_CATS.values()), pa.bool_())
+
+
+def _true(mask: pa.Array) -> np.ndarray:
+    return mask.fill_null(False).to_numpy(zero_copy_only=False)
+
+
+def _nbytes(b, in_nelems, dtype):
+    """The bytes an op moves: its own figure, else element count x dtype size (collectives)."""
+    if b is None and in_nelems is not None and dtype:
+        n = _int_or_none(in_nelems)
+        size = DTYPE_BYTES.get(dtype.lower())
+        b = n * size if n is not None and size else None
+    return b
+
+
+def _collective(c):
+    return COLLECTIVES.get(c.lower(), c) if c else None
+
+
+def _comm(pg):
+    return str(pg) if pg is not None else None
+
+
+_get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "external_id",
+                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name")}
+
+
+def _present(values: list) -> np.ndarray:
+    """Positions of the values that are not None, found without a Python-level loop."""
+    return np.flatnonzero(np.fromiter(map(is_not, values, repeat(None)), bool, len(values)))
+
+
+def _where_is(values: list, obj) -> np.ndarray:
+    return np.flatnonzero(np.fromiter(map(is_, values, repeat(obj)), bool, len(values)))
+
+
+def _ints(values: list) -> pa.Array:
+    """int64 column; strings among the ints are read as _int_or_none reads them."""
+    try:
+        return pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        for i in np.flatnonzero(np.fromiter(map(isinstance, values, repeat(str)), bool, len(values))):
+            values[i] = _int_or_none(values[i])
+        return pa.array(values, pa.int64())
+
+
+def _strict_columns(evs: list) -> dict:
+    """Batch-wide columns of StrictEvents: C loops only, except over the few collectives."""
+    n = len(evs)
+    args = list(map(_get["args"], evs))
+    for i in _where_is(args, None):
+        args[i] = _NO_STRICT_ARGS
+    pid = _ints(list(map(_get["pid"], evs)))
+    tid = _ints(list(map(_get["tid"], evs)))
+    nbytes = list(map(_get["bytes"], args))
+    nelems = list(map(_get["in_nelems"], args))
+    for i in _present(nelems):
+        nbytes[i] = _nbytes(nbytes[i], nelems[i], args[i].dtype)
+    coll = list(map(_get["collective"], args))
+    for i in _present(coll):
+        coll[i] = _collective(coll[i])
+    comm = list(map(_get["pg_name"], args))
+    for i in _present(comm):
+        comm[i] = _comm(comm[i])
+    return {
+        "ph": pa.array(list(map(_get["ph"], evs)), pa.string()),
+        "cat": pa.array(list(map(_get["cat"], evs)), pa.string()),
+        "name": pa.array(list(map(_get["name"], evs)), pa.string()).fill_null("None"),  # str(None), as the loose path
+        "pid": pid,
+        "tid": tid,
+        "ts": np.fromiter(map(_get["ts"], evs), np.float64, n),
+        "dur": np.fromiter(map(_get["dur"], evs), np.float64, n),
+        "correlation": pa.array(list(map(_get["correlation"], args)), pa.int64()),
+        "external_id": pa.array(list(map(_get["external_id"], args)), pa.int64()),
+        "gpu_device": pc.coalesce(pa.array(list(map(_get["device"], args)), pa.int64()), pid),
+        "gpu_stream": pc.coalesce(pa.array(list(map(_get["stream"], args)), pa.int64()), tid),
+        "bytes": pa.array(nbytes, pa.int64()),
+        "collective": pa.array(coll, pa.string()),
+        "comm": pa.array(comm, pa.string()),
+    }
+
+
+def _loose_columns(evs: list) -> dict:
+    """The same columns from loosely typed Events, converting each value on its own."""
+    args = [e.args or _NO_ARGS for e in evs]
+    return {
+        "ph": pa.array([e.ph for e in evs], pa.string()),
+        "cat": pa.array([e.cat for e in evs], pa.string()),
+        "name": pa.array([e.name if isinstance(e.name, str) else str(e.name) for e in evs], pa.string()),
+        "pid": pa.array([_int_or_none(e.pid) for e in evs], pa.int64()),
+        "tid": pa.array([_int_or_none(e.tid) for e in evs], pa.int64()),
+        "ts": np.array([e.ts if e.ts is not None else math.nan for e in evs], np.float64),
+        "dur": np.array([e.dur if e.dur is not None else 0.0 for e in evs], np.float64),
+        "correlation": pa.array([_int_or_none(a.correlation) for a in args], pa.int64()),
+        "external_id": pa.array([_int_or_none(a.external_id) for a in args], pa.int64()),
+        "gpu_device": pa.array([_int_or_none(a.device) if a.device is not None else _int_or_none(e.pid)
+                                for a, e in zip(args, evs)], pa.int64()),
+        "gpu_stream": pa.array([_int_or_none(a.stream) if a.stream is not None else _int_or_none(e.tid)
+                                for a, e in zip(args, evs)], pa.int64()),
+        "bytes": pa.array([_nbytes(_int_or_none(a.bytes), a.in_nelems, a.dtype) for a in args], pa.int64()),
+        "collective": pa.array([_collective(a.collective) for a in args], pa.string()),
+        "comm": pa.array([_comm(a.pg_name) for a in args], pa.string()),
+    }

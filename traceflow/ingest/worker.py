@@ -12,7 +12,6 @@ import tempfile
 import traceback
 
 from ..errors import InputError
-from . import kineto, nsys
 from .compressed import BoundedReader
 from .detect import detect
 from .model import IpcSink, ProcessTrace
@@ -47,6 +46,8 @@ def _read_file(path, folder, index, nsys_exe):
     sink = IpcSink(folder)
     scratch = None
     try:
+        if fmt != "kineto-json":
+            from . import nsys  # DuckDB: imported only by the processes that read nsys exports
         if fmt == "nsys-rep":
             from .nsys_cli import export_sqlite
             traces = nsys.read(export_sqlite(path, nsys_exe), sink, key=f"f{index}p")
@@ -58,6 +59,7 @@ def _read_file(path, folder, index, nsys_exe):
         elif fmt == "nsys-sqlite":
             traces = nsys.read(path, sink, key=f"f{index}p")
         else:
+            from . import kineto
             traces = kineto.read(path, sink, key=f"f{index}p0")
     finally:
         sink.close()
