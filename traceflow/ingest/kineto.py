@@ -14,8 +14,8 @@ import gc
 import math
 import re
 
-from itertools import repeat
-from operator import attrgetter, is_, is_not
+from itertools import compress, repeat
+from operator import attrgetter, eq, is_, is_not
 
 import msgspec
 import numpy as np
@@ -355,15 +355,19 @@ class _Converter:
         if not events:
             return
         self.any_events = True
-        col = _strict_columns(events) if isinstance(events[0], StrictEvent) else _loose_columns(events)
-        ph = col["ph"]
-        for i in np.flatnonzero(_true(pc.equal(ph, "M"))):
+        ph = list(map(_get["ph"], events))
+        for i in _where_equal(ph, "M"):
             e = events[i]
             if e.name == "process_name" and e.args is not None and e.args is not _NO_STRICT_ARGS \
                     and isinstance(e.pid, int):
                 self.host_pids.setdefault(e.pid, e.args.name)
+        # Only complete events ('X') become rows: flow arrows and markers are often a quarter of a trace.
+        xs = list(compress(events, map(eq, ph, repeat("X"))))
+        if not xs:
+            return
+        col = _strict_columns(xs) if isinstance(xs[0], StrictEvent) else _loose_columns(xs)
         code = pc.index_in(col["cat"], value_set=_CAT_VALUES).fill_null(-1).to_numpy()
-        table = np.where(_true(pc.equal(ph, "X")) & (code >= 0), _CAT_TABLE[code], -1)
+        table = np.where(code >= 0, _CAT_TABLE[code], -1)
         for t, build in enumerate((self._gpu, self._host, self._ranges)):
             idx = np.flatnonzero(table == t)
             if len(idx):
@@ -460,10 +464,6 @@ _CAT_KIND = pa.array([*GPU_CATS.values(), *HOST_CATS.values()] + [None] * len(RA
 _CAT_ON_GPU = pa.array([None] * (len(GPU_CATS) + len(HOST_CATS)) + list(RANGE_CATS.values()), pa.bool_())
 
 
-def _true(mask: pa.Array) -> np.ndarray:
-    return mask.fill_null(False).to_numpy(zero_copy_only=False)
-
-
 def _nbytes(b, in_nelems, dtype):
     """The bytes an op moves: its own figure, else element count x dtype size (collectives)."""
     if b is None and in_nelems is not None and dtype:
@@ -492,6 +492,10 @@ def _present(values: list) -> np.ndarray:
 
 def _where_is(values: list, obj) -> np.ndarray:
     return np.flatnonzero(np.fromiter(map(is_, values, repeat(obj)), bool, len(values)))
+
+
+def _where_equal(values: list, obj) -> np.ndarray:
+    return np.flatnonzero(np.fromiter(map(eq, values, repeat(obj)), bool, len(values)))
 
 
 def _ints(values: list) -> pa.Array:
@@ -523,7 +527,6 @@ def _strict_columns(evs: list) -> dict:
     for i in _present(comm):
         comm[i] = _comm(comm[i])
     return {
-        "ph": pa.array(list(map(_get["ph"], evs)), pa.string()),
         "cat": pa.array(list(map(_get["cat"], evs)), pa.string()),
         "name": pa.array(list(map(_get["name"], evs)), pa.string()).fill_null("None"),  # str(None), as the loose path
         "pid": pid,
@@ -544,7 +547,6 @@ def _loose_columns(evs: list) -> dict:
     """The same columns from loosely typed Events, converting each value on its own."""
     args = [e.args or _NO_ARGS for e in evs]
     return {
-        "ph": pa.array([e.ph for e in evs], pa.string()),
         "cat": pa.array([e.cat for e in evs], pa.string()),
         "name": pa.array([e.name if isinstance(e.name, str) else str(e.name) for e in evs], pa.string()),
         "pid": pa.array([_int_or_none(e.pid) for e in evs], pa.int64()),
