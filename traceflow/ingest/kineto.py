@@ -195,7 +195,9 @@ def _read(path, sink, key):
             raise InputError(path, "JSON top level is not an object: not a PyTorch profiler trace")
         meta_head = _decode_meta(path, header + b'"traceEvents": []}')
         conv.set_meta(meta_head)
-        buf = buf[m.end():]
+        # One growing buffer, no copies per batch: buf[0] is the batch's '[' and the ',' at a cut
+        # becomes its ']' while the batch decodes.
+        buf = bytearray(b"[") + buf[m.end():]
         while True:
             chunk = stream.read(BATCH_BYTES)
             if not chunk:
@@ -208,20 +210,22 @@ def _read(path, sink, key):
                 cut = _last_boundary(buf, end)
                 if cut < 0:
                     break
-                piece = b"[" + buf[:cut] + b"]"
+                buf[cut] = 0x5D  # ']'
                 try:
-                    events, bad = _decode_batch(piece)
+                    with memoryview(buf) as whole, whole[:cut + 1] as piece:
+                        events, bad = _decode_batch(piece)
                 except msgspec.DecodeError:
-                    end = cut  # the cut fell inside an event or a string: try an earlier one
+                    buf[cut] = 0x2C  # ',': the cut fell inside an event or a string: try an earlier one
+                    end = cut
                     continue
                 dropped += bad
                 conv.add(events, sink, key)
                 del events
-                buf = buf[cut + 1:]
+                del buf[1:cut + 1]
                 break
             if len(buf) > 32 * BATCH_BYTES:
                 raise InputError(path, "no event boundary found in 256 MiB of JSON: not a PyTorch profiler trace")
-        tail = b'{"traceEvents":[' + buf
+        tail = b'{"traceEvents":' + buf
         try:
             meta_tail = _strict_meta_decoder.decode(tail)
         except msgspec.ValidationError:
