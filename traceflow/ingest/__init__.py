@@ -87,8 +87,7 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
     if all(_is_sqlite_export(p) for p in paths):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
         # threads do as well as processes here, without a worker's start (~0.25 s).
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return _share(paths, [lambda *a: pool.submit(read_file, *a).result()] * jobs, folder, nsys_exe, progress)
+        return _share(paths, [read_file] * jobs, folder, nsys_exe, progress)
     # A worker process takes ~0.2 s to start (a fresh interpreter importing Arrow): on small inputs
     # this process reads too meanwhile, and takes the next file whenever it is free.
     n_proc = jobs if big else jobs - 1
