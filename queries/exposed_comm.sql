@@ -11,11 +11,9 @@
 --   exposed_ns   |comm − compute| = comm_ns − overlap_ns
 CREATE OR REPLACE TABLE exposed_comm AS
 WITH c AS (
-    -- job-wide running total in (rank, time) order, not one partition per rank (DuckDB's are slow
-    -- past 8 ranks): only differences within a rank are taken
-    SELECT rank, end_ns, cum_comm, cum_comm_overlap,
-           sum(CASE WHEN has_compute THEN end_ns - start_ns ELSE 0 END) OVER (ORDER BY rank, start_ns
-               ROWS UNBOUNDED PRECEDING) AS cum_has_compute
+    -- a segment has compute iff its state is 'compute' (compute ranks first), so gpu_state's
+    -- cum_compute is the running total of time with compute running
+    SELECT rank, end_ns, cum_comm, cum_comm_overlap, cum_compute AS cum_has_compute
     FROM gpu_state
 ), d AS (
     -- window edges are segment boundaries: totals = running total at the end - at the start
@@ -34,13 +32,8 @@ FROM d ORDER BY rank, step;
 -- exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
 -- communication op ran with no compute beside it; for the Perfetto trace.
 CREATE OR REPLACE TABLE exposed_comm_segments AS
-WITH s AS (
-    SELECT rank, start_ns, end_ns, state = 'communication' AS exposed,
-           lag(rank) OVER o AS prev_rank, lag(end_ns) OVER o AS prev_end, lag(state = 'communication') OVER o AS prev_exposed
-    FROM gpu_state WINDOW o AS (ORDER BY rank, start_ns)
-), g AS (
-    SELECT *, sum(CASE WHEN exposed AND prev_exposed AND prev_rank = rank AND prev_end = start_ns THEN 0 ELSE 1 END)
-                  OVER (ORDER BY rank, start_ns ROWS UNBOUNDED PRECEDING) AS grp
-    FROM s
-)
-SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM g WHERE exposed GROUP BY rank, grp ORDER BY rank, start_ns;
+-- A rank's segments are contiguous, so along a run of exposed segments end_ns - cum_exposed_comm
+-- stays put, and any other time between two runs moves it on: it names the run, no window needed.
+SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+FROM gpu_state WHERE state = 'communication'
+GROUP BY rank, end_ns - cum_exposed_comm ORDER BY rank, start_ns;

@@ -64,31 +64,37 @@ WITH ev AS (
     FROM run WHERE end_ns > start_ns
 )
 -- Running totals (ns) up to each segment's end: a window's figures are two lookups, not a range join.
+-- Four running sums, not six: the four states tile the rank's timeline (segments are contiguous from
+-- its first point), so idle = elapsed - the other three; and comm = exposed comm + overlapped comm.
 , d AS (
     SELECT *, CASE WHEN state = 'compute' THEN end_ns - start_ns ELSE 0 END AS d_compute,
               CASE WHEN state = 'communication' THEN end_ns - start_ns ELSE 0 END AS d_exposed_comm,
               CASE WHEN state = 'memory' THEN end_ns - start_ns ELSE 0 END AS d_exposed_memory,
-              CASE WHEN state = 'idle' THEN end_ns - start_ns ELSE 0 END AS d_idle,
-              CASE WHEN has_comm THEN end_ns - start_ns ELSE 0 END AS d_comm,
               CASE WHEN has_comm AND has_compute THEN end_ns - start_ns ELSE 0 END AS d_comm_overlap
     FROM seg
 ), base AS (
     -- what the job-wide running totals hold from the ranks before: subtracted, each rank starts at 0
-    SELECT rank, coalesce(sum(sum(d_compute)) OVER r, 0) AS b_compute, coalesce(sum(sum(d_exposed_comm)) OVER r, 0) AS b_exposed_comm,
-           coalesce(sum(sum(d_exposed_memory)) OVER r, 0) AS b_exposed_memory, coalesce(sum(sum(d_idle)) OVER r, 0) AS b_idle,
-           coalesce(sum(sum(d_comm)) OVER r, 0) AS b_comm, coalesce(sum(sum(d_comm_overlap)) OVER r, 0) AS b_comm_overlap
+    SELECT rank, min(start_ns) AS first_ns,
+           coalesce(sum(sum(d_compute)) OVER r, 0) AS b_compute, coalesce(sum(sum(d_exposed_comm)) OVER r, 0) AS b_exposed_comm,
+           coalesce(sum(sum(d_exposed_memory)) OVER r, 0) AS b_exposed_memory,
+           coalesce(sum(sum(d_comm_overlap)) OVER r, 0) AS b_comm_overlap
     FROM d GROUP BY rank
     WINDOW r AS (ORDER BY rank ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+), cum AS (
+    SELECT d.rank, start_ns, end_ns, has_compute, has_comm, has_memory, state, first_ns,
+           sum(d_compute) OVER w - b_compute AS cum_compute,
+           sum(d_exposed_comm) OVER w - b_exposed_comm AS cum_exposed_comm,
+           sum(d_exposed_memory) OVER w - b_exposed_memory AS cum_exposed_memory,
+           sum(d_comm_overlap) OVER w - b_comm_overlap AS cum_comm_overlap
+    FROM d JOIN base USING (rank)
+    WINDOW w AS (ORDER BY d.rank, start_ns ROWS UNBOUNDED PRECEDING)
 )
-SELECT d.rank, start_ns, end_ns, has_compute, has_comm, has_memory, state,
-       sum(d_compute) OVER w - b_compute AS cum_compute,
-       sum(d_exposed_comm) OVER w - b_exposed_comm AS cum_exposed_comm,
-       sum(d_exposed_memory) OVER w - b_exposed_memory AS cum_exposed_memory,
-       sum(d_idle) OVER w - b_idle AS cum_idle,
-       sum(d_comm) OVER w - b_comm AS cum_comm,
-       sum(d_comm_overlap) OVER w - b_comm_overlap AS cum_comm_overlap
-FROM d JOIN base USING (rank)
-WINDOW w AS (ORDER BY d.rank, start_ns ROWS UNBOUNDED PRECEDING);
+SELECT rank, start_ns, end_ns, has_compute, has_comm, has_memory, state,
+       cum_compute, cum_exposed_comm, cum_exposed_memory,
+       end_ns - first_ns - cum_compute - cum_exposed_comm - cum_exposed_memory AS cum_idle,
+       cum_exposed_comm + cum_comm_overlap AS cum_comm,
+       cum_comm_overlap
+FROM cum;
 
 CREATE OR REPLACE TABLE gpu_islands AS
 WITH o AS (

@@ -37,6 +37,22 @@ def intersect(x, y):
     return out
 
 
+def difference(x, y):
+    """The stretches of x outside y, merged."""
+    out = []
+    ys = union(y)
+    for a, b in union(x):
+        for c, d in ys:
+            if d <= a or c >= b:
+                continue
+            if c > a:
+                out.append((a, c))
+            a = max(a, d)
+        if b > a:
+            out.append((a, b))
+    return out
+
+
 def subtract(x, y):
     return measure(x) - measure(intersect(x, y))
 

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from conftest import FIX, connect, fixture_files, needs_shared, run_cli, truth
-from intervals import clip, gaps, intersect, measure, subtract, union
+from intervals import clip, difference, gaps, intersect, measure, subtract, union
 
 pytestmark = needs_shared
 BOTH = ["h100/nsys/ddp4_sync_stall", "h100/kineto/ddp4_sync_stall"]
@@ -170,7 +170,7 @@ def test_graph_kernels_counted_and_eager_loop_launch_bound(ingested, rel):
 @pytest.mark.parametrize("rel", BOTH + ["public/param-dlrm8"])
 def test_exposed_comm_matches_interval_math(ingested, rel):
     db = connect(ingested(rel))
-    got = {(r[0], r[1]): r[2:] for r in db.execute("select rank, step, comm_ns, overlap_pct, exposed_ns from exposed_comm").fetchall()}
+    got = {(r[0], r[1]): r[2:] for r in db.execute("select rank, step, comm_ns, overlap_pct, exposed_ns, compute_ns from exposed_comm").fetchall()}
     assert got
     for rank, ops in ops_by_rank(db).items():
         for step, (lo, hi) in windows(ops).items():
@@ -178,9 +178,23 @@ def test_exposed_comm_matches_interval_math(ingested, rel):
             comp = clip([(a, b) for _, c, a, b in ops if c == "compute"], lo, hi)
             comm_ns, exposed = measure(comm), subtract(comm, comp)
             g = got[(rank, step)]
-            assert abs(g[0] - comm_ns) <= 0.1e6 and abs(g[2] - exposed) <= 0.1e6, (rank, step)
+            assert (g[0], g[2], g[3]) == (comm_ns, exposed, measure(comp)), (rank, step)
             if comm_ns:
                 assert 0 <= g[1] <= 100
+
+
+@pytest.mark.parametrize("rel", BOTH + ["public/param-dlrm8"])
+def test_exposed_comm_segments_match_interval_math(ingested, rel):
+    """The stretches drawn in the Perfetto trace: each rank's communication minus its compute, exactly."""
+    db = connect(ingested(rel))
+    got = collections.defaultdict(list)
+    for rank, a, b in db.execute("select rank, start_ns, end_ns from exposed_comm_segments order by rank, start_ns").fetchall():
+        got[rank].append((a, b))
+    assert got
+    for rank, ops in ops_by_rank(db).items():
+        comm = [(a, b) for _, c, a, b in ops if c == "communication"]
+        comp = [(a, b) for _, c, a, b in ops if c == "compute"]
+        assert got[rank] == difference(comm, comp), rank
 
 
 @pytest.mark.parametrize("rel", ALL_FIXTURES)
