@@ -39,18 +39,7 @@ def intersect(x, y):
 
 def difference(x, y):
     """The stretches of x outside y, merged."""
-    out = []
-    ys = union(y)
-    for a, b in union(x):
-        for c, d in ys:
-            if d <= a or c >= b:
-                continue
-            if c > a:
-                out.append((a, c))
-            a = max(a, d)
-        if b > a:
-            out.append((a, b))
-    return out
+    return [g for a, b in union(x) for g in gaps(y, a, b)]
 
 
 def subtract(x, y):
