@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
-from ..schema import GPU_OPS, HOST_OPS, RANGES
 from .compressed import BoundedReader
 from .model import ProcessTrace
 
@@ -360,7 +359,7 @@ class _Converter:
             return
         self.any_events = True
         ph = list(map(_get["ph"], events))
-        for i in _where_equal(ph, "M"):
+        for i in _where(eq, ph, "M"):
             e = events[i]
             if e.name == "process_name" and e.args is not None and e.args is not _NO_STRICT_ARGS \
                     and isinstance(e.pid, int):
@@ -489,17 +488,9 @@ _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur
                                     "device", "stream", "bytes", "in_nelems", "collective", "pg_name")}
 
 
-def _present(values: list) -> np.ndarray:
-    """Positions of the values that are not None, found without a Python-level loop."""
-    return np.flatnonzero(np.fromiter(map(is_not, values, repeat(None)), bool, len(values)))
-
-
-def _where_is(values: list, obj) -> np.ndarray:
-    return np.flatnonzero(np.fromiter(map(is_, values, repeat(obj)), bool, len(values)))
-
-
-def _where_equal(values: list, obj) -> np.ndarray:
-    return np.flatnonzero(np.fromiter(map(eq, values, repeat(obj)), bool, len(values)))
+def _where(test, values: list, obj) -> np.ndarray:
+    """Positions i where test(values[i], obj), found by a C loop (map over builtins, no Python frame per value)."""
+    return np.flatnonzero(np.fromiter(map(test, values, repeat(obj)), bool, len(values)))
 
 
 def _ints(values: list) -> pa.Array:
@@ -507,7 +498,7 @@ def _ints(values: list) -> pa.Array:
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        for i in np.flatnonzero(np.fromiter(map(isinstance, values, repeat(str)), bool, len(values))):
+        for i in _where(isinstance, values, str):
             values[i] = _int_or_none(values[i])
         return pa.array(values, pa.int64())
 
@@ -516,19 +507,19 @@ def _strict_columns(evs: list) -> dict:
     """Batch-wide columns of StrictEvents: C loops only, except over the few collectives."""
     n = len(evs)
     args = list(map(_get["args"], evs))
-    for i in _where_is(args, None):
+    for i in _where(is_, args, None):
         args[i] = _NO_STRICT_ARGS
     pid = _ints(list(map(_get["pid"], evs)))
     tid = _ints(list(map(_get["tid"], evs)))
     nbytes = list(map(_get["bytes"], args))
     nelems = list(map(_get["in_nelems"], args))
-    for i in _present(nelems):
+    for i in _where(is_not, nelems, None):
         nbytes[i] = _nbytes(nbytes[i], nelems[i], args[i].dtype)
     coll = list(map(_get["collective"], args))
-    for i in _present(coll):
+    for i in _where(is_not, coll, None):
         coll[i] = _collective(coll[i])
     comm = list(map(_get["pg_name"], args))
-    for i in _present(comm):
+    for i in _where(is_not, comm, None):
         comm[i] = _comm(comm[i])
     return {
         "cat": pa.array(list(map(_get["cat"], evs)), pa.string()),
