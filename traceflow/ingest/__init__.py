@@ -77,16 +77,17 @@ def _workers(jobs: int | None, n: int) -> int:
 
 def _read_all(paths, folder, jobs, nsys_exe, progress):
     """Runs the readers, in parallel when there are several files or a big one: on threads for
-    SQLite exports, in worker processes otherwise (a JSON reader runs Python code)."""
+    SQLite exports; for JSON (a reader that runs Python code) in worker processes, and in this one
+    too on small inputs."""
     jobs = _workers(jobs, len(paths))
     # A big input is read in workers only: what a reader allocated goes back to the OS with its
     # process instead of staying in the heap of the one that builds the database.
     big = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > (64 << 20)
     if jobs == 1 and not big:
-        return _read_here(paths, folder, nsys_exe, progress)
+        return _share(paths, [read_file], folder, nsys_exe, progress)
     if all(_is_sqlite_export(p) for p in paths):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
-        # threads do as well as processes here, without a worker's start (~0.25 s).
+        # threads do as well as processes here, without a worker's start (~0.2 s).
         return _share(paths, [read_file] * jobs, folder, nsys_exe, progress)
     # A worker process takes ~0.2 s to start (a fresh interpreter importing Arrow): on small inputs
     # this process reads too meanwhile, and takes the next file whenever it is free.
@@ -94,14 +95,6 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
     with ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context("spawn")) as pool:  # the parent holds DuckDB threads: never fork under them
         slots = [lambda *a: pool.submit(read_file, *a).result()] * n_proc + ([] if big else [read_file])
         return _share(paths, slots, folder, nsys_exe, progress)
-
-
-def _read_here(paths, folder, nsys_exe, progress):
-    out = []
-    for i, p in enumerate(paths):
-        out.extend(read_file(p, folder, i, nsys_exe))
-        progress(p)
-    return out
 
 
 def _share(paths, slots, folder, nsys_exe, progress):
