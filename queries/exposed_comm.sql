@@ -13,13 +13,13 @@ CREATE OR REPLACE TABLE exposed_comm AS
 WITH c AS (
     -- a segment has compute iff its state is 'compute' (compute ranks first), so gpu_state's
     -- cum_compute is the running total of time with compute running
-    SELECT rank, end_ns, cum_comm, cum_comm_overlap, cum_compute AS cum_has_compute
+    SELECT rank, end_ns, cum_comm, cum_comm_overlap, cum_compute
     FROM gpu_state
 ), d AS (
     -- window edges are segment boundaries: totals = running total at the end - at the start
     SELECT w.rank, w.step,
            e.cum_comm - coalesce(b.cum_comm, 0) AS comm_ns,
-           e.cum_has_compute - coalesce(b.cum_has_compute, 0) AS compute_ns,
+           e.cum_compute - coalesce(b.cum_compute, 0) AS compute_ns,
            e.cum_comm_overlap - coalesce(b.cum_comm_overlap, 0) AS overlap_ns
     FROM step_windows w JOIN c e ON e.rank = w.rank AND e.end_ns = w.end_ns
     LEFT JOIN c b ON b.rank = w.rank AND b.end_ns = w.start_ns
