@@ -73,3 +73,32 @@ def connect(path):
 
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+# --- the Kineto reader's two paths ---------------------------------------------------------------
+
+def read_kineto(src, folder):
+    """What the reader makes of a Kineto file: its trace record and each table it wrote, or the InputError."""
+    import pyarrow.ipc as ipc
+
+    from traceflow.errors import InputError
+    from traceflow.ingest.worker import read_file
+    folder.mkdir()
+    try:
+        rec = read_file(str(src), str(folder), 0)[0]
+    except InputError as e:
+        return e
+    tables = {p.name.split(".", 1)[1]: ipc.open_stream(str(p)).read_all() for p in sorted(folder.glob("*.arrow"))}
+    return rec, tables
+
+
+class loose_decoding:
+    """Reads with the loose types only: the path odd traces take."""
+    def __enter__(self):
+        from traceflow.ingest import kineto
+        self.saved = kineto._strict_events_decoder, kineto._strict_meta_decoder
+        kineto._strict_events_decoder, kineto._strict_meta_decoder = kineto._events_decoder, kineto._meta_decoder
+
+    def __exit__(self, *exc):
+        from traceflow.ingest import kineto
+        kineto._strict_events_decoder, kineto._strict_meta_decoder = self.saved

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import BUNDLED, connect, fixture_files, needs_shared, run_cli
+from conftest import BUNDLED, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
 
 KINETO_FIXTURES = ["h100/kineto/ddp4_sync_stall", "h100/kineto/ddp4_straggler", "h100/kineto/graphs",
                    "h100/kineto/launch_bound", "public/param-dlrm8", "public/hta-2rank"]
@@ -177,7 +177,6 @@ def test_small_batches_give_the_same_rows(tmp_path, monkeypatch):
 def test_fast_and_loose_paths_agree_on_real_traces(tmp_path, monkeypatch, rel):
     """Real traces take the fast path (strict types, columns built by C loops) in every batch, Kineto's
     "Spans" / "Traces" pids included, and it gives the same tables, bit for bit, as the loose path."""
-    from test_robustness import loose_decoding, read_kineto
     from traceflow.ingest import kineto
     monkeypatch.setattr(kineto, "BATCH_BYTES", 200_000)
     batches = collections.Counter()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIX, connect, fixture_files, needs_shared, run_cli, truth
+from conftest import connect, fixture_files, needs_shared, run_cli, truth
 
 NSYS_FIXTURES = ["h100/nsys/ddp4_sync_stall", "h100/nsys/ddp4_straggler", "h100/nsys/graphs",
                  "public/pipit-perlmutter/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "public/pipit-perlmutter/perlmutter-cloverleaf-cuda.sqlite", "public/nsys-ai", "public/nvidia-fuser"]

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from conftest import FIX, connect, fixture_files, needs_shared, run_cli, truth
+from conftest import connect, fixture_files, needs_shared, run_cli, truth
 from intervals import clip, difference, gaps, intersect, measure, subtract, union
 
 pytestmark = needs_shared

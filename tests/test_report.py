@@ -5,7 +5,6 @@ import collections
 import gzip
 import json
 import re
-import shutil
 import socketserver
 import subprocess
 import threading
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUNDLED, ROOT, chromium, connect, fixture_files, needs_shared, run_cli
+from conftest import BUNDLED, chromium, connect, fixture_files, needs_shared, run_cli
 
 BROWSER = chromium()
 needs_browser = pytest.mark.skipif(BROWSER is None, reason="headless chromium not installed (make test installs Debian's chromium)")

@@ -9,17 +9,15 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import BUNDLED, TRACEFLOW, connect, fixture_files, needs_shared, run_cli
+from conftest import BUNDLED, TRACEFLOW, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
 
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
 FULL = os.environ.get("TRACEFLOW_FUZZ") == "full"
@@ -223,35 +221,10 @@ def test_fast_path_edge_values_match_loose(tmp_path, field, value):
             target[field] = value
     src = tmp_path / "rank0.json"
     src.write_text(json.dumps({"baseTimeNanoseconds": 1790857026000000000, "traceEvents": events}))
+    from traceflow.ingest import kineto
+    kineto._strict_meta_decoder.decode(src.read_bytes())  # the fast path takes it: no fallback
     fast = read_kineto(src, tmp_path / "fast")
     with loose_decoding():
         loose = read_kineto(src, tmp_path / "loose")
     assert not isinstance(fast, Exception)
     assert fast == loose
-
-
-def read_kineto(src, folder):
-    """What the reader makes of a Kineto file: its trace record and each table it wrote, or the InputError."""
-    import pyarrow.ipc as ipc
-
-    from traceflow.errors import InputError
-    from traceflow.ingest.worker import read_file
-    folder.mkdir()
-    try:
-        rec = read_file(str(src), str(folder), 0)[0]
-    except InputError as e:
-        return e
-    tables = {p.name.split(".", 1)[1]: ipc.open_stream(str(p)).read_all() for p in sorted(folder.glob("*.arrow"))}
-    return rec, tables
-
-
-class loose_decoding:
-    """Reads with the loose types only: the path odd traces take."""
-    def __enter__(self):
-        from traceflow.ingest import kineto
-        self.saved = kineto._strict_events_decoder, kineto._strict_meta_decoder
-        kineto._strict_events_decoder, kineto._strict_meta_decoder = kineto._events_decoder, kineto._meta_decoder
-
-    def __exit__(self, *exc):
-        from traceflow.ingest import kineto
-        kineto._strict_events_decoder, kineto._strict_meta_decoder = self.saved
