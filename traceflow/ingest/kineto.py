@@ -57,7 +57,7 @@ class Event(msgspec.Struct):
 
 
 # The types nearly every trace has. A batch that decodes with them is turned into columns by C
-# loops (attrgetter, Arrow); one that does not (a string pid, a null ts) is decoded again with the
+# loops (attrgetter, Arrow); one that does not (a float pid, a null ts) is decoded again with the
 # loose types above and converted event by event. Both give the same columns.
 class StrictArgs(msgspec.Struct, frozen=True, gc=False):
     correlation: int | None = None
