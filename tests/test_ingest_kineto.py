@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import BUNDLED, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
+from conftest import BUNDLED, FIX, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
 
 KINETO_FIXTURES = ["h100/kineto/ddp4_sync_stall", "h100/kineto/ddp4_straggler", "h100/kineto/graphs",
                    "h100/kineto/launch_bound", "public/param-dlrm8", "public/hta-2rank"]
@@ -233,3 +233,44 @@ def test_record_real_trace_with_torch_and_ingest(tmp_path):
     assert n_ops == 3 * 2  # 3 active steps, 2 Linear layers
     steps = [r[0] for r in db.execute("select step from steps order by step").fetchall()]
     assert steps == [2, 3, 4]
+
+
+@pytest.mark.parametrize("size", [1, 4093, 1 << 20, 8 << 20, -1])
+def test_gzip_inflate_matches_stdlib_at_any_read_size(tmp_path, size):
+    """The reader inflates gzip with zlib itself (large GIL-free calls); every read size gives
+    exactly the bytes Python's gzip module gives, also for several members and zero padding."""
+    import hashlib
+    from traceflow.ingest.compressed import BoundedReader
+    from traceflow.ingest.stream import HashedFile, content_hash
+    fixture = sorted(BUNDLED.glob("*/rank-0.pt.trace.json.gz"))[0]
+    joined = tmp_path / "members.json.gz"
+    joined.write_bytes(fixture.read_bytes() + gzip.compress(b" tail") + b"\0" * 64 + gzip.compress(b""))
+    for path in (fixture, joined):
+        raw = HashedFile(str(path))
+        r = BoundedReader(str(path), "gzip", raw)
+        parts = []
+        while b := r.read(size if len(parts) < 5000 else -1):  # size 1: a few thousand reads, then the rest
+            assert size < 0 or len(parts) >= 5000 or len(b) <= size
+            parts.append(b)
+        assert b"".join(parts) == gzip.decompress(path.read_bytes())
+        assert raw.hexdigest() == content_hash(str(path)) == hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+        r.close()
+
+
+def test_source_hash_is_the_files_blake2b(tmp_path):
+    """Kineto files are hashed while they are read (on the read-ahead thread), others in a pass of their own:
+    either way it must be the digest of the file's bytes, or re-ingest would not be idempotent."""
+    import hashlib
+    gz = sorted(str(p) for p in BUNDLED.glob("ddp4_sync_stall/rank-*.pt.trace.json.gz"))[:2]
+    plain = tmp_path / "rank-0.pt.trace.json"
+    plain.write_bytes(gzip.decompress(open(gz[0], "rb").read()))
+    nsys = fixture_files("h100/nsys/ddp4_sync_stall")[:1] if FIX.exists() else []
+    for files in (gz, [str(plain)], nsys):
+        if not files:
+            continue
+        db = str(tmp_path / "t.duckdb")
+        r = run_cli("ingest", *files, "-o", db)
+        assert r.returncode == 0, r.stderr
+        with connect(db) as con:
+            got = dict(con.execute("SELECT DISTINCT source_path, source_hash FROM traces").fetchall())
+        assert got == {os.path.abspath(f): hashlib.blake2b(open(f, "rb").read(), digest_size=16).hexdigest() for f in files}

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from .compressed import BoundedReader
+from .stream import HashedFile, ReadAhead
 from .model import ProcessTrace
 
 BATCH_BYTES = 8 << 20
@@ -125,12 +126,12 @@ COLLECTIVES = {"allreduce": "AllReduce", "all_reduce": "AllReduce", "allgather":
 
 
 def open_stream(path: str):
-    """Binary stream of the JSON text, gzip detected from content (magic bytes), not the suffix."""
+    """(raw file, binary stream of the JSON text): gzip detected from content (magic bytes), not
+    the suffix. The raw file hashes the bytes as they are read."""
     with open(path, "rb") as f:
         head = f.read(2)
-    if head == b"\x1f\x8b":
-        return BoundedReader(path, "gzip")
-    return open(path, "rb")
+    raw = HashedFile(path)
+    return raw, (BoundedReader(path, "gzip", raw) if head == b"\x1f\x8b" else raw)
 
 
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -168,27 +169,28 @@ def read(path: str, sink, key: str = "p0") -> list[ProcessTrace]:
 
 def _read(path, sink, key):
     try:
-        stream = open_stream(path)
+        raw, stream = open_stream(path)
     except OSError as e:
         raise InputError(path, f"cannot open ({e.strerror})") from None
     conv = _Converter(path)
     dropped = 0
+    chunks = ReadAhead(stream, BATCH_BYTES)
     try:
+        more = iter(chunks)
         buf = b""
-        while True:
-            chunk = stream.read(1 << 20)
+        for chunk in more:
             buf += chunk
             m = _TRACE_EVENTS.search(buf)
             if m:
                 break
-            if not chunk:
-                if not buf.strip():
-                    raise InputError(path, "empty file")
-                if buf.lstrip()[:1] not in (b"{", b"["):
-                    raise InputError(path, "not JSON and not an nsys SQLite export: unknown format")
-                raise InputError(path, "JSON has no \"traceEvents\" array: not a PyTorch profiler / Chrome trace")
             if len(buf) > MAX_HEADER_BYTES:
                 raise InputError(path, "no \"traceEvents\" array in the first 64 MiB: not a PyTorch profiler trace")
+        else:
+            if not buf.strip():
+                raise InputError(path, "empty file")
+            if buf.lstrip()[:1] not in (b"{", b"["):
+                raise InputError(path, "not JSON and not an nsys SQLite export: unknown format")
+            raise InputError(path, "JSON has no \"traceEvents\" array: not a PyTorch profiler / Chrome trace")
         header = buf[:m.start()]
         if not header.lstrip().startswith(b"{"):
             raise InputError(path, "JSON top level is not an object: not a PyTorch profiler trace")
@@ -197,10 +199,7 @@ def _read(path, sink, key):
         # One growing buffer, no copies per batch: buf[0] is the batch's '[' and the ',' at a cut
         # becomes its ']' while the batch decodes.
         buf = bytearray(b"[") + buf[m.end():]
-        while True:
-            chunk = stream.read(BATCH_BYTES)
-            if not chunk:
-                break
+        for chunk in more:
             buf += chunk
             if len(buf) < BATCH_BYTES:
                 continue
@@ -237,9 +236,12 @@ def _read(path, sink, key):
             raise InputError(path, f"truncated or invalid JSON ({_short(e)})") from None
         conv.set_meta(meta_tail)
         conv.add(meta_tail.traceEvents, sink, key)
+        digest = raw.hexdigest()  # the read-ahead thread is done: it has handed over the end of the stream
     finally:
-        stream.close()
-    return [conv.finish(sink, key, dropped)]
+        chunks.close()
+    trace = conv.finish(sink, key, dropped)
+    trace.source_hash = digest
+    return [trace]
 
 
 def _short(e) -> str:

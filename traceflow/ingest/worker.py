@@ -5,7 +5,6 @@ later run on a cluster engine writing shards per rank.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -15,14 +14,7 @@ from ..errors import InputError
 from .compressed import BoundedReader
 from .detect import detect
 from .model import IpcSink, ProcessTrace
-
-
-def content_hash(path: str) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+from .stream import content_hash
 
 
 def read_file(path: str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
@@ -42,7 +34,6 @@ def read_file(path: str, folder: str, index: int, nsys_exe: str | None = None) -
 
 def _read_file(path, folder, index, nsys_exe):
     fmt = detect(path)
-    digest = content_hash(path)
     sink = IpcSink(folder)
     scratch = None
     try:
@@ -65,7 +56,10 @@ def _read_file(path, folder, index, nsys_exe):
         sink.close()
         if scratch:
             os.unlink(scratch)
+    digest = None
     for t in traces:
         t.source_path = path  # the user's file, also for .nsys-rep and compressed exports
-        t.source_hash = digest
+        if t.source_hash is None:  # a reader that streams the file hashes it on the way
+            digest = digest or content_hash(path)
+            t.source_hash = digest
     return traces
