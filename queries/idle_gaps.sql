@@ -19,12 +19,13 @@
 --   next_api_start_ns when that op's launch call started (ns; NULL if outside the trace)
 --   next_issue_start_ns when the host began issuing it (the CPU op around the launch call; ns)
 --   host_tid         the host thread looked at: the one that launched next_op, else the rank's main thread
---   host_activity    what that thread was doing at the gap's midpoint: the innermost host call
---                    running there (CPU op, CUDA call, OS runtime call such as clock_nanosleep),
---                    else the innermost NVTX / annotation range
+--   host_activity    what that thread was doing at the gap's midpoint (for gaps of at least the
+--                    threshold): the innermost (shortest) host call running there (CPU op, CUDA
+--                    call, OS runtime call such as clock_nanosleep), else the innermost NVTX /
+--                    annotation range there; NULL if neither
 --
 -- idle_gaps_summary: per rank, step and cause: n_gaps, total_ns, max_ns (ns).
--- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- Few rows probe the as-of join below: keep DuckDB's ASOF join instead of its nested-loop plan.
 SET asof_loop_join_threshold = 0;
 
 CREATE OR REPLACE TABLE idle_gaps AS
@@ -55,26 +56,38 @@ WITH params AS (
 ), pts AS (
     SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
     WHERE dur_ns >= (SELECT launch_thr FROM params)
-), ops AS (
-    -- only the threads asked about: NCCL's helper threads alone hold millions of OS calls
-    -- (ids, not names, through the as-of join's sort: the few names found are looked up after)
-    SELECT rank, tid, start_ns, end_ns, op_id FROM host_ops
+), spans AS (
+    -- what the threads asked about were doing: their calls (by id: names are looked up for the
+    -- few found), then their NVTX / annotation ranges. Only those threads: NCCL's helper threads
+    -- alone hold millions of OS calls.
+    SELECT rank, tid, start_ns, end_ns, op_id, NULL::VARCHAR AS range_name FROM host_ops
     WHERE (rank, tid) IN (SELECT DISTINCT rank, host_tid FROM pts)
+    UNION ALL
+    SELECT rank, tid, start_ns, end_ns, NULL, name FROM ranges
+    WHERE NOT on_gpu AND (rank, tid) IN (SELECT DISTINCT rank, host_tid FROM pts)
+), levelled AS (
+    -- lvl: the power of two just above a span's length (2^(lvl-1) <= end - start < 2^lvl)
+    SELECT *, CASE WHEN end_ns > start_ns THEN floor(log2(end_ns - start_ns))::INTEGER + 1 ELSE 0 END AS lvl
+    FROM spans
+), probes AS (
+    -- A span shorter than 2^lvl that covers mid starts in mid's bucket of width 2^lvl or in the
+    -- one before. So probing those two buckets at every level finds every span covering mid with
+    -- equality (hash) joins: an interval join costs points x spans per thread here, and an as-of
+    -- join by start misses an outer call when the latest-starting one ended before mid.
+    SELECT p.rank, p.step, p.start_ns, p.host_tid, p.mid, l.lvl, (p.mid >> l.lvl) - b.back AS bucket
+    FROM pts p, range(0, 63) l(lvl), (VALUES (0), (1)) b(back)
 ), covering AS (
-    -- host calls nest on a thread: the latest-starting one before the gap's midpoint, if it
-    -- still runs there, is the innermost call covering it (linear, unlike an interval join)
-    SELECT p.rank, p.step, p.start_ns, CASE WHEN o.end_ns >= p.mid THEN o.op_id END AS op_id
-    FROM pts p ASOF LEFT JOIN ops o ON o.rank = p.rank AND o.tid = p.host_tid AND o.start_ns <= p.mid
-), by_op AS (
-    SELECT c.rank, c.step, c.start_ns, h.name FROM covering c LEFT JOIN host_ops h ON h.op_id = c.op_id
-), by_range AS (
-    SELECT p.rank, p.step, p.start_ns, arg_min(r.name, r.end_ns - r.start_ns) AS name
-    FROM pts p JOIN ranges r ON r.rank = p.rank AND r.tid = p.host_tid AND NOT r.on_gpu
-                            AND r.start_ns <= p.mid AND r.end_ns >= p.mid
+    -- innermost = shortest covering span (calls nest on a thread); ties broken for a stable answer
+    SELECT p.rank, p.step, p.start_ns,
+           arg_min(s.op_id, (s.end_ns - s.start_ns, -s.start_ns, -s.op_id)) FILTER (WHERE s.op_id IS NOT NULL) AS op_id,
+           arg_min(s.range_name, (s.end_ns - s.start_ns, -s.start_ns, s.range_name)) FILTER (WHERE s.op_id IS NULL) AS range_name
+    FROM probes p JOIN levelled s ON s.rank = p.rank AND s.tid = p.host_tid AND s.lvl = p.lvl
+                                 AND s.start_ns >> s.lvl = p.bucket
+    WHERE s.start_ns <= p.mid AND s.end_ns >= p.mid
     GROUP BY ALL
 ), best AS (
-    SELECT rank, step, start_ns, coalesce(o.name, r.name) AS host_activity
-    FROM by_op o FULL JOIN by_range r USING (rank, step, start_ns)
+    SELECT c.rank, c.step, c.start_ns, coalesce(h.name, c.range_name) AS host_activity
+    FROM covering c LEFT JOIN host_ops h ON h.op_id = c.op_id
 )
 SELECT g.rank, g.step, g.start_ns, g.end_ns, g.dur_ns,
        CASE WHEN g.next_api_start_ns >= g.start_ns THEN 'host_late'

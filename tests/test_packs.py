@@ -102,6 +102,36 @@ def test_hidden_stall_invents_no_gap(ingested, rel):
     assert max(b - a for a, b in gaps(ivs, *w)) == longest
 
 
+@pytest.mark.parametrize("rel", ALL_FIXTURES)
+def test_host_activity_is_the_innermost_covering_span(ingested, rel):
+    """host_activity recomputed with numpy: of the host calls on host_tid running at the gap's
+    midpoint, the shortest (calls nest, so the innermost); where none runs, the shortest NVTX /
+    annotation range there. Ties may name either."""
+    import numpy as np
+    db = connect(ingested(rel))
+    pts = db.execute("""select rank, host_tid, start_ns + dur_ns // 2, host_activity from idle_gaps
+                        where dur_ns >= 5000 and host_tid is not null""").fetchall()
+    spans = {}
+    for table, where in (("host_ops", "true"), ("ranges", "not on_gpu")):
+        for rank, tid in {(p[0], p[1]) for p in pts}:
+            rows = db.execute(f"select name, start_ns, end_ns from {table} where rank = ? and tid = ? and {where}",
+                              [rank, tid]).fetchall()
+            names = [r[0] for r in rows]
+            a = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 2)
+            spans[table, rank, tid] = names, a[:, 0], a[:, 1]
+    for rank, tid, mid, got in pts:
+        want = None
+        for table in ("host_ops", "ranges"):
+            names, lo, hi = spans[table, rank, tid]
+            hit = np.flatnonzero((lo <= mid) & (hi >= mid))
+            if len(hit):
+                dur = hi[hit] - lo[hit]
+                want = {names[i] for i in hit[dur == dur.min()]}
+                break
+        assert (got in want) if want else got is None, (rank, mid, got, want)
+    assert len(pts) > 0
+
+
 # --- launch overhead ---------------------------------------------------------------------------
 
 def test_launch_bound_loop(ingested):
