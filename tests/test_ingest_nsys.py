@@ -61,6 +61,27 @@ def test_row_counts_match_source(ingested, rel):
             assert got == src["ranges"].get(gpid, 0), (path, "ranges")
 
 
+def test_compressed_exports_read_like_the_plain_file(tmp_path):
+    """rank*.sqlite.gz and .sqlite.xz are inflated (bounded) to a scratch file: the same rows as the plain
+    export, and the trace is hashed and named by the compressed file the user gave."""
+    import gzip
+    import lzma
+    src = fixture_files("h100/nsys/graphs")[0]
+    raw = Path(src).read_bytes()
+    counts = {}
+    for name, data in (("rank0.sqlite", raw), ("rank0.sqlite.gz", gzip.compress(raw)), ("rank0.sqlite.xz", lzma.compress(raw))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        db = tmp_path / f"{name}.duckdb"
+        r = run_cli("ingest", str(path), "-o", str(db))
+        assert r.returncode == 0, r.stderr
+        with connect(db) as con:
+            counts[name] = con.execute("""select (select count(*) from gpu_ops), (select count(*) from host_ops),
+                                          (select count(*) from ranges), (select list(source_path) from traces)""").fetchone()
+        assert counts[name][3] == [str(path)]
+        assert counts[name][:3] == counts["rank0.sqlite"][:3] and counts[name][0] > 0
+
+
 def test_files_of_different_jobs_are_refused(tmp_path):
     r = run_cli("ingest", *fixture_files("public/pipit-perlmutter"), "-o", tmp_path / "x.duckdb")
     assert r.returncode == 3 and "different jobs" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -53,7 +53,7 @@ class ReadAhead:
     An error on that thread is raised here, at the chunk where it happened. Owns the stream:
     `close()` stops the thread, then closes it."""
 
-    def __init__(self, stream, size: int, depth: int = 2):
+    def __init__(self, stream, size: int, depth: int = 1):
         self.stream, self.size = stream, size
         self.q: queue.Queue = queue.Queue(depth)
         self.stopping = threading.Event()
