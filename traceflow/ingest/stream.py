@@ -1,7 +1,8 @@
 """An input file's bytes as a reader takes them: hashed as they pass, and read ahead on a thread.
 
 Inflating gzip, hashing and reading a file all release the GIL, so on a thread of their own they
-overlap the JSON decode, which cannot (a .json.gz is mostly inflate time otherwise).
+overlap the JSON decode, which holds it. That pays where a core is free (one big file: the hash
+was a pass of its own); with a reader process on every core it only moves the work.
 """
 from __future__ import annotations
 
