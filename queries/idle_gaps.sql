@@ -56,15 +56,17 @@ WITH params AS (
 ), pts AS (
     SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
     WHERE dur_ns >= (SELECT launch_thr FROM params)
+), threads AS (
+    -- only the threads asked about: NCCL's helper threads alone hold millions of OS calls
+    SELECT DISTINCT rank, host_tid AS tid FROM pts
 ), spans AS (
-    -- what the threads asked about were doing: their calls (by id: names are looked up for the
-    -- few found), then their NVTX / annotation ranges. Only those threads: NCCL's helper threads
-    -- alone hold millions of OS calls.
+    -- what those threads were doing: their calls (by id: names are looked up for the few
+    -- found), then their NVTX / annotation ranges
     SELECT rank, tid, start_ns, end_ns, op_id, NULL::VARCHAR AS range_name FROM host_ops
-    WHERE (rank, tid) IN (SELECT DISTINCT rank, host_tid FROM pts)
+    WHERE (rank, tid) IN (FROM threads)
     UNION ALL
     SELECT rank, tid, start_ns, end_ns, NULL, name FROM ranges
-    WHERE NOT on_gpu AND (rank, tid) IN (SELECT DISTINCT rank, host_tid FROM pts)
+    WHERE NOT on_gpu AND (rank, tid) IN (FROM threads)
 ), levelled AS (
     -- lvl: the power of two just above a span's length (2^(lvl-1) <= end - start < 2^lvl)
     SELECT *, CASE WHEN end_ns > start_ns THEN floor(log2(end_ns - start_ns))::INTEGER + 1 ELSE 0 END AS lvl

@@ -11,17 +11,13 @@ import queue
 import threading
 
 
-def new_hash():
-    return hashlib.blake2b(digest_size=16)
-
-
 def content_hash(path: str) -> str:
     """The trace's identity in the database (`traces.source_hash`): the same bytes are not ingested twice."""
-    h = new_hash()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+    f = HashedFile(path)
+    try:
+        return f.hexdigest()
+    finally:
+        f.close()
 
 
 class HashedFile:
@@ -30,7 +26,7 @@ class HashedFile:
 
     def __init__(self, path: str):
         self.f = open(path, "rb")
-        self.h = new_hash()
+        self.h = hashlib.blake2b(digest_size=16)
 
     def read(self, n=-1):
         b = self.f.read(n)
