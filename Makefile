@@ -5,17 +5,23 @@ BIN := $(VENV)/bin
 SHARED ?= ../shared
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: demo test test-all fuzz bench venv chromium clean
+.PHONY: demo test test-all fuzz bench venv dev chromium install-check clean
 
+# The demo's venv holds only what the package declares (versions pinned by the lock as constraints);
+# the test venv adds the dev set (pytest, hypothesis, torch for recording real traces in tests).
 $(BIN)/traceflow: pyproject.toml requirements-dev.lock
 	@command -v $(PY) >/dev/null || { echo "need $(PY) (Python >= 3.11) on PATH"; exit 1; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c requirements-dev.lock -e .
+	@touch $@
+
+$(VENV)/.dev: $(BIN)/traceflow requirements-dev.lock
 	$(BIN)/pip install -q -r requirements-dev.lock
-	$(BIN)/pip install -q --no-deps -e .
 	@touch $@
 
 venv: $(BIN)/traceflow
+dev: $(VENV)/.dev
 
 demo: venv
 	@mkdir -p out
@@ -30,20 +36,26 @@ demo: venv
 # Debian's chromium drives the report test; installed here when missing (needs root or sudo).
 chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-	  { (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) \
+	  { echo "installing Debian's chromium with apt-get (for the report's browser tests)"; \
+	    (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) \
 	    || sudo -n apt-get install -y -q chromium >/dev/null 2>&1 \
 	    || echo "note: chromium not installed; browser tests will skip"; }
 
-test: venv chromium
+test: dev chromium install-check
 	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
-test-all: venv chromium
+test-all: dev chromium install-check
 	$(BIN)/python -m pytest -q -n 2 tests
 
-fuzz: venv
+# Installs as a user does: the wheel into a fresh venv with nothing but its declared dependencies,
+# then every module imported and `postmortem` run on a Kineto and (when ../shared is here) an nsys job.
+install-check: venv
+	@bash tests/install_check.sh $(PY) $(SHARED)
+
+fuzz: dev
 	TRACEFLOW_FUZZ=full $(BIN)/python -m pytest -q -n 2 tests/test_corpus.py tests/test_robustness.py
 
-bench: venv
+bench: dev
 	$(BIN)/python bench/run.py --shared $(SHARED)
 
 clean:

@@ -1,16 +1,6 @@
 -- gpu_busy: when each rank's GPU was busy, and with what; the base of the per-step figures.
 --
--- Inputs: gpu_ops (with step), from `traceflow ingest`.
---
--- step_windows: one row per rank and step.
---   rank INTEGER, step INTEGER
---   first_op_ns BIGINT first start (ns since epoch) of a GPU op launched inside the step's host range
---   end_ns   BIGINT  last end (ns) of such an op
---   start_ns BIGINT  first_op_ns, moved back to the end of the previous steps' GPU work when that
---                    ended earlier: an idle stretch between two steps is the GPU waiting for this
---                    step's work (a data-loader stall, a host sync), so it belongs to this step.
---                    [start_ns, end_ns) is the step's GPU window.
---   n_ops    BIGINT  GPU ops launched in the step
+-- Inputs: gpu_ops, step_windows (both from `traceflow ingest`, traceflow/derive/).
 --
 -- gpu_state: the rank's timeline cut into elementary segments (at every op start/end and
 -- window edge), so each segment has one set of running ops.
@@ -24,18 +14,6 @@
 -- gpu_islands: maximal busy intervals of each rank (union of all its GPU ops, all streams).
 --   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
 --   first_op_id: an op starting the island (the op that ended the idle gap before it)
-CREATE OR REPLACE TABLE step_windows AS
-WITH w AS (
-    SELECT rank, step, min(start_ns) AS first_op_ns, max(end_ns) AS end_ns, count(*) AS n_ops
-    FROM gpu_ops WHERE step IS NOT NULL
-    GROUP BY rank, step
-), p AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY rank ORDER BY step ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM w
-)
-SELECT rank, step, least(first_op_ns, coalesce(prev_end, first_op_ns)) AS start_ns, end_ns, first_op_ns, n_ops
-FROM p;
-
 CREATE OR REPLACE TABLE gpu_state AS
 WITH ev AS (
     SELECT rank, start_ns AS t, (category = 'compute')::INTEGER AS dc, (category = 'communication')::INTEGER AS dn,

@@ -5,9 +5,10 @@
 -- Parameters (DuckDB variables; defaults in brackets):
 --   tf_launch_threshold_ns  gaps shorter than this are launch latency when the next op was queued [5000 ns = 5 µs]
 --
--- One row per gap, listed under the step of the op that ended it: the gap lies inside that step's
--- window (a window starts at a busy point no later than the op, so never inside the gap). Ops
--- launched outside any step fall back to the window that holds the gap.
+-- One row per gap, listed under the step whose GPU window holds it (step_windows: the windows of
+-- a rank tile its timeline, and a gap never straddles two, since every window edge is an op's start
+-- or end). So a step's gaps add up to its idle_ns in step_breakdown. Gaps before the first window
+-- or after the last are listed with step NULL, as step_breakdown's 'before' / 'after' rows.
 --   rank, step
 --   start_ns, end_ns  the gap (ns since epoch); dur_ns = end_ns - start_ns (ns)
 --   cause  'host_late'       the op that ended the gap was launched after the gap began: the GPU starved
@@ -39,7 +40,7 @@ WITH params AS (
         SELECT rank, launch_tid, count(*) AS n FROM gpu_ops WHERE launch_tid IS NOT NULL GROUP BY ALL)
     GROUP BY rank
 ), g0 AS (
-    SELECT gp.rank, coalesce(n.step, CASE WHEN gp.end_ns <= w.end_ns THEN w.step END) AS step,
+    SELECT gp.rank, CASE WHEN gp.end_ns <= w.end_ns THEN w.step END AS step,
            gp.start_ns, gp.end_ns, gp.end_ns - gp.start_ns AS dur_ns,
            n.op_id AS next_op_id, n.api_start_ns AS next_api_start_ns,
            coalesce(n.issue_start_ns, n.api_start_ns) AS next_issue_start_ns,
@@ -50,9 +51,7 @@ WITH params AS (
     LEFT JOIN main_thread mt ON mt.rank = gp.rank
     WHERE gp.start_ns IS NOT NULL AND gp.end_ns > gp.start_ns
 ), g AS (
-    -- inside the window (the gap before a rank's very first step is not)
-    SELECT g0.* FROM g0 JOIN step_windows w USING (rank, step)
-    WHERE g0.start_ns >= w.start_ns AND g0.end_ns <= w.end_ns
+    SELECT * FROM g0
 ), pts AS (
     SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
     WHERE dur_ns >= (SELECT launch_thr FROM params)
@@ -96,10 +95,10 @@ SELECT g.rank, g.step, g.start_ns, g.end_ns, g.dur_ns,
             WHEN g.dur_ns < p.launch_thr THEN 'launch_latency'
             ELSE 'dependency' END AS cause,
        nm.name AS next_op, g.next_op_id, g.next_api_start_ns, g.next_issue_start_ns, g.host_tid, b.host_activity
-FROM g CROSS JOIN params p LEFT JOIN best b USING (rank, step, start_ns)
+FROM g CROSS JOIN params p LEFT JOIN best b ON b.rank = g.rank AND b.start_ns = g.start_ns  -- step may be NULL
 -- kernel names are long: they join the narrow rows last
 LEFT JOIN gpu_ops nm ON nm.op_id = g.next_op_id
-ORDER BY g.rank, g.step, g.start_ns;
+ORDER BY g.rank, g.start_ns;
 
 CREATE OR REPLACE TABLE idle_gaps_summary AS
 SELECT rank, step, cause, count(*) AS n_gaps, sum(dur_ns)::BIGINT AS total_ns, max(dur_ns) AS max_ns

@@ -73,4 +73,5 @@ SELECT s.rank, s.step, coalesce(n.launches, 0) AS launches, coalesce(n.api_ns, 0
        coalesce(ex.launch_exposed_ns, 0) >= coalesce(getvariable('tf_launch_bound_share'), 0.3) * s.wall_ns
            AND coalesce(ex.launch_exposed_ns, 0) > s.compute_ns AS launch_bound
 FROM step_breakdown s LEFT JOIN ex USING (rank, step) LEFT JOIN n USING (rank, step)
+WHERE s.part = 'step'
 ORDER BY s.rank, s.step;

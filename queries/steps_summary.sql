@@ -1,12 +1,18 @@
--- step_breakdown (pack `steps`): where each rank's GPU time went in each step.
+-- step_breakdown (pack `steps`): where each rank's GPU time went in each step, and outside steps.
 --
--- Inputs: step_windows, gpu_state (gpu_busy.sql), steps.
+-- Inputs: step_windows (traceflow/derive/), gpu_state (gpu_busy.sql), steps, gpu_ops.
 --
--- One row per rank and step. All durations in ns; *_pct in percent of wall_ns.
---   rank, step
---   start_ns, end_ns     the GPU window (ns since epoch): first op start .. last op end of the ops
---                        launched inside the step's host range
---   host_start_ns, host_end_ns  the step's host range (ns since epoch)
+-- One row per rank and step, plus a row per rank for GPU work before its first step's window and
+-- one for work after its last (step NULL): the rows of a rank tile its GPU timeline, so their
+-- busy_ns add up to the union of its GPU ops, every nanosecond once (docs/step-attribution.md).
+-- All durations in ns; *_pct in percent of wall_ns.
+--   rank, step           step NULL on the outside rows
+--   part                 'step' | 'before' (GPU work before the first step's window: launched before
+--                        the capture's steps, or before the capture) | 'after' (after the last window)
+--   start_ns, end_ns     the GPU window (ns since epoch), step_windows.sql: from the end of the previous
+--                        window to the last end of the step's own ops, clipped at the next step's first op
+--   host_start_ns, host_end_ns  the step's host range (ns since epoch); NULL on outside rows
+--   n_ops                GPU ops of the step (its own and those without a step whose start is in the window)
 --   wall_ns              end_ns - start_ns
 --   busy_ns              union of the rank's GPU ops (all streams) inside the window
 --   idle_ns              wall_ns - busy_ns
@@ -14,27 +20,56 @@
 --   exposed_comm_ns      communication not overlapped by compute
 --   exposed_memory_ns    memcpy/memset not overlapped by compute or communication
 --   Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
+--
+-- step_coverage (pack `step-coverage`): per rank, what share of the capture's GPU time lies in steps.
+--   rank; gpu_busy_ns  union of all the rank's GPU ops (ns); in_steps_ns / before_ns / after_ns  busy
+--   time in step windows / before the first / after the last (ns); coverage_pct  in_steps / gpu_busy (%);
+--   ops_outside  GPU ops with no step
 CREATE OR REPLACE TABLE step_breakdown AS
 WITH c AS (
     SELECT rank, end_ns, cum_compute, cum_exposed_comm, cum_exposed_memory, cum_idle FROM gpu_state
+), extent AS (
+    SELECT rank, min(start_ns) AS first_ns, max(end_ns) AS last_ns FROM gpu_ops WHERE end_ns > start_ns GROUP BY rank
+), bounds AS (
+    SELECT rank, min(start_ns) AS ws, max(end_ns) AS we FROM step_windows GROUP BY rank
+), outside AS (
+    SELECT e.rank, NULL::INTEGER AS step, 'before' AS part, e.first_ns AS start_ns, coalesce(b.ws, e.last_ns) AS end_ns,
+           (SELECT count(*) FROM gpu_ops g WHERE g.rank = e.rank AND g.step IS NULL AND g.start_ns < coalesce(b.ws, e.last_ns + 1)) AS n_ops
+    FROM extent e LEFT JOIN bounds b USING (rank) WHERE e.first_ns < coalesce(b.ws, e.last_ns + 1)
+    UNION ALL
+    SELECT e.rank, NULL, 'after', b.we, e.last_ns,
+           (SELECT count(*) FROM gpu_ops g WHERE g.rank = e.rank AND g.step IS NULL AND g.start_ns >= b.we)
+    FROM extent e JOIN bounds b USING (rank) WHERE e.last_ns > b.we
+), rows AS (
+    SELECT rank, step, 'step' AS part, start_ns, end_ns, n_ops FROM step_windows
+    UNION ALL SELECT * FROM outside
 ), agg AS (
     -- window edges are segment boundaries: totals = running total at the end - at the start
-    SELECT w.rank, w.step,
-           e.cum_compute - coalesce(b.cum_compute, 0) AS compute_ns,
-           e.cum_exposed_comm - coalesce(b.cum_exposed_comm, 0) AS exposed_comm_ns,
-           e.cum_exposed_memory - coalesce(b.cum_exposed_memory, 0) AS exposed_memory_ns,
-           e.cum_idle - coalesce(b.cum_idle, 0) AS idle_ns
-    FROM step_windows w JOIN c e ON e.rank = w.rank AND e.end_ns = w.end_ns
+    SELECT w.rank, w.step, w.part, w.start_ns, w.end_ns, w.n_ops,
+           coalesce(e.cum_compute, 0) - coalesce(b.cum_compute, 0) AS compute_ns,
+           coalesce(e.cum_exposed_comm, 0) - coalesce(b.cum_exposed_comm, 0) AS exposed_comm_ns,
+           coalesce(e.cum_exposed_memory, 0) - coalesce(b.cum_exposed_memory, 0) AS exposed_memory_ns,
+           coalesce(e.cum_idle, 0) - coalesce(b.cum_idle, 0) AS idle_ns
+    FROM rows w LEFT JOIN c e ON e.rank = w.rank AND e.end_ns = w.end_ns
     LEFT JOIN c b ON b.rank = w.rank AND b.end_ns = w.start_ns
 )
-SELECT w.rank, w.step, w.start_ns, w.end_ns, st.start_ns AS host_start_ns, st.end_ns AS host_end_ns,
-       w.end_ns - w.start_ns AS wall_ns,
+SELECT a.rank, a.step, a.part, a.start_ns, a.end_ns, st.start_ns AS host_start_ns, st.end_ns AS host_end_ns, a.n_ops,
+       a.end_ns - a.start_ns AS wall_ns,
        (a.compute_ns + a.exposed_comm_ns + a.exposed_memory_ns)::BIGINT AS busy_ns, a.idle_ns::BIGINT AS idle_ns,
        a.compute_ns::BIGINT AS compute_ns, a.exposed_comm_ns::BIGINT AS exposed_comm_ns,
        a.exposed_memory_ns::BIGINT AS exposed_memory_ns,
-       round(100.0 * a.idle_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS idle_pct,
-       round(100.0 * a.compute_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS compute_pct,
-       round(100.0 * a.exposed_comm_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS exposed_comm_pct,
-       round(100.0 * a.exposed_memory_ns / nullif(w.end_ns - w.start_ns, 0), 2) AS exposed_memory_pct
-FROM step_windows w JOIN agg a USING (rank, step) LEFT JOIN steps st USING (rank, step)
-ORDER BY w.rank, w.step;
+       round(100.0 * a.idle_ns / nullif(a.end_ns - a.start_ns, 0), 2) AS idle_pct,
+       round(100.0 * a.compute_ns / nullif(a.end_ns - a.start_ns, 0), 2) AS compute_pct,
+       round(100.0 * a.exposed_comm_ns / nullif(a.end_ns - a.start_ns, 0), 2) AS exposed_comm_pct,
+       round(100.0 * a.exposed_memory_ns / nullif(a.end_ns - a.start_ns, 0), 2) AS exposed_memory_pct
+FROM agg a LEFT JOIN steps st ON st.rank = a.rank AND st.step = a.step
+ORDER BY a.rank, a.start_ns, a.step NULLS FIRST;
+
+CREATE OR REPLACE TABLE step_coverage AS
+SELECT rank, sum(busy_ns)::BIGINT AS gpu_busy_ns,
+       coalesce(sum(busy_ns) FILTER (WHERE part = 'step'), 0)::BIGINT AS in_steps_ns,
+       coalesce(sum(busy_ns) FILTER (WHERE part = 'before'), 0)::BIGINT AS before_ns,
+       coalesce(sum(busy_ns) FILTER (WHERE part = 'after'), 0)::BIGINT AS after_ns,
+       round(100.0 * coalesce(sum(busy_ns) FILTER (WHERE part = 'step'), 0) / nullif(sum(busy_ns), 0), 2) AS coverage_pct,
+       coalesce(sum(n_ops) FILTER (WHERE part <> 'step'), 0)::BIGINT AS ops_outside
+FROM step_breakdown GROUP BY rank ORDER BY rank;

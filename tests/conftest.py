@@ -102,3 +102,11 @@ class loose_decoding:
     def __exit__(self, *exc):
         from traceflow.ingest import kineto
         kineto._strict_events_decoder, kineto._strict_meta_decoder = self.saved
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line saying how many tests skipped for want of ../shared, so a short run is never a surprise."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    n = sum(1 for r in skipped if "../shared" in str(r.longrepr) or str(FIX) in str(r.longrepr))
+    if n:
+        terminalreporter.write_line(f"{n} tests skipped: the real fixtures are not at {FIX} (../shared is absent)")

@@ -198,8 +198,22 @@ def query(database, name, list_, rank, step, fmt, limit):
             for line in summary_lines(con, step):
                 click.echo(line)
         _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
+        if name == "steps" and fmt == "table":
+            for line in _coverage_lines(con, rank):
+                click.echo(line)
     finally:
         con.close()
+
+
+def _coverage_lines(con, rank) -> list[str]:
+    """Under the steps table: how much of each rank's GPU time the step rows cover."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'step_coverage'").fetchone()[0]:
+        return []
+    rows = con.execute("SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage"
+                       + ("" if rank is None else " WHERE rank = ?") + " ORDER BY rank",
+                       [] if rank is None else [rank]).fetchall()
+    return [f"coverage: rank {r}: {c if c is not None else 0:.1f}% of its GPU time is inside steps "
+            f"({b / 1e6:.1f} ms before the first step's window, {a / 1e6:.1f} ms after the last)" for r, c, b, a in rows]
 
 
 @main.command("sql")

@@ -16,7 +16,7 @@ ORDER = ["gpu_busy", "steps_summary", "idle_gaps", "launch_overhead", "exposed_c
          "stragglers", "kernels", "sync"]
 # Pack name on the command line -> table it fills.
 PUBLIC = {
-    "steps": "step_breakdown", "idle-gaps": "idle_gaps", "idle-gaps-summary": "idle_gaps_summary",
+    "steps": "step_breakdown", "step-coverage": "step_coverage", "idle-gaps": "idle_gaps", "idle-gaps-summary": "idle_gaps_summary",
     "launch-overhead": "launch_overhead", "launch-overhead-summary": "launch_overhead_summary",
     "launch-bound": "launch_bound_steps", "exposed-comm": "exposed_comm", "collective-waits": "collective_waits",
     "stragglers": "stragglers", "stragglers-by-rank": "stragglers_by_rank", "kernels": "kernels", "sync": "sync",
@@ -25,10 +25,12 @@ PUBLIC = {
 
 
 def queries_dir() -> Path:
+    """The pack files: the source tree's queries/ in a checkout, else the installed package's
+    (a regular package, so importlib gives a real folder, not a MultiplexedPath)."""
     here = Path(__file__).resolve().parent.parent / "queries"
     if here.is_dir():
         return here
-    return Path(str(resources.files("traceflow.queries")))
+    return Path(str(resources.files("traceflow.queries").joinpath("__init__.py"))).parent
 
 
 def pack_sql(name: str) -> str:

@@ -134,7 +134,7 @@ def _rank_tracks(con, w: _Writer, rank: int, tf: str, ranks: list[int]):
     u = _uuid("tf-steps", rank)
     w.track(u, name="traceflow: steps (GPU window)", parent=proc)
     w.slices(u, con, f"""SELECT start_ns, end_ns, 'step ' || step AS name, wall_ns::BIGINT AS wall_ns, idle_ns::BIGINT AS idle_ns
-                              FROM step_breakdown WHERE rank = ? AND {tf}""", [rank], "name", ("wall_ns", "idle_ns"))
+                              FROM step_breakdown WHERE rank = ? AND part = 'step' AND {tf}""", [rank], "name", ("wall_ns", "idle_ns"))
 
     u = _uuid("tf-gaps", rank)
     w.track(u, name="traceflow: idle gaps", parent=proc)

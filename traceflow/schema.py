@@ -35,7 +35,9 @@ CREATE TABLE traces (
     pid BIGINT,
     device_name VARCHAR,
     clock_offset_ns BIGINT DEFAULT 0,   -- added to every time of this rank (clock alignment)
-    clock_spread_ns BIGINT,             -- residual spread of matched collective ends after alignment
+    clock_skew_ns BIGINT,               -- estimated skew: its collective ends minus its peers' (median), before correction
+    clock_spread_ns BIGINT,             -- spread (median absolute deviation) of those differences after alignment
+    clock_note VARCHAR,                 -- why the offset was or was not applied (docs/clock-alignment.md)
     rank_source VARCHAR,                -- where the rank came from: nccl | distributedInfo | file name | file order | pattern
     warnings VARCHAR[]
 )

@@ -79,9 +79,14 @@ def findings(con) -> dict:
     if lk and lk[0]:
         out["sentences"].append(f"{lk[0]} kernel name{'s' if lk[0] > 1 else ''} cost more GPU idle in launching "
                                 f"({_ms(lk[1])}) than running ({_ms(lk[2])}): fuse them or capture them in a CUDA graph.")
-    xc = con.execute("""SELECT sum(exposed_comm_ns), sum(wall_ns) FROM step_breakdown""").fetchone()
+    xc = con.execute("""SELECT sum(exposed_comm_ns), sum(wall_ns) FROM step_breakdown WHERE part = 'step'""").fetchone()
     if xc and xc[1] and xc[0] / xc[1] > 0.2:
         out["sentences"].append(f"Communication not hidden by compute takes {100 * xc[0] / xc[1]:.0f}% of the GPU time.")
+    cov = con.execute("""SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage
+                         WHERE coverage_pct < 90 ORDER BY coverage_pct LIMIT 1""").fetchone()
+    if cov:
+        out["sentences"].append(f"Only {cov[1]:.0f}% of rank {cov[0]}'s GPU time lies inside steps ({_ms(cov[2])} before "
+                                f"the first step, {_ms(cov[3])} after the last): per-step figures leave the rest out.")
     return out
 
 

@@ -6,7 +6,7 @@ from importlib import resources
 
 from . import clock
 
-ORDER = ["steps", "gpu_ops", "launches", "collectives"]  # host_ops get their ids while loading
+ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
 
 
 def sql(name: str) -> str:
@@ -28,9 +28,9 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     t0 = time.perf_counter()
     derive_tables(con, step_pattern)
     if align != "off":
-        shifted = clock.align(con, mode=align)
-        if shifted:
-            warnings.extend(f"rank {r}: clock shifted by {off / 1e6:+.3f} ms to match collectives" for r, off in shifted)
+        notes, moved = clock.align(con, mode=align)
+        warnings.extend(notes)
+        if moved:
             derive_tables(con, step_pattern)
     timings["derive"] = time.perf_counter() - t0
     from .. import packs

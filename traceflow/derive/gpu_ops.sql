@@ -11,7 +11,9 @@
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the
 --              launch call (Kineto links them by External id), else the launch call's start
 --   step       the step whose host range holds the launch call's start; for a rank with no
---              launch calls at all, the step holding the op's own start
+--              launch calls at all, or whose only step is the whole trace, the step holding the
+--              op's own start. Ops still without a step (launch not in the capture, or launched
+--              between steps) get the step whose GPU window holds them in step_windows.sql.
 -- Kernel names are long (C++ templates, often 1 KB): they stay out of the sorts and joins, which
 -- run on a narrow table of the derived columns; a positional join puts the two side by side.
 CREATE OR REPLACE TEMP TABLE gpu_ops_derived AS
@@ -57,7 +59,8 @@ WITH launch AS (
 ), keyed AS (
     SELECT * EXCLUDE (start_ns),
         CASE WHEN api_start_ns IS NOT NULL THEN api_start_ns
-             WHEN rank NOT IN (SELECT rank FROM ranks_with_launches) THEN start_ns END AS step_key
+             WHEN rank NOT IN (SELECT rank FROM ranks_with_launches)
+                  OR rank IN (SELECT rank FROM steps WHERE source = 'whole trace') THEN start_ns END AS step_key
     FROM joined
 )
 SELECT k.rid, k.category, CASE WHEN k.category = 'communication' THEN k.collective END AS collective, k.copy_kind,

@@ -1,21 +1,33 @@
--- steps: one row per training step of one rank.
--- Input: ranges (host side only). A step is a range whose name matches the step pattern
---   (default: `step N`, `iteration N`, `ProfilerStep#N`; SET VARIABLE tf_step_pattern to change it);
---   a rank with no such range gets the whole trace as step 0.
+-- steps: one row per training step of one rank, from the host side.
+-- Input: ranges (host side only), host_ops (CPU ops), gpu_ops, host_ops (the extent of a rank
+--   without steps). A step is found wherever the profiler wrote it:
+--   * an NVTX range / user annotation whose name matches the step pattern (default: `step N`,
+--     `iteration N`, `iter N`, `train_step N`, `training step N`, `global_step N`, `batch N`,
+--     `ProfilerStep#N`, any case and separator; SET VARIABLE tf_step_pattern to change it);
+--   * a CPU op named `ProfilerStep#N` (older PyTorch profilers write the step as an `Operator`).
+--   A rank with none gets the whole trace as step 0.
 -- Output columns:
---   rank INTEGER, step INTEGER, start_ns / end_ns BIGINT (ns since epoch, host range),
---   source VARCHAR ('ProfilerStep' | 'range' | 'whole trace').
+--   rank INTEGER, step INTEGER
+--   start_ns / end_ns BIGINT  the step's host range (ns since epoch); several ranges of one step
+--                             (a range and a CPU op of the same ProfilerStep) are merged
+--   source VARCHAR  'ProfilerStep' | 'range' | 'whole trace'
 CREATE OR REPLACE TABLE steps AS
 WITH pat AS (
     SELECT coalesce(getvariable('tf_step_pattern'),
-                    '(?i)^\s*(?:profilerstep#|step|iteration|iter)[\s_#:=-]*(\d+)\s*$') AS p
+                    '(?i)^\s*(?:profiler[\s_]*step|train(?:ing)?[\s_-]*step|global[\s_-]*step|step|iteration|iter|batch)[\s_#:=-]*(\d+)\s*$') AS p
+), candidates AS (
+    SELECT rank, name, start_ns, end_ns FROM ranges WHERE NOT on_gpu AND end_ns > start_ns
+    UNION ALL
+    -- older torch.profiler traces: ProfilerStep#N is a CPU op ('Operator' category)
+    SELECT rank, name, start_ns, end_ns FROM host_ops
+    WHERE kind = 'cpu_op' AND starts_with(name, 'ProfilerStep#') AND end_ns > start_ns
 ), named AS (
-    SELECT r.rank, TRY_CAST(regexp_extract(r.name, pat.p, 1) AS INTEGER) AS step, r.start_ns, r.end_ns,
-           CASE WHEN r.name LIKE 'ProfilerStep%' THEN 'ProfilerStep' ELSE 'range' END AS source
-    FROM ranges r, pat
-    WHERE NOT r.on_gpu AND regexp_matches(r.name, pat.p) AND r.end_ns > r.start_ns
+    SELECT c.rank, TRY_CAST(regexp_extract(c.name, pat.p, 1) AS INTEGER) AS step, c.start_ns, c.end_ns,
+           CASE WHEN c.name LIKE 'ProfilerStep%' THEN 'ProfilerStep' ELSE 'range' END AS source
+    FROM candidates c, pat
+    WHERE regexp_matches(c.name, pat.p)
 ), by_step AS (
-    SELECT rank, step, min(start_ns) AS start_ns, max(end_ns) AS end_ns, any_value(source) AS source
+    SELECT rank, step, min(start_ns) AS start_ns, max(end_ns) AS end_ns, min(source) AS source
     FROM named WHERE step IS NOT NULL GROUP BY rank, step
 ), extent AS (
     SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns FROM (

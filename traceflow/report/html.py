@@ -97,6 +97,14 @@ def build(database: str) -> str:
         con.close()
 
 
+def _coverage(con) -> str:
+    """Per rank: what share of the capture's GPU time lies inside steps."""
+    rows = con.execute("SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage ORDER BY rank").fetchall()
+    items = "".join(f"<li>rank {r}: {html.escape(f'{c:.1f}' if c is not None else 'n/a')}% of its GPU time in steps"
+                    f" ({b / 1e6:.1f} ms before the first, {a / 1e6:.1f} ms after the last)</li>" for r, c, b, a in rows)
+    return f'<p class="note">Step coverage:</p><ul class="coverage">{items}</ul>'
+
+
 def _build(con, database) -> str:
     P = _Plots()
     f = findings(con)
@@ -108,17 +116,21 @@ def _build(con, database) -> str:
 
     # 2. Per-rank, per-step breakdown
     rows = con.execute("""SELECT rank, step, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns FROM step_breakdown
-                          ORDER BY rank, step""").fetchall()
+                          WHERE part = 'step' ORDER BY rank, step""").fetchall()
     key = {"compute": 2, "exposed comm": 3, "exposed memory": 4, "idle": 5}
     plot = P.add(_bars(rows, lambda r: f"r{r[0]} s{r[1]}", list(key), STATE_COLORS, lambda r, s: r[key[s]]),
                  {"title": "GPU window per rank and step (ms)", "yaxis": {"title": "ms"}, "xaxis": {"title": "rank, step"}})
-    tbl = table(con, """SELECT rank, step, wall_ns, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns, idle_pct
-                        FROM step_breakdown ORDER BY rank, step""",
+    tbl = table(con, """SELECT rank, coalesce(step::VARCHAR, part || ' steps') AS step, wall_ns, compute_ns, exposed_comm_ns,
+                               exposed_memory_ns, idle_ns, idle_pct
+                        FROM step_breakdown ORDER BY rank, start_ns""",
                 headers=["rank", "step", "wall (ms)", "compute (ms)", "exposed comm (ms)", "exposed memcpy (ms)", "idle (ms)", "idle %"],
                 ms_cols=("wall_ns", "compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns"))
     sections.append(("steps", "Where each rank's GPU time went, per step",
                      plot + '<p class="note">compute + exposed comm + exposed memcpy + idle = the step\'s GPU window, '
-                     'exactly. The window starts at the end of the previous step\'s GPU work.</p>' + tbl))
+                     'exactly. The window starts at the end of the previous step\'s GPU work and ends at the last end of '
+                     'its own ops, or at the next step\'s first op: windows never overlap, so every nanosecond of GPU '
+                     'time is counted once. The rows "before steps" / "after steps" hold GPU work outside every '
+                     'step window.</p>' + _coverage(con) + tbl))
 
     # 3. Critical path
     rows = con.execute("SELECT step, kind, sum(total_ns) FROM critical_path_summary GROUP BY step, kind").fetchall()

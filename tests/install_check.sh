@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs traceflow as a user does and runs it: a wheel into a fresh venv with only its declared
+# dependencies (no dev extras), every module imported, `postmortem` on a bundled Kineto job and,
+# when ../shared is present, on an nsys job. A dependency missing from pyproject.toml fails here.
+set -euo pipefail
+PY=${1:-python3}
+SHARED=${2:-../shared}
+cd "$(dirname "$0")/.."
+work=$(mktemp -d "${TMPDIR:-/tmp}/tf-install-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "install-check: building the wheel and installing it into a fresh venv (declared dependencies only)"
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" . 2>"$work/build.log" \
+  || "$PY" -m pip wheel -q --no-deps -w "$work/dist" . || { cat "$work/build.log"; exit 1; }
+"$PY" -m venv "$work/venv"
+"$work/venv/bin/pip" install -q --disable-pip-version-check -c requirements-dev.lock "$work"/dist/*.whl
+cd "$work"   # away from the source tree: the installed package, not ./traceflow, is imported
+"$work/venv/bin/python" - <<'PY'
+import importlib, pkgutil, traceflow
+names = [m.name for m in pkgutil.walk_packages(traceflow.__path__, "traceflow.")]
+for n in names:
+    importlib.import_module(n)
+print(f"install-check: imported {len(names)} modules")
+PY
+"$work/venv/bin/traceflow" postmortem "$OLDPWD"/fixtures/ddp4_sync_stall/rank-*.pt.trace.json.gz -o "$work/pm-kineto" >/dev/null
+test -s "$work/pm-kineto/report.html"
+nsys="$OLDPWD/$SHARED/fixtures/h100/nsys/ddp4_sync_stall"
+case "$SHARED" in /*) nsys="$SHARED/fixtures/h100/nsys/ddp4_sync_stall";; esac
+if [ -d "$nsys" ]; then
+  "$work/venv/bin/traceflow" postmortem "$nsys"/rank*.sqlite -o "$work/pm-nsys" >/dev/null
+  test -s "$work/pm-nsys/report.html"
+  echo "install-check: postmortem ran on a Kineto and an nsys job"
+else
+  echo "install-check: postmortem ran on a Kineto job; nsys job skipped ($nsys absent)"
+fi

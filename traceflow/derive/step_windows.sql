@@ -1,0 +1,51 @@
+-- step_windows: each step's GPU window on each rank; and the step of GPU ops whose launch is not
+-- in the capture. Together they make every GPU nanosecond count once (docs/step-attribution.md).
+--
+-- Inputs: gpu_ops (step from the launch call, gpu_ops.sql), steps.
+--
+-- A step's *own* ops are those launched inside its host range. Ordered by their first start, the
+-- windows of one rank tile its timeline without overlap:
+--   start_ns BIGINT  the end of the previous window (ns since epoch); the first window starts at
+--                    its first own op. So an idle stretch between two steps' GPU work belongs to
+--                    the later step: the GPU was waiting for its work (a data-loader stall, a sync).
+--   end_ns   BIGINT  the last end of the own ops of this and earlier steps, clipped at the next
+--                    step's first own op (ns). When the host runs ahead of the GPU, ops of step N
+--                    still running after step N+1's first op are counted in N+1's window: each
+--                    nanosecond of GPU time is in one window only.
+--   first_op_ns BIGINT  first start of an own op (ns); last_op_end_ns BIGINT  last end of one (ns)
+--   n_ops    BIGINT  the step's own ops, plus the ops without a step of their own that start in its window
+--
+-- Ops whose launch call is not in the capture (trimmed exports, a profiler started mid-step, a
+-- second process), and ops launched between two steps' host ranges, get the step whose window
+-- holds their start; ops before the first window or
+-- after the last keep step NULL and are counted in step_breakdown's 'before' / 'after' rows.
+CREATE OR REPLACE TABLE step_windows AS
+WITH w AS (
+    SELECT rank, step, min(start_ns) AS first_op_ns, max(end_ns) AS last_op_end_ns, count(*) AS n_own
+    FROM gpu_ops WHERE step IS NOT NULL
+    GROUP BY rank, step
+), o AS (
+    SELECT *, max(last_op_end_ns) OVER (PARTITION BY rank ORDER BY first_op_ns, step ROWS UNBOUNDED PRECEDING) AS run_end,
+           lead(first_op_ns) OVER (PARTITION BY rank ORDER BY first_op_ns, step) AS next_first
+    FROM w
+), e AS (
+    SELECT *, CASE WHEN next_first IS NULL THEN run_end ELSE least(run_end, next_first) END AS end_ns FROM o
+)
+SELECT rank, step, coalesce(lag(end_ns) OVER (PARTITION BY rank ORDER BY first_op_ns, step), first_op_ns) AS start_ns,
+       end_ns, first_op_ns, last_op_end_ns, n_own AS n_ops
+FROM e;
+
+-- GPU ops without a step (no launch record, or launched between steps): the window holding their start.
+CREATE OR REPLACE TEMP TABLE tf_unlaunched_step AS
+SELECT g.op_id, w.step
+FROM (SELECT op_id, rank, start_ns FROM gpu_ops WHERE step IS NULL) g
+ASOF JOIN step_windows w ON g.rank = w.rank AND g.start_ns >= w.start_ns
+WHERE g.start_ns < w.end_ns;
+
+UPDATE gpu_ops SET step = u.step FROM tf_unlaunched_step u WHERE gpu_ops.op_id = u.op_id;
+
+UPDATE step_windows SET n_ops = n_ops + u.n
+FROM (SELECT g.rank, u.step, count(*) AS n FROM tf_unlaunched_step u JOIN gpu_ops g USING (op_id) GROUP BY ALL) u
+WHERE step_windows.rank = u.rank AND step_windows.step = u.step;
+
+DROP TABLE tf_unlaunched_step;
