@@ -38,6 +38,8 @@ CREATE TABLE traces (
     clock_skew_ns BIGINT,               -- estimated skew: its collective ends minus its peers' (median), before correction
     clock_spread_ns BIGINT,             -- spread (median absolute deviation) of those differences after alignment
     clock_note VARCHAR,                 -- why the offset was or was not applied (docs/clock-alignment.md)
+    cpu_clock_offset_ns BIGINT DEFAULT 0,  -- Kineto: added to CPU ops / annotations to put them on the runtime calls' clock
+    cpu_clock_consistent BOOLEAN,       -- FALSE: no single offset fits; figures mixing the two clocks are NULL
     rank_source VARCHAR,                -- where the rank came from: nccl | distributedInfo | file name | file order | pattern
     warnings VARCHAR[]
 )

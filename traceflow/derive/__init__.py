@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from importlib import resources
 
-from . import clock
+from . import clock, host_clock
 
 ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
 
@@ -26,6 +26,7 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     timings = {} if timings is None else timings
     warnings = []
     t0 = time.perf_counter()
+    warnings.extend(host_clock.reconcile(con))
     derive_tables(con, step_pattern)
     if align != "off":
         notes, moved = clock.align(con, mode=align)

@@ -31,6 +31,8 @@ WITH launch AS (
     -- only the CPU ops that made a launch call: most CPU ops never do
     SELECT trace_id, external_id, max(start_ns) AS issue_start_ns
     FROM host_ops WHERE kind = 'cpu_op' AND (trace_id, external_id) IN (SELECT trace_id, external_id FROM launch)
+          -- CPU ops on a clock of their own that no offset reconciles (host_clock.py): not used
+          AND trace_id NOT IN (SELECT trace_id FROM traces WHERE cpu_clock_consistent IS FALSE)
     GROUP BY trace_id, external_id
 ), ops AS (
     SELECT g.rowid AS rid, g.trace_id, g.rank, g.correlation_id, g.start_ns, g.end_ns,

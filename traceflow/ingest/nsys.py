@@ -123,21 +123,45 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     if not src.cols:
         raise InputError(path, "SQLite file has no tables: not an Nsight Systems export")
     meta = _meta(src)
-    if not meta and not src.has("TARGET_INFO_SESSION_START_TIME"):
-        raise InputError(path, "SQLite file is not an Nsight Systems export (no META_DATA_EXPORT / EXPORT_META_DATA table)")
-    for need in ("StringIds", "TARGET_INFO_SESSION_START_TIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
-        if not src.has(need):
-            what = "no GPU kernels were traced" if need == "CUPTI_ACTIVITY_KIND_KERNEL" else "required table missing"
-            raise InputError(path, f"nsys export has no {need} table ({what}; export with `nsys export --type sqlite` of a run traced with -t cuda)")
-    for t, cols in (("CUPTI_ACTIVITY_KIND_KERNEL", ("start", "end", "streamId", "correlationId", "globalPid", "demangledName")),
-                    ("StringIds", ("id", "value"))):
-        missing = [c for c in cols if not src.has(t, c)]
+    # An export is recognised by its tables (StringIds and CUPTI activity), not by a metadata table:
+    # nsys 2021-era exports have none and hold kernels other tools read.
+    activity = [t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                            "CUPTI_ACTIVITY_KIND_RUNTIME") if src.has(t)]
+    if not src.has("StringIds") and not activity:
+        raise InputError(path, "SQLite file is not an Nsight Systems export (no StringIds and no CUPTI_ACTIVITY_KIND_* tables)")
+    if not src.has("StringIds"):
+        raise InputError(path, "nsys export has no StringIds table (required table missing: the names of "
+                         "kernels and calls; damaged or unsupported export)")
+    if not any(t in activity for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                       "CUPTI_ACTIVITY_KIND_MEMSET")):
+        raise InputError(path, "nsys export has no CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET table (no GPU work "
+                         "was traced; export with `nsys export --type sqlite` of a run traced with -t cuda)")
+    required = {"CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "streamId", "correlationId", "globalPid", "demangledName",
+                                               "deviceId"),
+                "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId",
+                                               "copyKind", "bytes"),
+                "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId", "bytes"),
+                "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "correlationId", "nameId"),
+                "OSRT_API": ("start", "end", "globalTid", "nameId"),
+                "NVTX_EVENTS": ("start", "end", "globalTid", "eventType", "text"),
+                "StringIds": ("id", "value")}
+    for t, cols in required.items():
+        missing = [c for c in cols if src.has(t) and not src.has(t, c)]
         if missing:
             raise InputError(path, f"nsys export table {t} lacks column(s) {', '.join(missing)} (unsupported or damaged schema)")
-    base = con.execute("SELECT utcEpochNs FROM src.TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-    if base is None or base[0] is None:
-        raise InputError(path, "TARGET_INFO_SESSION_START_TIME is empty: cannot place the trace in time")
-    base = int(base[0])
+    base = None
+    if src.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        row = con.execute("SELECT utcEpochNs FROM src.TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+        base = None if row is None or row[0] is None else int(row[0])
+    time_warnings = []
+    if base is None:
+        # Documented fallback (docs/bad-input.md): times stay relative to the session start, shown as
+        # if the session began at the Unix epoch; each such rank is clock-aligned on its own.
+        base = 0
+        time_warnings.append("no session start time (TARGET_INFO_SESSION_START_TIME missing or empty): times are "
+                             "relative to the session start, shown from 1970-01-01; ranks are aligned by their collectives")
+    elif not (-(2**62) < base < 2**62):
+        raise InputError(path, f"session start time {base} ns is out of range (damaged export)")
 
     con.execute("CREATE TEMP TABLE strings AS SELECT id, value FROM src.StringIds")
     gpu = _gpu_ops(src, base)
@@ -151,7 +175,7 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     if n_unresolved:
         raise InputError(path, f"StringIds lacks the names of {n_unresolved} host calls (damaged export)")
     _ranges(src, base)
-    warnings = []
+    warnings = list(time_warnings)
     for rel, what in (("g", "GPU ops"), ("h", "host calls"), ("rng", "NVTX ranges")):
         n_back = con.execute(f"SELECT count(*) FROM {rel} WHERE end_ns < start_ns OR start_ns IS NULL").fetchone()[0]
         if n_back:
@@ -168,6 +192,8 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
         r = con.execute("SELECT value FROM src.TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
         hostname = r[0] if r else None
     hostname = hostname or meta.get("EXPORT_HOST")
+    if time_warnings:
+        hostname = None  # no common time base: never assumed to share a clock with another rank
     version = meta.get("EXPORT_PRODUCT_VERSION")
     schema = meta.get("EXPORT_SCHEMA_VERSION")
     gpu_names = {}
@@ -209,12 +235,16 @@ def _gpu_ops(src: _Src, base: int):
     graph = ("graphId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphId")
              else "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphNodeId") else "NULL")
     parts = [f"""
-        SELECT globalPid AS gpid, deviceId::INTEGER AS device, streamId::BIGINT AS stream, 'kernel' AS kind,
-               s1.value AS name, {short} AS short_name,
-               start + {base} AS start_ns, "end" + {base} AS end_ns, correlationId::BIGINT AS correlation_id,
-               NULL::BIGINT AS bytes, NULL::VARCHAR AS copy_kind, {graph}::BIGINT AS graph_id
+        SELECT NULL::BIGINT AS gpid, NULL::INTEGER AS device, NULL::BIGINT AS stream, NULL::VARCHAR AS kind,
+               NULL::VARCHAR AS name, NULL::VARCHAR AS short_name, NULL::BIGINT AS start_ns, NULL::BIGINT AS end_ns,
+               NULL::BIGINT AS correlation_id, NULL::BIGINT AS bytes, NULL::VARCHAR AS copy_kind,
+               NULL::BIGINT AS graph_id WHERE FALSE"""]  # the column names; each table below is optional
+    if src.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        parts.append(f"""
+        SELECT globalPid, deviceId::INTEGER, streamId::BIGINT, 'kernel', s1.value, {short},
+               start + {base}, "end" + {base}, correlationId::BIGINT, NULL::BIGINT, NULL::VARCHAR, {graph}::BIGINT
         FROM {k} LEFT JOIN strings s1 ON s1.id = demangledName
-        {"LEFT JOIN strings s2 ON s2.id = shortName" if short != "NULL" else ""}"""]
+        {"LEFT JOIN strings s2 ON s2.id = shortName" if short != "NULL" else ""}""")
     if src.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         kinds = _enum_map(src, "ENUM_CUDA_MEMCPY_OPER", _COPY_KIND, short=True)
         mem = _enum_map(src, "ENUM_CUDA_MEM_KIND", _MEM_KIND)
