@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SHARED ?= ../shared
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: demo test test-all fuzz bench venv dev chromium install-check clean
+.PHONY: demo test test-all fuzz bench venv dev chromium install-check peers clean
 
 # The demo's venv holds only what the package declares (versions pinned by the lock as constraints);
 # the test venv adds the dev set (pytest, hypothesis, torch for recording real traces in tests).
@@ -41,11 +41,20 @@ chromium:
 	    || sudo -n apt-get install -y -q chromium >/dev/null 2>&1 \
 	    || echo "note: chromium not installed; browser tests will skip"; }
 
-test: dev chromium install-check
-	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
+# Holistic Trace Analysis in a venv of its own: the suite compares our figures with its temporal breakdown.
+PEERS := .peers-venv
+$(PEERS)/.hta:
+	@echo "installing Holistic Trace Analysis (traceinsight) into $(PEERS) for the comparison test"
+	@$(PY) -m venv $(PEERS) && $(PEERS)/bin/pip install -q traceinsight==0.6.1 && touch $@ \
+	  || echo "note: HTA could not be installed; the comparison test will skip"
 
-test-all: dev chromium install-check
-	$(BIN)/python -m pytest -q -n 2 tests
+peers: $(PEERS)/.hta
+
+test: dev chromium install-check peers
+	TRACEFLOW_HTA_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q -n 2 -m "not slow" tests
+
+test-all: dev chromium install-check peers
+	TRACEFLOW_HTA_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q -n 2 tests
 
 # Installs as a user does: the wheel into a fresh venv with nothing but its declared dependencies,
 # then every module imported and `postmortem` run on a Kineto and (when ../shared is here) an nsys job.
@@ -59,4 +68,4 @@ bench: dev
 	$(BIN)/python bench/run.py --shared $(SHARED)
 
 clean:
-	rm -rf $(VENV) out bench/work .pytest_cache
+	rm -rf $(VENV) $(PEERS) out bench/work .pytest_cache

@@ -131,9 +131,17 @@ def cases():
         for off in _offsets(len(raw), n_off, 6)[1:-1]:
             out.append((f"{src.name} SQLite byte flipped at {off}", lambda f, o=off, r=raw: [_flip(f / "rank0.sqlite", r, o)], "either"))
         out += [
-            (f"{src.name} kernel table dropped", _sqlite_edit(src, "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL;"), "error"),
+            # an export is recognised by its tables: without kernels but with copies it is still read
+            (f"{src.name} kernel table dropped", _sqlite_edit(src, "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL;"),
+             "ok" if {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"} & set(_tables(src)) else "error"),
+            (f"{src.name} GPU activity tables dropped", _sqlite_edit(src, "".join(
+                f"DROP TABLE IF EXISTS {t};" for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                                       "CUPTI_ACTIVITY_KIND_MEMSET"))), "error"),
+            (f"{src.name} metadata table dropped", _sqlite_edit(src, "DROP TABLE IF EXISTS META_DATA_EXPORT; "
+                                                                      "DROP TABLE IF EXISTS EXPORT_META_DATA;"), "ok"),
             (f"{src.name} StringIds dropped", _sqlite_edit(src, "DROP TABLE StringIds;"), "error"),
-            (f"{src.name} session start dropped", _sqlite_edit(src, "DROP TABLE TARGET_INFO_SESSION_START_TIME;"), "error"),
+            # documented fallback: times relative to the session start, with a warning
+            (f"{src.name} session start dropped", _sqlite_edit(src, "DROP TABLE TARGET_INFO_SESSION_START_TIME;"), "ok"),
             (f"{src.name} column renamed", _sqlite_edit(src, "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME COLUMN demangledName TO dname;"), "error"),
             (f"{src.name} StringIds lacks ids", _sqlite_edit(src, "DELETE FROM StringIds WHERE id IN (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 3);"), "error"),
             (f"{src.name} every table dropped", _sqlite_edit(src, "".join(f"DROP TABLE [{t}];" for t in _tables(src))), "error"),

@@ -19,26 +19,34 @@ ALL_FIXTURES = ["h100/nsys/ddp4_sync_stall", "h100/nsys/ddp4_straggler", "h100/n
                 "public/param-dlrm8", "public/hta-2rank"]
 
 
-def ops_by_rank(db):
+def ops_by_rank(db, own_only=False):
+    """(step, category, start, end) per rank; own_only: the ops that set the windows (those whose
+    step came from their launch, or from the host range on ranks without launches / whole-trace steps)."""
     out = collections.defaultdict(list)
-    for r in db.execute("select rank, step, category, start_ns, end_ns from gpu_ops").fetchall():
+    own = """ and (api_start_ns is not null or rank not in (select rank from gpu_ops where api_start_ns is not null)
+                   or rank in (select rank from steps where source = 'whole trace'))""" if own_only else ""
+    for r in db.execute(f"select rank, step, category, start_ns, end_ns from gpu_ops where true {own}").fetchall():
         out[r[0]].append(r[1:])
     return out
 
 
 def windows(ops):
-    """Step windows recomputed in Python: first op of the step, pulled back to the end of earlier steps' work."""
+    """Step windows recomputed in Python (docs/step-attribution.md): steps in order of their first own op;
+    a window runs from the previous window's end to the last end of the own ops so far, clipped at the
+    next step's first op."""
     first, last = {}, {}
     for step, _, a, b in ops:
         if step is None:
             continue
         first[step] = min(first.get(step, a), a)
         last[step] = max(last.get(step, b), b)
-    out, prev_end = {}, None
-    for s in sorted(first):
-        start = first[s] if prev_end is None else min(first[s], prev_end)
-        out[s] = (start, last[s])
-        prev_end = last[s] if prev_end is None else max(prev_end, last[s])
+    order = sorted(first, key=lambda s: (first[s], s))
+    out, prev_end, run_end = {}, None, None
+    for i, s in enumerate(order):
+        run_end = last[s] if run_end is None else max(run_end, last[s])
+        end = run_end if i + 1 == len(order) else min(run_end, first[order[i + 1]])
+        out[s] = (first[s] if prev_end is None else prev_end, end)
+        prev_end = end
     return out
 
 
@@ -202,8 +210,10 @@ def test_exposed_comm_matches_interval_math(ingested, rel):
     db = connect(ingested(rel))
     got = {(r[0], r[1]): r[2:] for r in db.execute("select rank, step, comm_ns, overlap_pct, exposed_ns, compute_ns from exposed_comm").fetchall()}
     assert got
-    for rank, ops in ops_by_rank(db).items():
-        for step, (lo, hi) in windows(ops).items():
+    all_ops = ops_by_rank(db)
+    for rank, own in ops_by_rank(db, own_only=True).items():
+        ops = all_ops[rank]
+        for step, (lo, hi) in windows(own).items():
             comm = clip([(a, b) for _, c, a, b in ops if c == "communication"], lo, hi)
             comp = clip([(a, b) for _, c, a, b in ops if c == "compute"], lo, hi)
             comm_ns, exposed = measure(comm), subtract(comm, comp)
@@ -240,8 +250,10 @@ def test_step_breakdown_adds_up(ingested, rel):
 def test_step_breakdown_matches_interval_math(ingested):
     db = connect(ingested("h100/nsys/ddp4_sync_stall"))
     got = {(r[0], r[1]): r[2:] for r in db.execute("select rank, step, wall_ns, busy_ns, compute_ns from step_breakdown").fetchall()}
-    for rank, ops in ops_by_rank(db).items():
-        for step, (lo, hi) in windows(ops).items():
+    all_ops = ops_by_rank(db)
+    for rank, own in ops_by_rank(db, own_only=True).items():
+        ops = all_ops[rank]
+        for step, (lo, hi) in windows(own).items():
             busy = measure(clip([(a, b) for _, _, a, b in ops], lo, hi))
             comp = measure(clip([(a, b) for _, c, a, b in ops if c == "compute"], lo, hi))
             assert got[(rank, step)] == (hi - lo, busy, comp)

@@ -133,6 +133,7 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
     # makes the next one stand out, and so on).
     for u in units:
         u.measure(m)
+    recorded = {id(u): u.est for u in units}  # the skew estimates on the recorded times: what traces stores
     flagged = [u for u in units if u.shifted(mode, units)]
     if len(flagged) == len(units):  # every unit off its peers: keep the lowest rank's clock as the reference
         flagged = flagged[1:]
@@ -148,7 +149,7 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
     moved = False
     for u in units:
         off = -(u.applied - ref)                 # added to this unit's times
-        skew = u.applied + (u.est or 0.0)        # estimated skew vs the peers, before any correction
+        skew = recorded[id(u)]                   # estimated skew vs the peers, on the recorded times
         applied = abs(u.applied) > 0
         if applied:
             note = f"shifted by {off / 1e6:+.3f} ms: its {u.reason}"
@@ -161,7 +162,7 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
             rank = ranks[c]
             con.execute("UPDATE traces SET clock_offset_ns = clock_offset_ns + ?, clock_skew_ns = ?, "
                         "clock_spread_ns = ?, clock_note = ? WHERE rank = ?",
-                        [round(off), None if not u.n else round(skew),
+                        [round(off), None if skew is None else round(skew),
                          None if u.spread is None else round(u.spread), note, rank])
             if round(off):
                 moved = True
