@@ -38,7 +38,7 @@ def findings(con) -> dict:
     #    next collective that rank started last.
     gap = con.execute("""
         WITH g AS (SELECT rank, step, start_ns, end_ns, dur_ns, host_activity FROM idle_gaps
-                   WHERE cause = 'host_late' AND step IS DISTINCT FROM ? ORDER BY dur_ns DESC LIMIT 20),
+                   WHERE cause = 'host_late' AND step IS NOT NULL AND step IS DISTINCT FROM ? ORDER BY dur_ns DESC LIMIT 20),
              w AS (SELECT g.rank, g.start_ns,
                           (SELECT struct_pack(op := s.op, wait := s.total_wait_ns,
                                               waiters := (SELECT list(cw.rank ORDER BY cw.rank) FROM collective_waits cw

@@ -155,12 +155,13 @@ def _build(con, database) -> str:
     t1 = table(con, """SELECT comm, step, seq, op, last_rank, last_by_ns, total_wait_ns FROM stragglers ORDER BY total_wait_ns DESC LIMIT 10""",
                headers=["communicator", "step", "seq", "collective", "last rank", "last by (ms)", "total peer wait (ms)"],
                ms_cols=("last_by_ns", "total_wait_ns"))
-    rows = con.execute("SELECT rank, cause, sum(total_ns) FROM idle_gaps_summary GROUP BY rank, cause").fetchall()
+    rows = con.execute("SELECT rank, cause, sum(total_ns) FROM idle_gaps_summary WHERE step IS NOT NULL GROUP BY rank, cause").fetchall()
     causes = [c for c in CAUSE_COLORS if any(r[1] == c for r in rows)]
     lk = {(r[0], r[1]): r[2] for r in rows}
     p2 = P.add(_bars(rows, lambda r: f"rank {r[0]}", causes, CAUSE_COLORS, lambda r, s: lk.get((r[0], s))),
                {"title": "GPU idle time by cause (ms, all steps)", "yaxis": {"title": "ms"}})
-    t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps ORDER BY dur_ns DESC LIMIT 15""",
+    t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps WHERE step IS NOT NULL
+                        ORDER BY dur_ns DESC LIMIT 15""",
                headers=["rank", "step", "idle (ms)", "cause", "host was doing", "GPU op that ended it"], ms_cols=("dur_ns",))
     sections.append(("waits", "Stragglers, collective waits and idle gaps",
                      p1 + "<h3>Collectives with the most peer wait</h3>" + t1 + p2 + "<h3>Longest idle gaps</h3>" + t2))
