@@ -401,3 +401,24 @@ def test_hta_temporal_breakdown_agrees(ingested, tmp_path):
                where rank = ? and part = 'step' order by step limit 1""", [rank]).fetchone()
         ours = [round(v / 1000) for v in (wall, idle, comp, noncomp)]
         assert ours == [h["kernel_time(us)"], h["idle_time(us)"], h["compute_time(us)"], h["non_compute_time(us)"]], (rank, ours, h)
+
+
+# --- the bundled job recorded with and without a fault (runs without ../shared) --------------------
+
+@pytest.mark.parametrize("variant", ["clean", "stall"])
+def test_bundled_ddp2_conservation_and_fault(tmp_path, variant):
+    from conftest import BUNDLED
+    folder = BUNDLED / "ddp2_flops" / variant
+    files = sorted(str(p) for p in folder.glob("rank-*.pt.trace.json.gz"))
+    traceflow.ingest(files, str(tmp_path / "j.duckdb"))
+    db = connect(tmp_path / "j.duckdb")
+    totals = check_conservation(db)
+    for f in files:
+        assert totals[int(re.search(r"rank-(\d+)", f).group(1))] == kineto_union(f)
+    gaps = db.execute("select rank, step, dur_ns, cause from idle_gaps where dur_ns > 20e6").fetchall()
+    if variant == "clean":
+        assert gaps == []
+    else:
+        stall = next(t for t in json.loads((folder / "truth-rank1.json").read_text()) if t["kind"] == "host_stall")
+        assert [(r, s, c) for r, s, _, c in gaps] == [(1, stall["step"], "host_late")]
+        assert abs(gaps[0][2] - stall["dur_ns"]) < 5e6
