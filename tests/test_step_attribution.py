@@ -387,7 +387,7 @@ def test_hta_temporal_breakdown_agrees(ingested, tmp_path):
     import os
     import subprocess
     py = os.environ.get("TRACEFLOW_HTA_PYTHON")
-    if not py or not Path(py).exists():
+    if not py or not Path(py).exists() or subprocess.run([py, "-c", "import hta"], capture_output=True).returncode:
         pytest.skip("Holistic Trace Analysis not installed (make peers; TRACEFLOW_HTA_PYTHON names its python)")
     for f in fixture_files("public/hta-2rank"):
         shutil.copyfile(f, tmp_path / Path(f).name)
