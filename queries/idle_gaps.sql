@@ -39,7 +39,7 @@ WITH params AS (
     SELECT rank, arg_max(launch_tid, n) AS tid FROM (
         SELECT rank, launch_tid, count(*) AS n FROM gpu_ops WHERE launch_tid IS NOT NULL GROUP BY ALL)
     GROUP BY rank
-), g0 AS (
+), g AS (
     SELECT gp.rank, CASE WHEN gp.end_ns <= w.end_ns THEN w.step END AS step,
            gp.start_ns, gp.end_ns, gp.end_ns - gp.start_ns AS dur_ns,
            n.op_id AS next_op_id, n.api_start_ns AS next_api_start_ns,
@@ -50,8 +50,6 @@ WITH params AS (
     ASOF LEFT JOIN step_windows w ON gp.rank = w.rank AND gp.start_ns >= w.start_ns
     LEFT JOIN main_thread mt ON mt.rank = gp.rank
     WHERE gp.start_ns IS NOT NULL AND gp.end_ns > gp.start_ns
-), g AS (
-    SELECT * FROM g0
 ), pts AS (
     SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
     WHERE dur_ns >= (SELECT launch_thr FROM params)

@@ -32,14 +32,19 @@ WITH c AS (
     SELECT rank, min(start_ns) AS first_ns, max(end_ns) AS last_ns FROM gpu_ops WHERE end_ns > start_ns GROUP BY rank
 ), bounds AS (
     SELECT rank, min(start_ns) AS ws, max(end_ns) AS we FROM step_windows GROUP BY rank
+), stepless AS (
+    -- ops without a step lie before the first window or after the last (step_windows.sql)
+    SELECT g.rank, count(*) FILTER (WHERE b.we IS NULL OR g.start_ns < b.ws) AS n_before,
+           count(*) FILTER (WHERE g.start_ns >= b.we) AS n_after
+    FROM gpu_ops g LEFT JOIN bounds b USING (rank) WHERE g.step IS NULL GROUP BY g.rank
 ), outside AS (
     SELECT e.rank, NULL::INTEGER AS step, 'before' AS part, e.first_ns AS start_ns, coalesce(b.ws, e.last_ns) AS end_ns,
-           (SELECT count(*) FROM gpu_ops g WHERE g.rank = e.rank AND g.step IS NULL AND g.start_ns < coalesce(b.ws, e.last_ns + 1)) AS n_ops
-    FROM extent e LEFT JOIN bounds b USING (rank) WHERE e.first_ns < coalesce(b.ws, e.last_ns + 1)
+           coalesce(n.n_before, 0) AS n_ops
+    FROM extent e LEFT JOIN bounds b USING (rank) LEFT JOIN stepless n USING (rank)
+    WHERE e.first_ns < coalesce(b.ws, e.last_ns + 1)
     UNION ALL
-    SELECT e.rank, NULL, 'after', b.we, e.last_ns,
-           (SELECT count(*) FROM gpu_ops g WHERE g.rank = e.rank AND g.step IS NULL AND g.start_ns >= b.we)
-    FROM extent e JOIN bounds b USING (rank) WHERE e.last_ns > b.we
+    SELECT e.rank, NULL, 'after', b.we, e.last_ns, coalesce(n.n_after, 0)
+    FROM extent e JOIN bounds b USING (rank) LEFT JOIN stepless n USING (rank) WHERE e.last_ns > b.we
 ), rows AS (
     SELECT rank, step, 'step' AS part, start_ns, end_ns, n_ops FROM step_windows
     UNION ALL SELECT * FROM outside

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import FIX, connect, fixture_files, needs_shared
+from conftest import connect, fixture_files, needs_shared
 from intervals import measure
 
 import traceflow
@@ -87,6 +87,14 @@ def check_conservation(db) -> dict[int, int]:
     return totals
 
 
+def assert_rows_hold_the_raw_files(db, files):
+    """Each Kineto rank file's GPU union (from the raw JSON) equals its rows' busy total."""
+    totals = check_conservation(db)
+    for f in files:
+        rank = json.load(gzip.open(f))["distributedInfo"]["rank"]
+        assert totals[rank] == kineto_union(f), (f, totals[rank])
+
+
 def step_figures(db, steps=None) -> dict:
     q = """select rank, step, wall_ns, busy_ns, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns
            from step_breakdown where part = 'step'"""
@@ -150,10 +158,7 @@ def test_kineto_capture_cut_mid_step(tmp_path, ingested):
     files = _kineto_rewrite(rel, tmp_path / "cut", cut)
     traceflow.ingest(files, str(tmp_path / "cut.duckdb"))
     db = connect(tmp_path / "cut.duckdb")
-    totals = check_conservation(db)
-    for f in files:
-        rank = json.load(gzip.open(f))["distributedInfo"]["rank"]
-        assert totals[rank] == kineto_union(f)
+    assert_rows_hold_the_raw_files(db, files)
     full = connect(ingested(rel))
     steps = sorted({s for (_, s) in step_figures(full)})
     assert steps[0] not in {s for (_, s) in step_figures(db)}, "the cut step should be gone"
@@ -210,10 +215,7 @@ def test_gpu_running_behind_the_host(tmp_path, ingested):
     files = _kineto_rewrite(rel, tmp_path / "behind", behind)
     traceflow.ingest(files, str(tmp_path / "behind.duckdb"))
     db = connect(tmp_path / "behind.duckdb")
-    totals = check_conservation(db)
-    for f in files:
-        rank = json.load(gzip.open(f))["distributedInfo"]["rank"]
-        assert totals[rank] == kineto_union(f)
+    assert_rows_hold_the_raw_files(db, files)
     # steps overlap on the host side of the GPU work: a step's ops run during the next step's host range
     late = db.execute("""select count(*) from gpu_ops g join steps s on s.rank = g.rank and s.step = g.step + 1
                          where g.start_ns > s.start_ns""").fetchone()[0]
@@ -412,9 +414,7 @@ def test_bundled_ddp2_conservation_and_fault(tmp_path, variant):
     files = sorted(str(p) for p in folder.glob("rank-*.pt.trace.json.gz"))
     traceflow.ingest(files, str(tmp_path / "j.duckdb"))
     db = connect(tmp_path / "j.duckdb")
-    totals = check_conservation(db)
-    for f in files:
-        assert totals[int(re.search(r"rank-(\d+)", f).group(1))] == kineto_union(f)
+    assert_rows_hold_the_raw_files(db, files)
     gaps = db.execute("select rank, step, dur_ns, cause from idle_gaps where dur_ns > 20e6").fetchall()
     if variant == "clean":
         assert gaps == []

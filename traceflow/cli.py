@@ -207,13 +207,13 @@ def query(database, name, list_, rank, step, fmt, limit):
 
 def _coverage_lines(con, rank) -> list[str]:
     """Under the steps table: how much of each rank's GPU time the step rows cover."""
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'step_coverage'").fetchone()[0]:
+    try:
+        rows = api.query_relation(con, "step-coverage", rank).pl().sort("rank").iter_rows(named=True)
+    except UsageError:  # a database from before step_coverage existed
         return []
-    rows = con.execute("SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage"
-                       + ("" if rank is None else " WHERE rank = ?") + " ORDER BY rank",
-                       [] if rank is None else [rank]).fetchall()
-    return [f"coverage: rank {r}: {c if c is not None else 0:.1f}% of its GPU time is inside steps "
-            f"({b / 1e6:.1f} ms before the first step's window, {a / 1e6:.1f} ms after the last)" for r, c, b, a in rows]
+    return [f"coverage: rank {r['rank']}: {r['coverage_pct'] or 0:.1f}% of its GPU time is inside steps "
+            f"({r['before_ns'] / 1e6:.1f} ms before the first step's window, {r['after_ns'] / 1e6:.1f} ms after the last)"
+            for r in rows]
 
 
 @main.command("sql")

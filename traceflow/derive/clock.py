@@ -28,6 +28,7 @@ spread; `--align off` changes nothing. Estimates, spreads and the reason are sto
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def _sign_test_p(agree: int, n: int) -> float:
 class _Unit:
     def __init__(self, name: str, cols: list[int]):
         self.name, self.cols = name, cols
-        self.applied = 0.0          # ns subtracted from this unit's times so far
+        self.applied = 0.0          # ns subtracted from this unit's times
         self.est = self.spread = None
         self.n = self.agree = 0
         self.p = 1.0
@@ -67,11 +68,9 @@ class _Unit:
         if len(others) == 0:
             self.n = 0
             return
-        with np.errstate(all="ignore"):
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: collectives without peers
-                ref = np.nanmedian(m[:, others], axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: collectives without peers
+            ref = np.nanmedian(m[:, others], axis=1)
         d = (m[:, self.cols] - ref[:, None]).ravel()
         d = d[~np.isnan(d)]
         self.n = len(d)
@@ -83,7 +82,8 @@ class _Unit:
         self.agree = int(np.sum(np.sign(d) == np.sign(self.est))) if self.est else 0
         self.p = _sign_test_p(self.agree, self.n)
 
-    def shifted(self, mode: str, peers: list[_Unit]) -> bool:
+    def shifted(self, mode: str, natural: float) -> bool:
+        """natural: the median |estimate| of all units (0 with fewer than 3), what time-sliced ranks show."""
         if not self.n or self.est is None or abs(self.est) < NEGLIGIBLE_NS:
             return False
         if mode == "collectives":
@@ -93,8 +93,6 @@ class _Unit:
         # Consistent is not enough: ranks time-sliced on one GPU end their collectives in a fixed
         # order, each consistently early or late (bundled ddp4_straggler: -6.6, +2.1, -2.1, +6.6 ms,
         # spreads of 10 us). A shifted rank stands out of what its peers show.
-        ests = [abs(u.est) for u in peers if u.est is not None]
-        natural = float(np.median(ests)) if len(ests) >= 3 else 0.0
         return abs(self.est) > max(NATURAL_FACTOR * natural, 3 * (self.spread or 0))
 
     def evidence(self) -> str:
@@ -134,7 +132,9 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
     for u in units:
         u.measure(m)
     recorded = {id(u): u.est for u in units}  # the skew estimates on the recorded times: what traces stores
-    flagged = [u for u in units if u.shifted(mode, units)]
+    ests = [abs(u.est) for u in units if u.est is not None]
+    natural = float(np.median(ests)) if len(ests) >= 3 else 0.0
+    flagged = [u for u in units if u.shifted(mode, natural)]
     if len(flagged) == len(units):  # every unit off its peers: keep the lowest rank's clock as the reference
         flagged = flagged[1:]
     for u in flagged:
@@ -145,7 +145,7 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
         u.measure(m)
 
     ref = next(u.applied for u in units if col[ranks[0]] in u.cols)
-    warnings = []
+    notes = []
     moved = False
     for u in units:
         off = -(u.applied - ref)                 # added to this unit's times
@@ -170,12 +170,12 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
                     sets = ", ".join(f"{c2} = {c2} + {round(off)}" for c2 in cols)
                     con.execute(f"UPDATE {table} SET {sets} WHERE rank = ?", [rank])
         if applied:
-            warnings.append(f"{u.name}: clock {note}")
+            notes.append(f"{u.name}: clock {note}")
     if not any(u.applied for u in units) and mode == "auto":
         big = max((u for u in units if u.n), key=lambda u: abs(u.est or 0), default=None)
         if big is not None:
-            warnings.append("clocks: ranks of unknown host taken to share one clock, since no rank's collectives end "
+            notes.append("clocks: ranks of unknown host taken to share one clock, since no rank's collectives end "
                             f"consistently off its peers' (largest: {big.name}, {big.evidence()}); "
                             "--align collectives estimates every rank's offset anyway")
-    return warnings, moved
+    return notes, moved
 

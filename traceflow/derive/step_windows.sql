@@ -37,7 +37,7 @@ FROM e;
 
 -- GPU ops without a step (no launch record, or launched between steps): the window holding their start.
 CREATE OR REPLACE TEMP TABLE tf_unlaunched_step AS
-SELECT g.op_id, w.step
+SELECT g.op_id, g.rank, w.step
 FROM (SELECT op_id, rank, start_ns FROM gpu_ops WHERE step IS NULL) g
 ASOF JOIN step_windows w ON g.rank = w.rank AND g.start_ns >= w.start_ns
 WHERE g.start_ns < w.end_ns;
@@ -45,7 +45,7 @@ WHERE g.start_ns < w.end_ns;
 UPDATE gpu_ops SET step = u.step FROM tf_unlaunched_step u WHERE gpu_ops.op_id = u.op_id;
 
 UPDATE step_windows SET n_ops = n_ops + u.n
-FROM (SELECT g.rank, u.step, count(*) AS n FROM tf_unlaunched_step u JOIN gpu_ops g USING (op_id) GROUP BY ALL) u
+FROM (SELECT rank, step, count(*) AS n FROM tf_unlaunched_step GROUP BY ALL) u
 WHERE step_windows.rank = u.rank AND step_windows.step = u.step;
 
 DROP TABLE tf_unlaunched_step;

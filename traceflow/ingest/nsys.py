@@ -123,45 +123,8 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     if not src.cols:
         raise InputError(path, "SQLite file has no tables: not an Nsight Systems export")
     meta = _meta(src)
-    # An export is recognised by its tables (StringIds and CUPTI activity), not by a metadata table:
-    # nsys 2021-era exports have none and hold kernels other tools read.
-    activity = [t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-                            "CUPTI_ACTIVITY_KIND_RUNTIME") if src.has(t)]
-    if not src.has("StringIds") and not activity:
-        raise InputError(path, "SQLite file is not an Nsight Systems export (no StringIds and no CUPTI_ACTIVITY_KIND_* tables)")
-    if not src.has("StringIds"):
-        raise InputError(path, "nsys export has no StringIds table (required table missing: the names of "
-                         "kernels and calls; damaged or unsupported export)")
-    if not any(t in activity for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                                       "CUPTI_ACTIVITY_KIND_MEMSET")):
-        raise InputError(path, "nsys export has no CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET table (no GPU work "
-                         "was traced; export with `nsys export --type sqlite` of a run traced with -t cuda)")
-    required = {"CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "streamId", "correlationId", "globalPid", "demangledName",
-                                               "deviceId"),
-                "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId",
-                                               "copyKind", "bytes"),
-                "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId", "bytes"),
-                "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "correlationId", "nameId"),
-                "OSRT_API": ("start", "end", "globalTid", "nameId"),
-                "NVTX_EVENTS": ("start", "end", "globalTid", "eventType", "text"),
-                "StringIds": ("id", "value")}
-    for t, cols in required.items():
-        missing = [c for c in cols if src.has(t) and not src.has(t, c)]
-        if missing:
-            raise InputError(path, f"nsys export table {t} lacks column(s) {', '.join(missing)} (unsupported or damaged schema)")
-    base = None
-    if src.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
-        row = con.execute("SELECT utcEpochNs FROM src.TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-        base = None if row is None or row[0] is None else int(row[0])
-    time_warnings = []
-    if base is None:
-        # Documented fallback (docs/bad-input.md): times stay relative to the session start, shown as
-        # if the session began at the Unix epoch; each such rank is clock-aligned on its own.
-        base = 0
-        time_warnings.append("no session start time (TARGET_INFO_SESSION_START_TIME missing or empty): times are "
-                             "relative to the session start, shown from 1970-01-01; ranks are aligned by their collectives")
-    elif not (-(2**62) < base < 2**62):
-        raise InputError(path, f"session start time {base} ns is out of range (damaged export)")
+    _check_tables(src, path)
+    base, time_warnings = _session_start(src, path)
 
     con.execute("CREATE TEMP TABLE strings AS SELECT id, value FROM src.StringIds")
     gpu = _gpu_ops(src, base)
@@ -228,13 +191,58 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     return out
 
 
+_GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+# Columns the reader uses, per table; a table that is present must have them all.
+_REQUIRED_COLUMNS = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "streamId", "correlationId", "globalPid", "demangledName", "deviceId"),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId", "copyKind", "bytes"),
+    "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId", "bytes"),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "correlationId", "nameId"),
+    "OSRT_API": ("start", "end", "globalTid", "nameId"),
+    "NVTX_EVENTS": ("start", "end", "globalTid", "eventType", "text"),
+    "StringIds": ("id", "value"),
+}
+
+
+def _check_tables(src: _Src, path: str):
+    """An export is recognised by its tables (StringIds and CUPTI activity), not by a metadata table:
+    nsys 2021-era exports have none and hold kernels other tools read."""
+    if not src.has("StringIds") and not any(src.has(t) for t in (*_GPU_TABLES, "CUPTI_ACTIVITY_KIND_RUNTIME")):
+        raise InputError(path, "SQLite file is not an Nsight Systems export (no StringIds and no CUPTI_ACTIVITY_KIND_* tables)")
+    if not src.has("StringIds"):
+        raise InputError(path, "nsys export has no StringIds table (required table missing: the names of "
+                         "kernels and calls; damaged or unsupported export)")
+    if not any(src.has(t) for t in _GPU_TABLES):
+        raise InputError(path, "nsys export has no CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET table (no GPU work "
+                         "was traced; export with `nsys export --type sqlite` of a run traced with -t cuda)")
+    for t, cols in _REQUIRED_COLUMNS.items():
+        missing = [c for c in cols if src.has(t) and not src.has(t, c)]
+        if missing:
+            raise InputError(path, f"nsys export table {t} lacks column(s) {', '.join(missing)} (unsupported or damaged schema)")
+
+
+def _session_start(src: _Src, path: str) -> tuple[int, list[str]]:
+    """The wall clock at the session's time 0 (ns since the epoch), and a warning when it is missing."""
+    if src.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        row = src.con.execute("SELECT utcEpochNs FROM src.TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+        if row is not None and row[0] is not None:
+            base = int(row[0])
+            if not (-(2**62) < base < 2**62):
+                raise InputError(path, f"session start time {base} ns is out of range (damaged export)")
+            return base, []
+    # Documented fallback (docs/bad-input.md): times stay relative to the session start, shown as if
+    # the session began at the Unix epoch; such a rank is clock-aligned on its own.
+    return 0, ["no session start time (TARGET_INFO_SESSION_START_TIME missing or empty): times are "
+               "relative to the session start, shown from 1970-01-01; ranks are aligned by their collectives"]
+
+
 def _gpu_ops(src: _Src, base: int):
     con = src.con
     k = "src.CUPTI_ACTIVITY_KIND_KERNEL"
     short = "s2.value" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "shortName") else "NULL"
     graph = ("graphId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphId")
              else "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphNodeId") else "NULL")
-    parts = [f"""
+    parts = ["""
         SELECT NULL::BIGINT AS gpid, NULL::INTEGER AS device, NULL::BIGINT AS stream, NULL::VARCHAR AS kind,
                NULL::VARCHAR AS name, NULL::VARCHAR AS short_name, NULL::BIGINT AS start_ns, NULL::BIGINT AS end_ns,
                NULL::BIGINT AS correlation_id, NULL::BIGINT AS bytes, NULL::VARCHAR AS copy_kind,
