@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from traceflow.outputs import LOCK_SUFFIX
 from conftest import BUNDLED, TRACEFLOW, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
 
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
@@ -59,6 +60,7 @@ def test_kill_9_leaves_old_or_new_database(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if ".traceflow-tmp-" in p.name] == []
     stray = [p for p in Path(tempfile.gettempdir()).glob("traceflow-*-*") if p.is_dir() and not _alive(p)]
     assert stray == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(LOCK_SUFFIX)] == []
     assert "old" in outcomes
 
 
@@ -76,7 +78,7 @@ def test_second_writer_refused_and_readers_see_whole_databases(tmp_path):
     db = tmp_path / "job.duckdb"
     assert run_cli("ingest", KINETO[0], "-o", db).returncode == 0
     old = counts(db)
-    lock = tmp_path / ".job.duckdb.lock"
+    lock = tmp_path / f".job.duckdb{LOCK_SUFFIX}"
     a = subprocess.Popen([*TRACEFLOW, "ingest", *KINETO, "-o", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # wait until A holds the lock
     for _ in range(200):
@@ -146,12 +148,13 @@ def test_bad_file_among_good_ones_read_in_parallel(tmp_path, bad_at):
     data = Path(files[bad_at]).read_bytes()
     Path(files[bad_at]).write_bytes(data[: len(data) // 2])
     db = tmp_path / "job.duckdb"
-    db.write_bytes(b"not touched")
+    assert run_cli("ingest", KINETO[3], "-o", db).returncode == 0
+    before = db.read_bytes()
     r = run_cli("ingest", *files, "-o", db, "--jobs", "2")
     assert r.returncode == 3, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(files[bad_at]) in lines[0] and "truncated" in lines[0], r.stderr
-    assert db.read_bytes() == b"not touched"
+    assert db.read_bytes() == before
 
 
 # --- property-based: the JSON reader on mutated real events ----------------------------------

@@ -6,7 +6,7 @@ import os
 import duckdb
 
 from . import packs
-from .errors import InputError, UsageError
+from .errors import InputError, UsageError, one_line
 
 
 def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
@@ -16,7 +16,7 @@ def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(database, read_only=read_only)
     except duckdb.Error as e:
-        raise InputError(database, f"not a readable DuckDB database ({str(e).splitlines()[0]})") from None
+        raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
 
 
 def _filters(rank, step, columns):

@@ -4,31 +4,62 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
 import click
 
 from . import api, packs
-from .errors import InputError, UsageError
+from .errors import InputError, UsageError, one_line
+from .outputs import disk_problem, os_problem
+from .text import printable
 
 EXIT_INPUT = 3
 
 
-def _fail(e: Exception):
-    click.echo(f"traceflow: error: {e}", err=True)
-    sys.exit(getattr(e, "exit_code", EXIT_INPUT))
+def _say(text, err: bool = False):
+    """click.echo for anything that may hold text from a trace: control characters escaped, per line."""
+    click.echo("\n".join(printable(line) for line in str(text).split("\n")), err=err)
+
+
+def _fail(message, code: int = EXIT_INPUT):
+    click.echo(f"traceflow: error: {printable(one_line(str(message), 500))}", err=True)
+    sys.exit(code)
+
+
+def _interrupted():
+    _say("traceflow: interrupted", err=True)
+    sys.exit(130)
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    """DuckDB turns Ctrl-C during a query into its own exception ("Query interrupted")."""
+    return type(e).__name__ == "InterruptException" or "Query interrupted" in str(e)
 
 
 class _Guard(click.Group):
-    """Turns our errors into one line and an exit code, never a traceback."""
+    """Turns every error into one line and an exit code, never a traceback (TRACEFLOW_DEBUG=1 shows it)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except (InputError, UsageError) as e:
-            _fail(e)
+            _fail(e, e.exit_code)
         except KeyboardInterrupt:
-            click.echo("traceflow: interrupted", err=True)
-            sys.exit(130)
+            _interrupted()
+        except OSError as e:  # an output path or the scratch folder: the input side raises InputError
+            where = e.filename or tempfile.gettempdir()
+            _fail(f"{where}: {os_problem(e)}")
+        except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as e:
+            if _is_interrupt(e):
+                _interrupted()
+            if (problem := disk_problem(e)) is not None:
+                _fail(f"{tempfile.gettempdir()}: {problem} (while writing; set TMPDIR to a folder with room)")
+            if os.environ.get("TRACEFLOW_DEBUG"):
+                raise
+            _fail(f"internal error ({type(e).__name__}: {one_line(str(e), 200)}); "
+                  "please report it with TRACEFLOW_DEBUG=1 set for the details", 1)
 
 
 @click.group(cls=_Guard, context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,11 +102,15 @@ def _ingest_options(f):
                      help="Clock alignment between hosts: auto applies estimated offsets larger than the residual spread.")(f)
     f = click.option("--nsys", metavar="PATH", help="nsys executable, for .nsys-rep inputs (default: nsys on PATH).")(f)
     f = click.option("--step-pattern", metavar="REGEX", help="Regex with one group (the step number) for step ranges; default matches 'step N', 'iteration N', 'ProfilerStep#N'.")(f)
-    f = click.option("-j", "--jobs", type=int, help="Reader processes (default: one per core).")(f)
+    f = click.option("-j", "--jobs", type=click.IntRange(1, 1024), help="Reader processes (default: one per core).")(f)
+    f = click.option("--max-inflate", metavar="SIZE", help="Refuse a .gz/.xz input that inflates past this: '100x' (times "
+                     "its size, the default, at least 256MB) or a size such as '4GB'. Also TRACEFLOW_MAX_INFLATE.")(f)
+    f = click.option("--force", is_flag=True, help="Replace an existing output file even if traceflow did not write it "
+                     "(never an input, never a device or folder).")(f)
     return f
 
 
-def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs):
+def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
     from .ingest import expand, ingest
     paths = expand(files)
     prog, tick = _progress_bar(len(paths), "reading")
@@ -83,14 +118,14 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
         prog.start()
     try:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
-                     step_pattern=step_pattern, jobs=jobs, progress=tick)
+                     step_pattern=step_pattern, jobs=jobs, progress=tick, force=force, max_inflate=max_inflate)
     finally:
         if prog:
             prog.stop()
     for w in res.warnings:
-        click.echo(f"traceflow: warning: {w}", err=True)
+        _say(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
-        click.echo(f"traceflow: note: {s}", err=True)
+        _say(f"traceflow: note: {s}", err=True)
     return res
 
 
@@ -98,7 +133,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
-def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs):
+def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
     """Read rank profiles into one DuckDB database.
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
@@ -112,7 +147,7 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs)
       traceflow ingest new/rank4.sqlite -o job.duckdb --append
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
     """
-    res = _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs)
+    res = _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force)
     con = api.connect(res.database)
     try:
         rows = con.execute("""SELECT t.rank, t.source_format, (SELECT count(*) FROM gpu_ops g WHERE g.trace_id = t.trace_id),
@@ -120,9 +155,9 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs)
                               FROM traces t ORDER BY rank""").fetchall()
     finally:
         con.close()
-    click.echo(f"wrote {res.database}: {len(rows)} ranks")
+    _say(f"wrote {res.database}: {len(rows)} ranks")
     for rank, fmt, n_gpu, n_steps, off in rows:
-        click.echo(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {n_steps:>4} steps  clock offset {off / 1e6:+.3f} ms")
+        _say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {n_steps:>4} steps  clock offset {off / 1e6:+.3f} ms")
 
 
 def _cell(v, instant: bool, duration: bool) -> str:
@@ -135,7 +170,7 @@ def _cell(v, instant: bool, duration: bool) -> str:
         return f"{v / 1e6:,.3f}"
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000:
         return f"{v:,}"
-    v = str(v)
+    v = printable(v)
     return v if len(v) <= 60 else v[:59] + "…"  # a kernel's full name is in --format json/csv
 
 
@@ -148,23 +183,26 @@ def _print_rows(rel, fmt: str, limit: int | None):
         import csv
         w = csv.writer(sys.stdout)
         w.writerow(cols)
+        if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
+            rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
         w.writerows(rows)
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
         # For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns).
         instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
         duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
         t = Table(show_lines=False, header_style="bold")
         for c, i, d in zip(cols, instant, duration):
             head = f"{c[:-3]} (UTC)" if i else f"{c[:-3]} (ms)" if d else c
-            t.add_column(head, overflow="fold", justify="right" if (i or d or c.endswith(("_pct", "count", "rank", "step", "seq"))) else "left")
+            t.add_column(Text(printable(head)), overflow="fold", justify="right" if (i or d or c.endswith(("_pct", "count", "rank", "step", "seq"))) else "left")
         shown = rows if limit is None else rows[:limit]
-        for r in shown:
-            t.add_row(*[_cell(v, i, d) for v, i, d in zip(r, instant, duration)])
+        for r in shown:  # Text, not str: a '[red]' in a kernel name is not markup
+            t.add_row(*[Text(_cell(v, i, d)) for v, i, d in zip(r, instant, duration)])
         Console(width=max(160, len(cols) * 14)).print(t)
         if limit is not None and len(rows) > limit:
-            click.echo(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
+            _say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
 
 
 @main.command()
@@ -188,7 +226,7 @@ def query(database, name, list_, rank, step, fmt, limit):
     """
     if list_ or not name:
         for p in packs.listing():
-            click.echo(f"{p.name:<26} {p.description}")
+            _say(f"{p.name:<26} {p.description}")
         return
     con = api.connect(database)
     try:
@@ -196,11 +234,11 @@ def query(database, name, list_, rank, step, fmt, limit):
         if name == "critical-path" and fmt == "table" and sys.stdout.isatty():
             from .critical_path import summary_lines
             for line in summary_lines(con, step):
-                click.echo(line)
+                _say(line)
         _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(con, rank):
-                click.echo(line)
+                _say(line)
     finally:
         con.close()
 
@@ -235,7 +273,7 @@ def sql_cmd(database, text, fmt, limit):
         try:
             rel = con.execute(text)
         except duckdb.Error as e:
-            raise UsageError(f"SQL error: {str(e).splitlines()[0]}") from None
+            raise UsageError(f"SQL error: {one_line(e)}") from None
         if rel.description is None:
             return
         _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
@@ -246,7 +284,8 @@ def sql_cmd(database, text, fmt, limit):
 @main.command()
 @click.argument("database", type=click.Path())
 @click.option("-o", "--output", default="report.html", show_default=True)
-def report(database, output):
+@click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
+def report(database, output, force):
     """Write the post-mortem HTML page (one self-contained file, opens offline).
 
     \b
@@ -254,8 +293,8 @@ def report(database, output):
       traceflow report job.duckdb -o report.html
     """
     from .report.html import write_report
-    path = write_report(database, output)
-    click.echo(f"wrote {path}")
+    path = write_report(database, output, force=force)
+    _say(f"wrote {path}")
 
 
 @main.command()
@@ -263,7 +302,8 @@ def report(database, output):
 @click.option("-o", "--output", default="job.perfetto-trace", show_default=True)
 @click.option("--rank", "ranks", type=int, multiple=True, help="Keep only these ranks (repeatable).")
 @click.option("--step", "steps", type=int, multiple=True, help="Keep only these steps (repeatable).")
-def annotate(database, output, ranks, steps):
+@click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
+def annotate(database, output, ranks, steps, force):
     """Write a Perfetto trace of the job with traceflow's findings as extra tracks.
 
     Open it at https://ui.perfetto.dev. For big jobs keep it small with --rank / --step.
@@ -274,28 +314,28 @@ def annotate(database, output, ranks, steps):
       traceflow annotate job.duckdb --step 4 --rank 0 --rank 3
     """
     from .perfetto import write_trace
-    path = write_trace(database, output, ranks=list(ranks) or None, steps=list(steps) or None)
-    click.echo(f"wrote {path}")
+    path = write_trace(database, output, ranks=list(ranks) or None, steps=list(steps) or None, force=force)
+    _say(f"wrote {path}")
 
 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @_ingest_options
-def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs):
+def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
     \b
     Example:
       traceflow postmortem runs/rank*.sqlite -o postmortem/
     """
-    from .postmortem import finish
-    os.makedirs(outdir, exist_ok=True)
-    db = os.path.join(outdir, "job.duckdb")
-    _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs)
-    out = finish(db, outdir)
-    click.echo(out["verdict"])
-    click.echo(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
+    from .ingest import expand
+    from .postmortem import finish, prepare
+    db = prepare(outdir, expand(files), force=force)
+    _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force)
+    out = finish(db, outdir, force=force)
+    _say(out["verdict"])
+    _say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
 
 
 @main.command()
@@ -316,8 +356,8 @@ def recipe(name, files, database, nsys):
     from .recipes import load_recipe
     tables = load_recipe(name, list(files), database, nsys=nsys)
     for t, n in tables:
-        click.echo(f"  {t}: {n:,} rows")
-    click.echo(f"wrote {len(tables)} tables into {database}")
+        _say(f"  {t}: {n:,} rows")
+    _say(f"wrote {len(tables)} tables into {database}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Errors a user sees as one line and exit code 3 (bad input) or 2 (usage)."""
+"""Errors a user sees as one line and exit code 3 (bad input or output path) or 2 (usage)."""
 from __future__ import annotations
 
 
@@ -16,9 +16,20 @@ class InputError(Exception):
         return (type(self), (self.path, self.problem))
 
 
-class OutputBusy(InputError):
-    """Another traceflow process is writing the same database."""
+class OutputError(InputError):
+    """An output path traceflow will not or cannot write (not its kind, an input, disk full...)."""
+
+
+class OutputBusy(OutputError):
+    """Another traceflow process is writing the same file."""
 
 
 class UsageError(Exception):
     exit_code = 2
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """The first line of an error's text, shortened: what a user reads after `traceflow: error:`."""
+    lines = str(text).strip().splitlines()
+    first = lines[0] if lines else ""
+    return first if len(first) <= limit else first[:limit - 1] + "…"

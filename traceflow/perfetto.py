@@ -15,6 +15,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from .api import connect
 from .errors import UsageError
+from .outputs import PERFETTO_MARK, atomic_output, check_output
 from .perfetto_packets import slice_packets
 
 SEQ = 0x7F1F
@@ -29,6 +30,12 @@ class _Writer:
         self.f, self.b = f, StreamingTraceProtoBuilder(f)
         self.first = True
         self.n_slices = 0
+        # The first packet marks the file as traceflow's, so that a later `annotate -o` may replace
+        # it (outputs.check_output). trace_uuid shares a oneof with the other payloads: a packet of its own.
+        p = self.b.create_packet()
+        p.trace_uuid.lsb = PERFETTO_MARK
+        p.trace_uuid.msb = int.from_bytes(os.urandom(8), "little") >> 1
+        self.b.write_packet(p)
 
     def packet(self) -> TracePacket:
         p = self.b.create_packet()
@@ -86,20 +93,17 @@ def _time_filter(wins, alias=""):
     return "(" + " OR ".join(f"({p}end_ns > {int(a)} AND {p}start_ns < {int(b)})" for a, b in wins) + ")"
 
 
-def write_trace(database: str, output: str = "job.perfetto-trace", ranks=None, steps=None) -> str:
+def write_trace(database: str, output: str = "job.perfetto-trace", ranks=None, steps=None, force: bool = False) -> str:
+    check_output(output, "perfetto", inputs=[database], force=force)
     con = connect(database)
-    tmp = f"{output}.tmp-{os.getpid()}"
     try:
         keep_ranks, wins = _window(con, ranks, steps)
         tf = _time_filter(wins)
-        with open(tmp, "wb") as f:
+        with atomic_output(output, "perfetto", inputs=[database], force=force) as tmp, open(tmp, "wb") as f:
             w = _Writer(f)
             for rank in keep_ranks:
                 _rank_tracks(con, w, rank, tf, keep_ranks)
-        os.replace(tmp, output)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         con.close()
     return output
 

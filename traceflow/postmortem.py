@@ -4,15 +4,34 @@ from __future__ import annotations
 import os
 
 from .api import connect
+from .errors import OutputError
+from .outputs import check_output, os_problem
 from .ingest import ingest
 from .perfetto import write_trace
 from .report.html import write_report
 from .verdict import verdict
 
 
-def finish(database: str, outdir: str) -> dict:
-    report = write_report(database, os.path.join(outdir, "report.html"))
-    trace = write_trace(database, os.path.join(outdir, "job.perfetto-trace"))
+FILES = {"database": "job.duckdb", "report": "report.html", "perfetto": "job.perfetto-trace"}
+
+
+def prepare(outdir: str, inputs, force: bool = False) -> str:
+    """Checks the folder and the three outputs before any work (a run must not fail after a long
+    ingest because the report cannot be written); creates the folder. Returns the database path."""
+    if os.path.lexists(outdir) and not os.path.isdir(outdir):
+        raise OutputError(outdir, "is a file, not a folder: postmortem -o names the folder for its three outputs")
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as e:
+        raise OutputError(outdir, f"cannot create the folder ({os_problem(e)})") from None
+    for kind, name in FILES.items():
+        check_output(os.path.join(outdir, name), kind, inputs, force)
+    return os.path.join(outdir, FILES["database"])
+
+
+def finish(database: str, outdir: str, force: bool = False) -> dict:
+    report = write_report(database, os.path.join(outdir, FILES["report"]), force=force)
+    trace = write_trace(database, os.path.join(outdir, FILES["perfetto"]), force=force)
     con = connect(database)
     try:
         text = verdict(con)
@@ -22,7 +41,8 @@ def finish(database: str, outdir: str) -> dict:
 
 
 def run(files, outdir: str = "postmortem", **ingest_options) -> dict:
-    os.makedirs(outdir, exist_ok=True)
-    db = os.path.join(outdir, "job.duckdb")
-    ingest(files, db, **ingest_options)
-    return finish(db, outdir)
+    from .ingest import expand
+    force = ingest_options.pop("force", False)
+    db = prepare(outdir, expand(files), force)
+    ingest(files, db, force=force, **ingest_options)
+    return finish(db, outdir, force)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import duckdb
 
-from .dbfile import exclusive_writer
-from .errors import InputError, UsageError
+from .outputs import atomic_output
+from .errors import InputError, UsageError, one_line
 from .ingest.nsys_cli import run_recipe
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -25,7 +25,7 @@ def load_recipe(name: str, files: list[str], database: str, nsys: str | None = N
     if not parquet:
         raise InputError(name, f"`nsys recipe {name}` wrote no Parquet files into {out}")
     loaded = []
-    with exclusive_writer(database, copy_existing=True) as tmp:
+    with atomic_output(database, "database", inputs=files, copy_existing=True) as tmp:
         con = duckdb.connect(str(tmp))
         try:
             for p in parquet:
@@ -35,7 +35,7 @@ def load_recipe(name: str, files: list[str], database: str, nsys: str | None = N
                 loaded.append((table, con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]))
             con.execute("CHECKPOINT")
         except duckdb.Error as e:
-            raise InputError(name, f"recipe output is not readable Parquet ({str(e).splitlines()[0]})") from None
+            raise InputError(name, f"recipe output is not readable Parquet ({one_line(e)})") from None
         finally:
             con.close()
     return loaded

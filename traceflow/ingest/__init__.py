@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import shutil
-import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -16,12 +14,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from .. import schema
-from ..dbfile import exclusive_writer, remove_orphans
-from ..errors import InputError, UsageError
+from ..outputs import atomic_output, scratch_folder
+from ..errors import InputError, UsageError, one_line
 from . import ranks
 from .model import ProcessTrace, reader_schema
 from .detect import detect
-from .worker import read_file
+from .worker import read_file, worker_start
 
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
@@ -92,12 +90,25 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
     # A worker process takes ~0.2 s to start (a fresh interpreter importing Arrow): on small inputs
     # this process reads too meanwhile, and takes the next file whenever it is free.
     n_proc = jobs if big else jobs - 1
-    with ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context("spawn")) as pool:  # the parent holds DuckDB threads: never fork under them
+    # spawn: the parent holds DuckDB threads, never fork under them
+    with ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context("spawn"),
+                             initializer=worker_start, initargs=(os.getpid(),)) as pool:
         slots = [lambda *a: pool.submit(read_file, *a).result()] * n_proc + ([] if big else [read_file])
-        return _share(paths, slots, folder, nsys_exe, progress)
+        try:
+            return _share(paths, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
+        except BaseException:
+            _stop_workers(pool)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
+            raise
 
 
-def _share(paths, slots, folder, nsys_exe, progress):
+def _stop_workers(pool: ProcessPoolExecutor):
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.kill()
+
+
+def _share(paths, slots, folder, nsys_exe, progress, abort=None):
     """Each slot (a function that reads one file, here or in a worker) takes the next file as soon
     as it is free, so a slow start or a big file holds up only its own slot. The last slot runs
     on the calling thread. Returns the traces in the order of `paths`; the first error wins."""
@@ -123,6 +134,8 @@ def _share(paths, slots, folder, nsys_exe, progress):
             with lock:
                 errors.append(e)
                 todo.clear()
+            if isinstance(e, KeyboardInterrupt) and abort:
+                abort()  # the other slots wait on workers: stop those now, not when their file is read
 
     threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in slots[:-1]]
     for t in threads:
@@ -191,39 +204,53 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
 
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
-           progress=None) -> IngestResult:
+           progress=None, force: bool = False, max_inflate: str | None = None) -> IngestResult:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
-    `output` is left as it was. Raises InputError (exit 3) naming the bad file.
+    `output` is left as it was. `output` may only name a traceflow database, or a new file
+    (`force`: any regular file that is not an input). Raises InputError (exit 3) naming the bad file.
     """
     if align not in ("off", "auto", "collectives"):
         raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
+    if step_pattern is not None:
+        _check_step_pattern(step_pattern)
+    if rank_pattern is not None:
+        ranks.rank_from_name("", rank_pattern)  # a bad regex fails here, before any work
+    if max_inflate:
+        from .compressed import parse_limit
+        parse_limit(max_inflate)  # a bad value fails here, before any work
+        os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
     paths = expand(files)
     progress = progress or (lambda *_: None)
     result = IngestResult(database=str(Path(output)))
-    with exclusive_writer(output, copy_existing=append) as tmp:
-        _clean_stale_scratch()
-        scratch = tempfile.mkdtemp(prefix=f"traceflow-{os.getpid()}-")
+    with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
+            scratch_folder() as scratch:
+        t0 = time.perf_counter()
+        traces = _read_all(paths, scratch, jobs, nsys, progress)
+        result.timings["read"] = time.perf_counter() - t0
+        import duckdb  # here, not at the top: reader processes import this package and never need it
+        con = duckdb.connect(str(tmp), config=db_config(scratch))
+        con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
         try:
             t0 = time.perf_counter()
-            traces = _read_all(paths, scratch, jobs, nsys, progress)
-            result.timings["read"] = time.perf_counter() - t0
-            import duckdb  # here, not at the top: reader processes import this package and never need it
-            con = duckdb.connect(str(tmp), config=db_config(scratch))
-            con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
-            try:
-                t0 = time.perf_counter()
-                _build(con, traces, scratch, result, append, rank_pattern, jobs)
-                result.timings["load"] = time.perf_counter() - t0
-                from ..derive import derive_all
-                result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings))
-                con.execute("CHECKPOINT")
-            finally:
-                con.close()
+            _build(con, traces, scratch, result, append, rank_pattern, jobs)
+            result.timings["load"] = time.perf_counter() - t0
+            from ..derive import derive_all
+            result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings))
+            con.execute("CHECKPOINT")
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            con.close()
     return result
+
+
+def _check_step_pattern(pattern: str):
+    """The pattern runs in DuckDB (RE2 syntax): try it there, before reading anything."""
+    import duckdb
+    try:
+        duckdb.connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
+    except duckdb.Error as e:
+        raise UsageError(f"--step-pattern is not a valid regular expression with one group ({one_line(e)})") from None
 
 
 def db_config(scratch: str) -> dict:
@@ -239,12 +266,6 @@ def _ram_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not a POSIX system: assume a small machine
         return 8 << 30
-
-
-def _clean_stale_scratch():
-    """Reader scratch folders of runs that were killed (kill -9 leaves them behind)."""
-    remove_orphans((p for p in Path(tempfile.gettempdir()).glob("traceflow-*-*") if p.is_dir()),
-                   lambda p: int(p.name.split("-")[1]))
 
 
 MIXED_JOB_GAP_NS = 60 * 10**9
@@ -298,9 +319,10 @@ def _build(con, traces, scratch, result, append, rank_pattern, jobs=None):
             fresh.append(t)
     if not fresh and not append:
         raise UsageError("nothing to ingest")
+    assigned = ranks.assign(fresh, rank_pattern, taken)  # also drops world sizes a file got wrong
     world = max([t.world_size or 0 for t in fresh] + [0]) or None
     loads = []
-    for trace, rank, src in ranks.assign(fresh, rank_pattern, taken):
+    for trace, rank, src in assigned:
         tid = next_id
         next_id += 1
         con.execute("""INSERT INTO traces (trace_id, rank, world_size, source_path, source_format, source_hash,

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InputError
+from ..errors import InputError, one_line
 from .compressed import BoundedReader
 from .stream import HashedFile, ReadAhead
 from .model import ProcessTrace
@@ -83,7 +83,7 @@ class StrictEvent(msgspec.Struct, gc=False):
     pid: int | str | None = None    # Kineto's own rows have pid "Spans" / "Traces"
     tid: int | str | None = None
     ts: float = math.nan
-    dur: float = 0.0
+    dur: float = math.nan           # a complete event without a duration has no end: dropped, counted
     args: StrictArgs | None = _NO_STRICT_ARGS
 
 
@@ -233,7 +233,7 @@ def _read(path, sink, key):
                 meta_tail, bad = _decode_tail_leniently(path, tail)
                 dropped += bad
         except msgspec.DecodeError as e:
-            raise InputError(path, f"truncated or invalid JSON ({_short(e)})") from None
+            raise InputError(path, f"truncated or invalid JSON ({one_line(e, 200)})") from None
         conv.set_meta(meta_tail)
         conv.add(meta_tail.traceEvents, sink, key)
         digest = raw.hexdigest()  # the read-ahead thread is done: it has handed over the end of the stream
@@ -244,17 +244,13 @@ def _read(path, sink, key):
     return [trace]
 
 
-def _short(e) -> str:
-    return str(e).splitlines()[0][:200]
-
-
 def _decode_meta(path, text: bytes) -> Meta:
     try:
         return _meta_decoder.decode(text)
     except msgspec.ValidationError as e:
-        raise InputError(path, f"trace metadata has an unexpected type ({_short(e)})") from None
+        raise InputError(path, f"trace metadata has an unexpected type ({one_line(e, 200)})") from None
     except msgspec.DecodeError as e:
-        raise InputError(path, f"invalid JSON before traceEvents ({_short(e)})") from None
+        raise InputError(path, f"invalid JSON before traceEvents ({one_line(e, 200)})") from None
 
 
 def _decode_batch(piece: bytes):
@@ -287,7 +283,7 @@ def _decode_tail_leniently(path, tail: bytes):
     try:
         m = msgspec.json.decode(tail, type=LooseMeta)
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise InputError(path, f"invalid trace JSON ({_short(e)})") from None
+        raise InputError(path, f"invalid trace JSON ({one_line(e, 200)})") from None
     good, bad = [], 0
     for r in m.traceEvents:
         try:
@@ -314,7 +310,7 @@ def _int_or_none(v):
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, float) and math.isfinite(v):
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():  # 1.5 is no rank: never silently 1
         return int(v)
     if isinstance(v, str) and v.lstrip("-").isdigit():
         return int(v)
@@ -334,18 +330,24 @@ class _Converter:
         self.host_pids: dict = {}
         self.n = {"gpu_ops": 0, "host_ops": 0, "ranges": 0}
         self.bad_time = 0
+        self.negative = 0
         self.any_events = False
         self.version = None
+        self.notes: set[str] = set()
 
     def set_meta(self, m: Meta):
         if m.baseTimeNanoseconds is not None:
             self.base = int(m.baseTimeNanoseconds)
         di = m.distributedInfo or {}
         if isinstance(di, dict):
-            if _int_or_none(di.get("rank")) is not None:
-                self.rank = _int_or_none(di.get("rank"))
-            if _int_or_none(di.get("world_size")) is not None:
-                self.world_size = _int_or_none(di.get("world_size"))
+            for field in ("rank", "world_size"):
+                v = di.get(field)
+                if v is None:
+                    continue
+                if _int_or_none(v) is not None:
+                    setattr(self, field, _int_or_none(v))
+                else:
+                    self.notes.add(f"distributedInfo.{field} {str(v)[:40]!r} is not a whole number: ignored")
             if isinstance(di.get("hostname"), str):
                 self.hostname = di["hostname"]
         if m.hostname:
@@ -388,6 +390,12 @@ class _Converter:
         ts_a, du_a = col["ts"][idx], col["dur"][idx]
         ok = np.isfinite(ts_a) & np.isfinite(du_a) & (du_a >= 0) & (np.abs(ts_a) < 9e15) & (du_a < 9e15)  # µs: ns fit int64
         self.bad_time += int((~ok).sum())
+        # A profiler writes times after its base (epoch or baseTimeNanoseconds): one event before it
+        # would stretch the rank's timeline over days and every figure with it.
+        negative = ok & (ts_a < 0)
+        if negative.any():
+            self.negative += int(negative.sum())
+            ok &= ~negative
         ts_a, du_a = np.where(ok, ts_a, 0.0), np.where(ok, du_a, 0.0)
         start = _ns(ts_a, self.base)
         end = start + _ns(du_a, 0)
@@ -441,12 +449,14 @@ class _Converter:
         return t.filter(pa.array(ok)) if not ok.all() else t
 
     def finish(self, sink, key, dropped) -> ProcessTrace:
-        warnings = []
+        warnings = sorted(self.notes)
         if not self.any_events:
             raise InputError(self.path, "trace has an empty traceEvents array")
         if dropped or self.bad_time:
             warnings.append(f"dropped {dropped + self.bad_time} events with missing or invalid fields "
                             "(ts/dur not numbers, negative dur)")
+        if self.negative:
+            warnings.append(f"dropped {self.negative} events with a negative timestamp (before the trace's time base)")
         if self.n["gpu_ops"] == 0:
             warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
         pid = None
@@ -549,7 +559,7 @@ def _loose_columns(evs: list) -> dict:
         "pid": pa.array([_int_or_none(e.pid) for e in evs], pa.int64()),
         "tid": pa.array([_int_or_none(e.tid) for e in evs], pa.int64()),
         "ts": np.array([e.ts if e.ts is not None else math.nan for e in evs], np.float64),
-        "dur": np.array([e.dur if e.dur is not None else 0.0 for e in evs], np.float64),
+        "dur": np.array([e.dur if e.dur is not None else math.nan for e in evs], np.float64),  # no end: dropped
         "correlation": pa.array([_int_or_none(a.correlation) for a in args], pa.int64()),
         "external_id": pa.array([_int_or_none(a.external_id) for a in args], pa.int64()),
         "gpu_device": pa.array([_int_or_none(a.device) if a.device is not None else _int_or_none(e.pid)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from ..errors import InputError
+from ..errors import InputError, one_line
 from .model import ProcessTrace
 
 # CUPTI's enum values; used when an old export has no ENUM_* tables.
@@ -105,17 +105,13 @@ def read(path: str, sink, key: str = "p") -> list[ProcessTrace]:
         # a folder of its own per file: readers on threads of one process must not share spill files
         con = connect_sqlite(path, spill_dir=str(Path(sink.folder) / f"spill-{key}"))
     except duckdb.Error as e:
-        raise InputError(path, f"not a readable SQLite file ({_first_line(e)})") from None
+        raise InputError(path, f"not a readable SQLite file ({one_line(e) or type(e).__name__})") from None
     try:
         return _read(con, path, sink, key)
     except duckdb.Error as e:
-        raise InputError(path, f"corrupt or truncated nsys export ({_first_line(e)})") from None
+        raise InputError(path, f"corrupt or truncated nsys export ({one_line(e) or type(e).__name__})") from None
     finally:
         con.close()
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
 
 
 def _read(con, path, sink, key) -> list[ProcessTrace]:
@@ -140,10 +136,11 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     _ranges(src, base)
     warnings = list(time_warnings)
     for rel, what in (("g", "GPU ops"), ("h", "host calls"), ("rng", "NVTX ranges")):
-        n_back = con.execute(f"SELECT count(*) FROM {rel} WHERE end_ns < start_ns OR start_ns IS NULL").fetchone()[0]
+        bad = "start_ns IS NULL OR end_ns IS NULL OR end_ns < start_ns"
+        n_back = con.execute(f"SELECT count(*) FROM {rel} WHERE {bad}").fetchone()[0]
         if n_back:
-            con.execute(f"DELETE FROM {rel} WHERE end_ns < start_ns OR start_ns IS NULL")
-            warnings.append(f"dropped {n_back} {what} whose end is before their start (clock ran backwards)")
+            con.execute(f"DELETE FROM {rel} WHERE {bad}")
+            warnings.append(f"dropped {n_back} {what} with no start or end, or whose end is before their start")
 
     procs = con.execute("""
         SELECT gpid, min(pid) FROM (

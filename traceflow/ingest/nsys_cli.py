@@ -4,10 +4,27 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from ..errors import InputError
+
+
+def _die_with_parent():
+    """In the child, before exec: the kernel kills it when the thread that started it ends (that
+    thread waits for it, so only when traceflow itself is killed). Linux only; elsewhere a no-op."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _run(cmd, timeout):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=_die_with_parent if sys.platform == "linux" else None)
 
 
 def find_nsys(explicit: str | None = None) -> str | None:
@@ -42,7 +59,7 @@ def export_sqlite(rep: str, nsys: str | None = None, timeout: int = 3600) -> str
     tmp = out.with_suffix(f".tmp{os.getpid()}.sqlite")
     cmd = [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp), rep]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        r = _run(cmd, timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise InputError(rep, f"`nsys export` failed to run ({e})") from None
     if r.returncode != 0 or not tmp.exists():
@@ -64,7 +81,7 @@ def run_recipe(name: str, reports: list[str], nsys: str | None = None, timeout: 
         shutil.rmtree(out)
     cmd = [exe, "recipe", name, "--output", str(out)] + ["--input", *reports]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        r = _run(cmd, timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise InputError(name, f"`nsys recipe` failed to run ({e})") from None
     if r.returncode != 0:

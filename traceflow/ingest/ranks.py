@@ -15,6 +15,22 @@ DEFAULT_NAME_PATTERNS = [
 ]
 
 
+# Ranks and world sizes are stored as INTEGER: a value past this is a damaged file, not a job.
+MAX_RANKS = 2**31 - 1
+
+
+def _checked(t: ProcessTrace):
+    """Drops (with a warning naming what) a world size or a stated rank the trace got wrong."""
+    if t.world_size is not None and not (1 <= t.world_size <= MAX_RANKS):
+        t.warnings.append(f"states world size {t.world_size}, which is not a world size: ignored")
+        t.world_size = None
+    r = t.rank_hint
+    if r is not None and not (0 <= r < (t.world_size or MAX_RANKS)):
+        why = f"not below its world size {t.world_size}" if t.world_size and r >= 0 else "not a rank"
+        t.warnings.append(f"states rank {r} ({t.rank_hint_source or 'file'}), {why}: ignored")
+        t.rank_hint = None
+
+
 def rank_from_name(path: str, pattern: str | None = None) -> int | None:
     name = os.path.basename(path)
     if pattern:
@@ -36,6 +52,13 @@ def rank_from_name(path: str, pattern: str | None = None) -> int | None:
     return None
 
 
+def _name_rank(t: ProcessTrace, r: int | None) -> int | None:
+    if r is not None and r > MAX_RANKS:
+        t.warnings.append(f"the rank {r} in the file name is not a rank: ignored")
+        return None
+    return r
+
+
 def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[int, str] | None = None) -> list[tuple[ProcessTrace, int, str]]:
     """(trace, rank, where the rank came from), in input order.
 
@@ -46,14 +69,15 @@ def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[i
     taken = dict(taken or {})
     chosen: list[tuple[ProcessTrace, int | None, str]] = []
     for t in traces:
+        _checked(t)
         r, src = None, None
         if pattern:
-            r = rank_from_name(t.source_path, pattern)
+            r = _name_rank(t, rank_from_name(t.source_path, pattern))
             src = "pattern" if r is not None else None
         if r is None and t.rank_hint is not None:
             r, src = t.rank_hint, t.rank_hint_source or "file"
         if r is None and t.n_processes == 1:
-            r = rank_from_name(t.source_path)
+            r = _name_rank(t, rank_from_name(t.source_path))
             src = "file name" if r is not None else None
         chosen.append((t, r, src))
     owner: dict[int, str] = dict(taken)

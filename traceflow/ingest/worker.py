@@ -7,29 +7,56 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 import traceback
 
-from ..errors import InputError
+from ..errors import InputError, OutputError, one_line
+from ..outputs import disk_problem
 from .compressed import BoundedReader
 from .detect import detect
 from .model import IpcSink, ProcessTrace
 from .stream import content_hash
 
 
+def worker_start(parent: int):
+    """Runs first in each reader process. Ctrl-C in a terminal reaches the whole process group:
+    the parent handles it (one line, exit 130) and stops the workers, so they ignore it. And a
+    worker must not outlive its parent (kill -9 of traceflow would leave ~160 MB readers running
+    forever): a thread watches that the parent is still there and ends the process when it is not.
+    (PR_SET_PDEATHSIG would fire when the parent *thread* that started the worker ends, and the
+    pool starts workers from whichever thread submits.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="traceflow-parent-watch").start()
+
+
+def _watch_parent(parent: int, every_s: float = 0.25):
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
+
+
 def read_file(path: str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
     try:
         return _read_file(path, folder, index, nsys_exe)
-    except InputError:
+    except InputError as e:
+        if (problem := disk_problem(e)) is not None:  # a reader's own message, about the scratch folder
+            raise OutputError(folder, f"{problem} while reading {path} (traceflow's scratch folder: set TMPDIR "
+                              "to a folder with room)") from None
         raise
     except MemoryError:
         raise InputError(path, "ran out of memory while reading (input too deeply nested or too large)") from None
     except RecursionError:
         raise InputError(path, "input is nested too deeply") from None
     except Exception as e:  # a reader met input it does not understand: still one line, exit 3
+        if (problem := disk_problem(e)) is not None:  # writing the scratch folder failed: not the input's fault
+            raise OutputError(folder, f"{problem} while reading {path} (traceflow's scratch folder: set TMPDIR "
+                              "to a folder with room)") from None
         if os.environ.get("TRACEFLOW_DEBUG"):
             traceback.print_exc()
-        raise InputError(path, f"cannot read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        raise InputError(path, f"cannot read ({type(e).__name__}: {one_line(e, 200)})") from None
 
 
 def _read_file(path, folder, index, nsys_exe):

@@ -12,6 +12,7 @@ import json
 import os
 from importlib import resources
 
+from ..outputs import atomic_output, check_output
 from ..api import connect
 from ..verdict import findings
 
@@ -207,10 +208,9 @@ def _build(con, database) -> str:
                .replace("{{PLOTLY}}", plotly.offline.get_plotlyjs().replace("</script", "<\\/script")))
 
 
-def write_report(database: str, output: str = "report.html") -> str:
+def write_report(database: str, output: str = "report.html", force: bool = False) -> str:
+    check_output(output, "report", inputs=[database], force=force)  # before the work, not after
     page = build(database)
-    tmp = f"{output}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, output)
+    with atomic_output(output, "report", inputs=[database], force=force) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     return output

@@ -1,0 +1,270 @@
+"""Every file traceflow writes: what it may replace, how it replaces it, and its scratch folders.
+
+- `check_output`: traceflow replaces only a file of its own kind (a DuckDB database it can open,
+  its own report page, its own Perfetto trace), never one of the inputs, never anything that is
+  not a regular file. `--force` lifts only the "own kind" rule.
+- `atomic_output`: the one writer of every output. The new file is built in a temp file in the
+  target's folder, synced to disk and renamed into place, so a reader (or a crash, or kill -9)
+  sees the old file or the new one; on any failure the temp file is removed and the target is
+  untouched. A second writer of the same path is refused while the first holds the lock.
+- `scratch_folder`: the reader's folder in $TMPDIR, carrying a marker file locked while in use;
+  only folders with an unlocked marker (their process is gone) are ever cleaned.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import stat
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import InputError, OutputBusy, OutputError, UsageError
+
+TMP_MARK = ".traceflow-tmp-"
+LOCK_SUFFIX = ".traceflow-lock"
+SCRATCH_PREFIX = "traceflow-"
+SCRATCH_MARKER = ".traceflow-scratch"
+# The Perfetto writer puts this in the trace's first packet (trace_uuid.lsb): "traceflo".
+PERFETTO_MARK = 0x7472616365666C6F
+REPORT_MARK = b'<meta name="generator" content="traceflow">'
+
+_DISK_PROBLEMS = {errno.ENOSPC: "disk full (no space left on device)", errno.EDQUOT: "disk quota exceeded",
+                  errno.EROFS: "read-only file system"}
+_PATH_PROBLEMS = {errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.ELOOP: "symlink loop",
+                  errno.EISDIR: "is a folder, not a file", errno.ENOTDIR: "a part of the path is not a folder",
+                  errno.ENOENT: "no such file or folder", errno.ENAMETOOLONG: "file name too long"}
+
+
+def disk_problem(e: BaseException) -> str | None:
+    """'disk full' and its kin, from an OSError or from the text of a DuckDB / Arrow error."""
+    if isinstance(e, OSError) and e.errno in _DISK_PROBLEMS:
+        return _DISK_PROBLEMS[e.errno]
+    text = str(e)
+    for code, problem in _DISK_PROBLEMS.items():
+        if os.strerror(code) in text:
+            return problem
+    return None
+
+
+def os_problem(e: OSError) -> str:
+    """One line for an OSError met on an output path."""
+    return disk_problem(e) or _PATH_PROBLEMS.get(e.errno or 0) or (e.strerror or str(e))
+
+
+def _is_database(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head[8:12] != b"DUCK":
+        return False
+    import duckdb
+    try:
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.Error:
+        return False
+    return True
+
+
+def _is_report(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return REPORT_MARK in head or b"<title>traceflow post-mortem" in head
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _is_perfetto(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(256)
+    return b"\x10" + _varint(PERFETTO_MARK) in head  # TraceUuid field 2 (lsb), a varint
+
+
+KINDS = {"database": (_is_database, "a traceflow DuckDB database"),
+         "report": (_is_report, "a traceflow report"),
+         "perfetto": (_is_perfetto, "a Perfetto trace written by traceflow")}
+
+
+def check_output(path, kind: str, inputs=(), force: bool = False, must_exist: bool = False) -> Path:
+    """The path to write `kind` to, once it is safe to replace; else OutputError naming it (exit 3).
+
+    A symlink is followed (its target is checked and replaced). `must_exist`: the file is read
+    first (`--append`), so it must already be a database traceflow can open.
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        if os.path.lexists(p):
+            raise OutputError(p, "is a symlink to a missing file: traceflow does not write through it") from None
+        return _new_file(p)  # (with --append too: appending to nothing makes a new database)
+    except OSError as e:
+        raise OutputError(p, os_problem(e)) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise OutputError(p, "is a folder, not a file: name a file to write")
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(p, "is not a regular file (a device, pipe or socket): traceflow never replaces it")
+    for i in inputs:
+        try:
+            if os.path.exists(i) and os.path.samefile(p, i):
+                raise OutputError(p, "is one of the inputs: traceflow never writes over an input; name another output")
+        except OSError:
+            continue
+    real = Path(os.path.realpath(p))
+    is_kind, what = KINDS[kind]
+    try:
+        ours = st.st_size == 0 or is_kind(real)
+    except OSError as e:
+        raise OutputError(p, f"cannot read it to check what it is ({os_problem(e)})") from None
+    if ours:
+        return real
+    if must_exist:
+        raise OutputError(p, f"--append needs {what}, and this file is not one (or is damaged)")
+    if force:
+        return real
+    raise OutputError(p, f"exists and is not {what}: traceflow does not replace it (use --force, or name another file)")
+
+
+def _new_file(p: Path) -> Path:
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(p, f"folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(p, f"cannot write in folder {parent} (permission denied or read-only)")
+    return Path(os.path.realpath(parent)) / p.name
+
+
+def _lock(target: Path) -> tuple[int, Path]:
+    """An exclusive lock on `.NAME.traceflow-lock` beside the target, removed again by _unlock (no
+    lock file stays behind). After taking the lock, check that the path still names the file locked:
+    a writer that was finishing may have removed it in between."""
+    path = target.with_name(f".{target.name}{LOCK_SUFFIX}")
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise OutputError(target, f"cannot create a lock beside it ({os_problem(e)})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputBusy(target, "another traceflow process is writing this file; try again when it is done") from None
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, path
+        os.close(fd)
+
+
+def _unlock(fd: int, path: Path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _sync_dir(folder: Path):
+    dfd = os.open(folder, os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _temp_files(tmp: Path) -> list[Path]:
+    return [tmp, Path(f"{tmp}.wal")]
+
+
+@contextmanager
+def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_existing: bool = False):
+    """Yields a temp path (same folder as the target) to write the new file to; renames it over
+    the target on success. See the module's docstring for what is checked first."""
+    target = check_output(path, kind, inputs, force, must_exist=copy_existing)
+    fd, lock_path = _lock(target)
+    tmp = target.with_name(f".{target.name}{TMP_MARK}{os.getpid()}")
+    try:
+        # Holding the lock, any temp file of this target is a dead writer's (kill -9, power loss).
+        for stale in target.parent.glob(f".{target.name}{TMP_MARK}*"):
+            stale.unlink(missing_ok=True)
+        if copy_existing and target.exists() and target.stat().st_size:
+            shutil.copyfile(target, tmp)
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        _sync_dir(target.parent)
+    except (InputError, UsageError):
+        raise
+    except OSError as e:
+        where = Path(e.filename) if getattr(e, "filename", None) else target
+        raise OutputError(target if where == tmp else where, os_problem(e)) from None
+    except Exception as e:
+        problem = disk_problem(e)
+        if problem:
+            raise OutputError(target.parent, problem) from None
+        raise
+    finally:
+        for leftover in _temp_files(tmp):
+            try:
+                leftover.unlink(missing_ok=True)
+            except OSError:
+                pass
+        _unlock(fd, lock_path)
+
+
+@contextmanager
+def scratch_folder():
+    """A folder in $TMPDIR for the readers' Arrow files and DuckDB's spill, removed at the end.
+
+    It carries a marker file, locked while the folder is in use: cleaning takes only folders with
+    that marker whose lock is free (their traceflow died), never anything else in $TMPDIR."""
+    clean_stale_scratch()
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    except OSError as e:
+        raise OutputError(tempfile.gettempdir(), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
+                          "set TMPDIR to a folder with room") from None
+    fd = -1
+    try:
+        fd = os.open(folder / SCRATCH_MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield str(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if fd >= 0:
+            os.close(fd)
+
+
+def clean_stale_scratch() -> list[Path]:
+    """Scratch folders of traceflow runs that were killed (kill -9 leaves them behind)."""
+    removed = []
+    for p in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        marker = p / SCRATCH_MARKER
+        try:
+            if p.is_symlink() or not p.is_dir() or marker.is_symlink() or not marker.is_file():
+                continue
+            if p.stat().st_uid != os.getuid():
+                continue
+            fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # in use by a live traceflow
+        finally:
+            os.close(fd)
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
