@@ -185,7 +185,7 @@ def scale_nsys(src_files, dst: Path, steps: int, ranks: int) -> list[Path]:
 
 FLOOR_KINETO = """
 import gc, gzip, sys, msgspec
-from traceflow.ingest.kineto import Meta
+from traceflow.readers.kineto import Meta
 gc.disable()
 n = 0
 for f in sys.argv[1:]:
@@ -196,7 +196,7 @@ print(n)
 
 FLOOR_NSYS = """
 import sys, duckdb
-from traceflow.ingest.nsys import connect_sqlite
+from traceflow.readers.nsys import connect_sqlite
 TABLES = %r
 for f in sys.argv[1:]:
     con = connect_sqlite(f)

@@ -82,7 +82,7 @@ def read_kineto(src, folder):
     import pyarrow.ipc as ipc
 
     from traceflow.errors import InputError
-    from traceflow.ingest.worker import read_file
+    from traceflow.readers.worker import read_file
     folder.mkdir()
     try:
         rec = read_file(str(src), str(folder), 0)[0]
@@ -95,12 +95,12 @@ def read_kineto(src, folder):
 class loose_decoding:
     """Reads with the loose types only: the path odd traces take."""
     def __enter__(self):
-        from traceflow.ingest import kineto
+        from traceflow.readers import kineto
         self.saved = kineto._strict_events_decoder, kineto._strict_meta_decoder
         kineto._strict_events_decoder, kineto._strict_meta_decoder = kineto._events_decoder, kineto._meta_decoder
 
     def __exit__(self, *exc):
-        from traceflow.ingest import kineto
+        from traceflow.readers import kineto
         kineto._strict_events_decoder, kineto._strict_meta_decoder = self.saved
 
 

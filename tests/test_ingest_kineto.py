@@ -160,7 +160,7 @@ def test_mixed_formats_in_one_ingest(tmp_path):
 def test_small_batches_give_the_same_rows(tmp_path, monkeypatch):
     """Streaming: cutting the JSON into many batches must not change a single row."""
     import traceflow
-    from traceflow.ingest import kineto
+    from traceflow.readers import kineto
     src = str(BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz")
     traceflow.ingest([src], str(tmp_path / "a.duckdb"), jobs=1)
     monkeypatch.setattr(kineto, "BATCH_BYTES", 50_000)
@@ -177,7 +177,7 @@ def test_small_batches_give_the_same_rows(tmp_path, monkeypatch):
 def test_fast_and_loose_paths_agree_on_real_traces(tmp_path, monkeypatch, rel):
     """Real traces take the fast path (strict types, columns built by C loops) in every batch, Kineto's
     "Spans" / "Traces" pids included, and it gives the same tables, bit for bit, as the loose path."""
-    from traceflow.ingest import kineto
+    from traceflow.readers import kineto
     monkeypatch.setattr(kineto, "BATCH_BYTES", 200_000)
     batches = collections.Counter()
     for name in ("_strict_columns", "_loose_columns"):
@@ -240,8 +240,8 @@ def test_gzip_inflate_matches_stdlib_at_any_read_size(tmp_path, size):
     """The reader inflates gzip with zlib itself (large GIL-free calls); every read size gives
     exactly the bytes Python's gzip module gives, also for several members and zero padding."""
     import hashlib
-    from traceflow.ingest.compressed import BoundedReader
-    from traceflow.ingest.stream import HashedFile, content_hash
+    from traceflow.readers.compressed import BoundedReader
+    from traceflow.readers.stream import HashedFile, content_hash
     fixture = sorted(BUNDLED.glob("*/rank-0.pt.trace.json.gz"))[0]
     joined = tmp_path / "members.json.gz"
     joined.write_bytes(fixture.read_bytes() + gzip.compress(b" tail") + b"\0" * 64 + gzip.compress(b""))

@@ -175,7 +175,7 @@ def test_json_reader_on_mutated_events(tmp_path_factory, edits, batch):
     """Odd types anywhere: a one-line error or rows, never a traceback; and the fast path (strict types,
     columns built by C loops) gives exactly what the loose path (each value converted on its own) gives."""
     from traceflow.errors import InputError
-    from traceflow.ingest import kineto
+    from traceflow.readers import kineto
     events = json.loads(json.dumps(_EVENTS))
     for i, field, value, delete in edits:
         target = events[i]
@@ -224,7 +224,7 @@ def test_fast_path_edge_values_match_loose(tmp_path, field, value):
             target[field] = value
     src = tmp_path / "rank0.json"
     src.write_text(json.dumps({"baseTimeNanoseconds": 1790857026000000000, "traceEvents": events}))
-    from traceflow.ingest import kineto
+    from traceflow.readers import kineto
     kineto._strict_meta_decoder.decode(src.read_bytes())  # the fast path takes it: no fallback
     fast = read_kineto(src, tmp_path / "fast")
     with loose_decoding():

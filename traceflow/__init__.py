@@ -5,30 +5,32 @@
     traceflow.query("job.duckdb", "idle-gaps", rank=1)      # polars DataFrame
     con = traceflow.connect("job.duckdb")                   # DuckDB connection
 """
-from .errors import InputError, UsageError
-from .ingest import ingest
+from .errors import InputError, OutputError, UsageError
 
-__all__ = ["ingest", "query", "sql", "connect", "report", "annotate", "postmortem", "InputError", "UsageError"]
+__all__ = ["InputError", "OutputError", "UsageError", "annotate", "connect", "ingest", "postmortem", "query", "report", "sql"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # The API's DuckDB import waits for its first use: a reader process, which imports this
-    # package to unpickle its task, never needs DuckDB and starts 0.1 s sooner without it.
+    # Imports wait for their first use: a reader process, which imports this package to unpickle
+    # its task, never needs DuckDB, and `traceflow --help` needs neither DuckDB nor Arrow.
     if name in ("connect", "query", "sql"):
         from . import api
         return getattr(api, name)
+    if name == "ingest":
+        from .pipeline import ingest
+        return ingest
     raise AttributeError(f"module 'traceflow' has no attribute {name!r}")
 
 
-def report(database: str, output: str = "report.html") -> str:
+def report(database: str, output: str = "report.html", force: bool = False) -> str:
     from .report.html import write_report
-    return write_report(database, output)
+    return write_report(database, output, force=force)
 
 
-def annotate(database: str, output: str = "job.perfetto-trace", ranks=None, steps=None) -> str:
+def annotate(database: str, output: str = "job.perfetto-trace", ranks=None, steps=None, force: bool = False) -> str:
     from .perfetto import write_trace
-    return write_trace(database, output, ranks=ranks, steps=steps)
+    return write_trace(database, output, ranks=ranks, steps=steps, force=force)
 
 
 def postmortem(files, outdir: str = "postmortem", **ingest_options):

@@ -8,7 +8,6 @@ import tempfile
 
 import click
 
-from . import api, packs
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
 from .text import printable
@@ -39,6 +38,20 @@ def _is_interrupt(e: BaseException) -> bool:
 class _Guard(click.Group):
     """Turns every error into one line and an exit code, never a traceback (TRACEFLOW_DEBUG=1 shows it)."""
 
+    def main(self, args=None, prog_name=None, **extra):
+        # click's own handling would print "Aborted!" (exit 1) for a Ctrl-C outside a command.
+        try:
+            rv = super().main(args, prog_name, standalone_mode=False, **extra)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            _interrupted()
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except BrokenPipeError:  # `traceflow query ... | head`: the reader left; so do we, quietly
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+            sys.exit(141)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -46,6 +59,8 @@ class _Guard(click.Group):
             _fail(e, e.exit_code)
         except KeyboardInterrupt:
             _interrupted()
+        except BrokenPipeError:
+            raise
         except OSError as e:  # an output path or the scratch folder: the input side raises InputError
             where = e.filename or tempfile.gettempdir()
             _fail(f"{where}: {os_problem(e)}")
@@ -111,7 +126,7 @@ def _ingest_options(f):
 
 
 def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
-    from .ingest import expand, ingest
+    from .pipeline import expand, ingest
     paths = expand(files)
     prog, tick = _progress_bar(len(paths), "reading")
     if prog:
@@ -147,6 +162,7 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest new/rank4.sqlite -o job.duckdb --append
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
     """
+    from . import api
     res = _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force)
     con = api.connect(res.database)
     try:
@@ -224,6 +240,7 @@ def query(database, name, list_, rank, step, fmt, limit):
       traceflow query job.duckdb stragglers --format json
       traceflow query job.duckdb critical-path --step 4
     """
+    from . import api, packs
     if list_ or not name:
         for p in packs.listing():
             _say(f"{p.name:<26} {p.description}")
@@ -245,6 +262,7 @@ def query(database, name, list_, rank, step, fmt, limit):
 
 def _coverage_lines(con, rank) -> list[str]:
     """Under the steps table: how much of each rank's GPU time the step rows cover."""
+    from . import api
     try:
         rows = api.query_relation(con, "step-coverage", rank).pl().sort("rank").iter_rows(named=True)
     except UsageError:  # a database from before step_coverage existed
@@ -268,6 +286,8 @@ def sql_cmd(database, text, fmt, limit):
       traceflow sql job.duckdb "select * from idle_gaps where dur_ns > 1e6" --format csv
     """
     import duckdb
+
+    from . import api
     con = api.connect(database)
     try:
         try:
@@ -329,7 +349,7 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     Example:
       traceflow postmortem runs/rank*.sqlite -o postmortem/
     """
-    from .ingest import expand
+    from .pipeline import expand
     from .postmortem import finish, prepare
     db = prepare(outdir, expand(files), force=force)
     _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force)

@@ -6,7 +6,7 @@ import os
 from .api import connect
 from .errors import OutputError
 from .outputs import check_output, os_problem
-from .ingest import ingest
+from .pipeline import ingest
 from .perfetto import write_trace
 from .report.html import write_report
 from .verdict import verdict
@@ -41,7 +41,7 @@ def finish(database: str, outdir: str, force: bool = False) -> dict:
 
 
 def run(files, outdir: str = "postmortem", **ingest_options) -> dict:
-    from .ingest import expand
+    from .pipeline import expand
     force = ingest_options.pop("force", False)
     db = prepare(outdir, expand(files), force)
     ingest(files, db, force=force, **ingest_options)

@@ -8,7 +8,7 @@ import duckdb
 
 from .outputs import atomic_output
 from .errors import InputError, UsageError, one_line
-from .ingest.nsys_cli import run_recipe
+from .readers.nsys_cli import run_recipe
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 

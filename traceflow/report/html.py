@@ -14,6 +14,7 @@ from importlib import resources
 
 from ..outputs import atomic_output, check_output
 from ..api import connect
+from ..text import printable
 from ..verdict import findings
 
 KIND_COLORS = {"gpu_compute": "#4c78a8", "gpu_comm": "#f58518", "gpu_memory": "#54a24b", "peer_wait": "#e45756",
@@ -24,7 +25,7 @@ CAUSE_COLORS = {"host_late": "#e45756", "dependency": "#72b7b2", "launch_latency
 
 def _label(s, n=60) -> str:
     """A trace string made safe for a Plotly label (Plotly reads a few HTML tags in labels)."""
-    s = "" if s is None else str(s)
+    s = "" if s is None else printable(s)
     s = s.replace("<", "‹").replace(">", "›").replace("&", "＆")
     return s if len(s) <= n else s[: n - 1] + "…"
 
@@ -39,8 +40,13 @@ def _cell(v) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, (list, tuple)):
-        return html.escape(", ".join(map(str, v)))
-    return html.escape(str(v))
+        return _text(", ".join(map(str, v)))
+    return _text(v)
+
+
+def _text(v) -> str:
+    """Trace text into the page: control characters shown as escapes (no NUL or ESC in the file), HTML escaped."""
+    return html.escape(printable(v))
 
 
 def table(con, sql, params=None, headers=None, ms_cols=()) -> str:
@@ -49,7 +55,7 @@ def table(con, sql, params=None, headers=None, ms_cols=()) -> str:
     rows = rel.fetchall()
     if not rows:
         return '<p class="empty">none</p>'
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in (headers or cols))
+    head = "".join(f"<th>{_text(h)}</th>" for h in (headers or cols))
     body = []
     for r in rows:
         cells = []
@@ -112,7 +118,7 @@ def _build(con, database) -> str:
     sections = []
 
     # 1. Verdict
-    v = "".join(f"<li>{html.escape(s)}</li>" for s in f["sentences"])
+    v = "".join(f"<li>{_text(s)}</li>" for s in f["sentences"])
     sections.append(("verdict", "Verdict", f'<ul class="verdict">{v}</ul>'))
 
     # 2. Per-rank, per-step breakdown
@@ -202,7 +208,7 @@ def _build(con, database) -> str:
     body = "".join(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{content}</section>' for sid, title, content in sections)
     tpl = resources.files(__package__).joinpath("page.html").read_text()
     import plotly.offline
-    return (tpl.replace("{{TITLE}}", html.escape(f"traceflow post-mortem: {os.path.basename(database)}"))
+    return (tpl.replace("{{TITLE}}", _text(f"traceflow post-mortem: {os.path.basename(database)}"))
                .replace("{{NAV}}", nav).replace("{{BODY}}", body)
                .replace("{{SPECS}}", P.script_json())
                .replace("{{PLOTLY}}", plotly.offline.get_plotlyjs().replace("</script", "<\\/script")))

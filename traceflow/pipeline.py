@@ -1,8 +1,9 @@
-"""`ingest`: rank files -> one DuckDB database (map per file in parallel, then the cross-rank phase)."""
+"""`ingest`: rank files -> one DuckDB database (the readers per file in parallel, then the cross-rank phase)."""
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -13,13 +14,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from .. import schema
-from ..outputs import atomic_output, scratch_folder
-from ..errors import InputError, UsageError, one_line
-from . import ranks
-from .model import ProcessTrace, reader_schema
-from .detect import detect
-from .worker import read_file, worker_start
+from . import schema
+from .outputs import atomic_output, scratch_folder
+from .errors import InputError, UsageError, one_line
+from .readers import ranks
+from .readers.model import ProcessTrace, reader_schema
+from .readers.detect import detect
+from .readers.worker import read_file, worker_start
 
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
@@ -40,7 +41,7 @@ def _looks_like_trace(p: Path) -> bool:
     if not p.name.endswith((".json", ".json.gz")):
         return True
     try:
-        from .compressed import BoundedReader
+        from .readers.compressed import BoundedReader
         f = BoundedReader(str(p), "gzip") if p.name.endswith(".gz") else open(p, "rb")
         try:
             head = f.read(1 << 20)
@@ -93,12 +94,25 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
     # spawn: the parent holds DuckDB threads, never fork under them
     with ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context("spawn"),
                              initializer=worker_start, initargs=(os.getpid(),)) as pool:
-        slots = [lambda *a: pool.submit(read_file, *a).result()] * n_proc + ([] if big else [read_file])
+        slots = [lambda *a: _submit(pool, read_file, *a).result()] * n_proc + ([] if big else [read_file])
         try:
             return _share(paths, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
         except BaseException:
             _stop_workers(pool)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
             raise
+
+
+def _submit(pool: ProcessPoolExecutor, fn, *args):
+    """pool.submit with SIGINT blocked on this thread: a worker the pool starts now inherits the mask,
+    so a terminal's Ctrl-C (sent to the whole process group) never interrupts a worker while its
+    interpreter starts, before it could ignore it (the parent stops the workers itself)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return pool.submit(fn, *args)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _stop_workers(pool: ProcessPoolExecutor):
@@ -218,7 +232,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     if rank_pattern is not None:
         ranks.rank_from_name("", rank_pattern)  # a bad regex fails here, before any work
     if max_inflate:
-        from .compressed import parse_limit
+        from .readers.compressed import parse_limit
         parse_limit(max_inflate)  # a bad value fails here, before any work
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
     paths = expand(files)
@@ -236,7 +250,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             t0 = time.perf_counter()
             _build(con, traces, scratch, result, append, rank_pattern, jobs)
             result.timings["load"] = time.perf_counter() - t0
-            from ..derive import derive_all
+            from .derive import derive_all
             result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings))
             con.execute("CHECKPOINT")
         finally:

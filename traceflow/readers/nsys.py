@@ -136,11 +136,14 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     _ranges(src, base)
     warnings = list(time_warnings)
     for rel, what in (("g", "GPU ops"), ("h", "host calls"), ("rng", "NVTX ranges")):
-        bad = "start_ns IS NULL OR end_ns IS NULL OR end_ns < start_ns"
+        # Times are ns after the session start: one before it, or 146 years after, is damage that would
+        # stretch the rank's timeline (and overflow the arithmetic of every figure).
+        bad = f"start_ns IS NULL OR end_ns IS NULL OR end_ns < start_ns OR start_ns < {base} OR end_ns > {base + 2**62}"
         n_back = con.execute(f"SELECT count(*) FROM {rel} WHERE {bad}").fetchone()[0]
         if n_back:
             con.execute(f"DELETE FROM {rel} WHERE {bad}")
-            warnings.append(f"dropped {n_back} {what} with no start or end, or whose end is before their start")
+            warnings.append(f"dropped {n_back} {what} with no start or end, an end before their start, or a time "
+                            "outside the session")
 
     procs = con.execute("""
         SELECT gpid, min(pid) FROM (

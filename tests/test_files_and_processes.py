@@ -1,0 +1,513 @@
+"""Issue 16: never lose a user's file, never leave a process behind, never a traceback.
+
+Every case runs the real command in a subprocess on inputs derived from the real fixtures, with
+a private $TMPDIR, and checks: the exit code, one line on stderr, no traceback, every file that
+existed before byte-identical after, no traceflow process left, no temp file left.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import BUNDLED, FIX, TRACEFLOW, connect, run_cli
+
+KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
+NSYS_SMALL = FIX / "h100/nsys/graphs/rank0.sqlite"
+
+
+# --- the checks every case makes --------------------------------------------------------------
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    out = {}
+    for root in roots:
+        for dirpath, _, names in os.walk(root):
+            for n in names:
+                p = Path(dirpath) / n
+                if p.is_file() and not p.is_symlink():
+                    out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Processes (of any parent) whose environment carries `tag`: the command's descendants."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if tag.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait_gone(tag: str, seconds: float = 5.0) -> list[int]:
+    end = time.monotonic() + seconds
+    while (left := tagged_processes(tag)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+class Run:
+    """One command in a sandbox: its own $TMPDIR and a tag in its environment."""
+
+    def __init__(self, tmp_path: Path):
+        self.root = tmp_path
+        self.tmpdir = tmp_path / "tmp"
+        self.tmpdir.mkdir(exist_ok=True)
+        self.tag = f"TRACEFLOW_TEST_TAG={uuid.uuid4().hex}"
+        self.env = {"TMPDIR": str(self.tmpdir), self.tag.split("=")[0]: self.tag.split("=")[1]}
+
+    def __call__(self, *args, **kw):
+        return run_cli(*args, env={**self.env, **kw.pop("env", {})}, **kw)
+
+    def popen(self, *args):
+        return subprocess.Popen([*TRACEFLOW, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, **self.env}, start_new_session=True)
+
+
+def assert_refused(r, code: int = 3, *needles: str):
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceflow: error: "), r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def assert_clean(run: Run, before: dict[str, str], folder: Path):
+    after = snapshot(run.root)
+    changed = [p for p, h in before.items() if after.get(p) != h]
+    assert changed == [], f"changed or removed: {changed}"
+    leftovers = [p.name for p in folder.rglob("*") if ".traceflow-tmp-" in p.name or p.name.endswith(".traceflow-lock")]
+    assert leftovers == []
+    assert list(run.tmpdir.iterdir()) == []
+    assert wait_gone(run.tag) == []
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    run = Run(tmp_path)
+    trace = tmp_path / "rank-0.pt.trace.json.gz"
+    shutil.copyfile(KINETO[0], trace)
+    db = tmp_path / "job.duckdb"
+    assert run("ingest", trace, "-o", db).returncode == 0
+    return run, trace, db
+
+
+# --- outputs that are not traceflow's ------------------------------------------------------------
+
+def _text_file(folder: Path) -> Path:
+    p = folder / "notes.txt"
+    p.write_text("a user's notes\n")
+    return p
+
+
+OUTPUT_CASES = {
+    # name: (make the -o path, words the error must contain)
+    "text file": (lambda f, trace, db: _text_file(f), "is not a traceflow DuckDB database"),
+    "symlink to a text file": (lambda f, trace, db: _link(f / "link.duckdb", _text_file(f)), "is not a traceflow DuckDB database"),
+    "the input itself": (lambda f, trace, db: trace, "is one of the inputs"),
+    "a symlink to the input": (lambda f, trace, db: _link(f / "in.duckdb", trace), "is one of the inputs"),
+    "a folder": (lambda f, trace, db: f, "is a folder"),
+    "a missing parent folder": (lambda f, trace, db: f / "no" / "such" / "job.duckdb", "does not exist"),
+    "a symlink loop": (lambda f, trace, db: _loop(f), "symlink loop"),
+    "a dangling symlink": (lambda f, trace, db: _link(f / "dangling.duckdb", f / "gone.duckdb"), "missing file"),
+    "a character device": (lambda f, trace, db: Path("/dev/null"), "not a regular file"),
+    "a fifo": (lambda f, trace, db: _fifo(f), "not a regular file"),
+    "a truncated database": (lambda f, trace, db: _truncated(db, f), "is not a traceflow DuckDB database"),
+}
+
+
+def _link(link: Path, target: Path) -> Path:
+    link.symlink_to(target)
+    return link
+
+
+def _loop(f: Path) -> Path:
+    (f / "a").symlink_to(f / "b")
+    (f / "b").symlink_to(f / "a")
+    return f / "a"
+
+
+def _fifo(f: Path) -> Path:
+    os.mkfifo(f / "pipe")
+    return f / "pipe"
+
+
+def _truncated(db: Path, f: Path) -> Path:
+    p = f / "cut.duckdb"
+    p.write_bytes(db.read_bytes()[: 300_000])
+    return p
+
+
+@pytest.mark.parametrize("case", sorted(OUTPUT_CASES))
+def test_ingest_refuses_outputs_it_does_not_own(sandbox, case):
+    run, trace, db = sandbox
+    make, words = OUTPUT_CASES[case]
+    out = make(run.root, trace, db)
+    dev = os.stat("/dev/null")
+    before = snapshot(run.root)
+    r = run("ingest", trace, "-o", out)
+    assert_refused(r, 3, words)
+    assert str(out) in r.stderr or case == "a symlink loop"
+    assert_clean(run, before, run.root)
+    now = os.stat("/dev/null")
+    assert (now.st_mode, now.st_rdev) == (dev.st_mode, dev.st_rdev)  # still the device
+
+
+@pytest.mark.parametrize("case", ["text file", "the input itself", "a character device", "a folder"])
+def test_force_replaces_only_regular_files_that_are_not_inputs(sandbox, case):
+    run, trace, db = sandbox
+    make, _ = OUTPUT_CASES[case]
+    out = make(run.root, trace, db)
+    before = snapshot(run.root)
+    r = run("ingest", trace, "-o", out, "--force")
+    if case == "text file":
+        assert r.returncode == 0, r.stderr
+        assert connect(out).execute("select count(*) from traces").fetchone()[0] == 1
+    else:
+        assert_refused(r, 3)
+        assert_clean(run, before, run.root)
+
+
+def test_replacing_a_traceflow_database_is_allowed(sandbox):
+    run, trace, db = sandbox
+    r = run("ingest", KINETO[1], "-o", db)
+    assert r.returncode == 0, r.stderr
+    assert connect(db).execute("select min(rank) from traces").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("case", ["text file", "a truncated database"])
+def test_append_onto_what_is_not_a_database(sandbox, case):
+    run, trace, db = sandbox
+    out = OUTPUT_CASES[case][0](run.root, trace, db)
+    before = snapshot(run.root)
+    r = run("ingest", KINETO[1], "-o", out, "--append")
+    assert_refused(r, 3, "--append needs a traceflow DuckDB database")
+    assert_clean(run, before, run.root)
+
+
+@pytest.mark.parametrize("command,kind", [("report", "report"), ("annotate", "Perfetto trace")])
+def test_report_and_annotate_outputs(sandbox, command, kind):
+    run, trace, db = sandbox
+    before = snapshot(run.root)
+    for out, words in [(_text_file(run.root), f"is not a traceflow {kind}" if kind == "report" else "not a Perfetto trace written by traceflow"),
+                       (db, "is one of the inputs"), (run.root, "is a folder"), (Path("/dev/null"), "not a regular file"),
+                       (run.root / "missing" / "x", "does not exist")]:
+        before = snapshot(run.root)
+        assert_refused(run(command, db, "-o", out), 3, words)
+        assert_clean(run, before, run.root)
+    out = run.root / f"out.{command}"
+    assert run(command, db, "-o", out).returncode == 0
+    assert run(command, db, "-o", out).returncode == 0  # its own kind: replaced
+
+
+def test_postmortem_output_is_a_file_or_holds_foreign_files(sandbox):
+    run, trace, db = sandbox
+    notes = _text_file(run.root)
+    before = snapshot(run.root)
+    assert_refused(run("postmortem", trace, "-o", notes), 3, "is a file, not a folder")
+    assert_clean(run, before, run.root)
+    folder = run.root / "pm"
+    folder.mkdir()
+    (folder / "report.html").write_text("<html>the user's own page</html>")
+    before = snapshot(run.root)
+    assert_refused(run("postmortem", trace, "-o", folder), 3, "report.html", "not a traceflow report")
+    assert_clean(run, before, run.root)
+    assert not (folder / "job.duckdb").exists()  # refused before any work
+
+
+# --- scratch folders ----------------------------------------------------------------------------
+
+def test_foreign_scratch_look_alikes_are_never_removed(sandbox):
+    run, trace, db = sandbox
+    # Named like traceflow's scratch, with a pid that is not alive, but not traceflow's (no marker).
+    foreign = run.tmpdir / "traceflow-999999999-data"
+    foreign.mkdir()
+    (foreign / "results.csv").write_text("1,2,3\n")
+    bare = run.tmpdir / "traceflow-1-x"
+    bare.mkdir()
+    # A real leftover of a killed traceflow: marker present and nobody holds its lock.
+    stale = run.tmpdir / "traceflow-999999998-abc"
+    stale.mkdir()
+    (stale / ".traceflow-scratch").write_text("")
+    (stale / "f0p0.gpu_ops.arrow").write_bytes(b"x" * 100)
+    assert run("ingest", trace, "-o", db).returncode == 0
+    assert (foreign / "results.csv").read_text() == "1,2,3\n" and bare.is_dir()
+    assert not stale.exists()
+
+
+# --- processes: kill -9 and Ctrl-C ------------------------------------------------------------
+
+@pytest.mark.parametrize("after_s", [0.6, 1.2, 2.0])
+def test_kill_9_leaves_no_process_behind(tmp_path, after_s):
+    run = Run(tmp_path)
+    db = tmp_path / "job.duckdb"
+    p = run.popen("ingest", *KINETO, "-o", db, "--jobs", "3")
+    time.sleep(after_s)
+    os.kill(p.pid, signal.SIGKILL)  # the parent only, as the OOM killer or a scheduler would
+    p.wait()
+    assert wait_gone(run.tag, 6.0) == [], "a reader process or the resource tracker outlived its parent"
+
+
+@pytest.mark.parametrize("after_s", [0.15, 0.5, 1.0, 1.6, 2.4, 3.5])
+def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(sandbox, after_s):
+    run, trace, db = sandbox
+    old = db.read_bytes()
+    before = snapshot(run.root)
+    p = run.popen("postmortem", *KINETO, "-o", run.root / "pm", "--jobs", "3")
+    time.sleep(after_s)
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, err = p.communicate(timeout=120)
+    assert p.returncode in (0, 130), err
+    assert "Traceback" not in out + err
+    if p.returncode == 130:  # (the warnings of an ingest that finished before the interrupt may precede it)
+        lines = [x for x in err.strip().splitlines() if not x.startswith(("traceflow: warning:", "traceflow: note:"))]
+        assert lines == ["traceflow: interrupted"], err
+    assert db.read_bytes() == old
+    after = snapshot(run.root)
+    assert all(after.get(k) == v for k, v in before.items())
+    assert [x.name for x in run.root.rglob("*") if ".traceflow-tmp-" in x.name or x.name.endswith(".traceflow-lock")] == []
+    assert wait_gone(run.tag) == []
+    assert list(run.tmpdir.iterdir()) == []
+
+
+# --- a full disk, a read-only folder -------------------------------------------------------------
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs (a full disk on demand)")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_at_the_output(sandbox, small_tmpfs):
+    run, trace, db = sandbox
+    before = snapshot(run.root)
+    r = run("ingest", trace, "-o", small_tmpfs / "job.duckdb")
+    assert_refused(r, 3, "disk full")
+    assert list(small_tmpfs.iterdir()) == []
+    assert_clean(run, before, run.root)
+
+
+def test_full_disk_in_the_scratch_folder(sandbox, small_tmpfs):
+    run, trace, db = sandbox
+    old = db.read_bytes()
+    r = run("ingest", *KINETO[:2], "-o", db, "--jobs", "2", env={"TMPDIR": str(small_tmpfs)})
+    assert_refused(r, 3, "disk full", str(small_tmpfs))
+    assert "cannot read" not in r.stderr  # the input is fine: the scratch folder is full
+    assert db.read_bytes() == old
+    assert list(small_tmpfs.iterdir()) == []
+    assert wait_gone(run.tag) == []
+
+
+def test_read_only_folder(sandbox, small_tmpfs):
+    run, trace, db = sandbox
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    for cmd in (("ingest", trace), ("report", db), ("annotate", db)):
+        r = run(*cmd, "-o", small_tmpfs / "out")
+        assert_refused(r, 3, str(small_tmpfs))
+
+
+# --- values a trace gets wrong ------------------------------------------------------------------
+
+def _kineto_with(tmp: Path, name: str, edit) -> Path:
+    obj = json.load(gzip.open(KINETO[1]))
+    edit(obj)
+    p = tmp / name
+    with gzip.open(p, "wt") as f:
+        json.dump(obj, f)
+    return p
+
+
+def _first_kernel(obj) -> dict:
+    return next(e for e in obj["traceEvents"] if e.get("cat") == "kernel")
+
+
+@pytest.mark.parametrize("case,edit,warning", [
+    ("rank -1", lambda o: o["distributedInfo"].update(rank=-1), "states rank -1"),
+    ("rank past the world", lambda o: o["distributedInfo"].update(rank=4), "not below its world size 4"),
+    ("rank 1.5", lambda o: o["distributedInfo"].update(rank=1.5), "distributedInfo.rank '1.5' is not a whole number"),
+    ("rank 2**31", lambda o: o["distributedInfo"].update(rank=2**31), "states rank 2147483648"),
+    ("world 2**40", lambda o: o["distributedInfo"].update(world_size=2**40), "states world size 1099511627776"),
+    ("negative timestamp", lambda o: _first_kernel(o).update(ts=-9e12), "negative timestamp"),
+    ("kernel without dur", lambda o: _first_kernel(o).pop("dur"), "dropped 1 events"),
+])
+def test_values_a_trace_gets_wrong_are_refused_with_a_warning(tmp_path, case, edit, warning):
+    run = Run(tmp_path)
+    p = _kineto_with(tmp_path, "trace.json.gz", edit)
+    db = tmp_path / "job.duckdb"
+    r = run("ingest", p, "-o", db)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    warned = [line for line in r.stderr.splitlines() if warning in line]
+    assert warned and str(p) in warned[0], r.stderr
+    c = connect(db)
+    rank, lo, hi, null_ends = c.execute("""select (select min(rank) from traces), min(start_ns), max(end_ns),
+                                           count(*) filter (where end_ns is null) from gpu_ops""").fetchone()
+    assert 0 <= rank < 2**31 and null_ends == 0
+    assert hi - lo < 3600 * 10**9  # no event stretches the rank over days
+
+
+def test_rank_in_a_file_name_past_int32(tmp_path):
+    run = Run(tmp_path)
+    p = tmp_path / "rank99999999999.json.gz"
+    obj = json.load(gzip.open(KINETO[0]))
+    obj.pop("distributedInfo", None)
+    with gzip.open(p, "wt") as f:
+        json.dump(obj, f)
+    r = run("ingest", p, "-o", tmp_path / "job.duckdb")
+    assert r.returncode == 0, r.stderr
+    assert "the rank 99999999999 in the file name is not a rank" in r.stderr
+
+
+def test_invalid_patterns_are_usage_errors(sandbox):
+    run, trace, db = sandbox
+    before = snapshot(run.root)
+    assert_refused(run("ingest", trace, "-o", db, "--step-pattern", "step (\\d+"), 2, "--step-pattern")
+    assert_refused(run("ingest", trace, "-o", db, "--rank-pattern", "(["), 2, "--rank-pattern")
+    assert_refused(run("ingest", trace, "-o", db, "--max-inflate", "lots"), 2, "--max-inflate")
+    assert_clean(run, before, run.root)
+
+
+@pytest.mark.skipif(not NSYS_SMALL.exists(), reason=f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
+@pytest.mark.parametrize("column", ["start", "end", "streamId", "correlationId", "globalPid", "deviceId"])
+@pytest.mark.parametrize("value", [-2**63, 2**63 - 1, None])
+def test_nsys_numeric_extremes(tmp_path, column, value):
+    """Every numeric column the reader uses in the kernel table, at the edges of int64 and NULL."""
+    run = Run(tmp_path)
+    p = tmp_path / "rank0.sqlite"
+    shutil.copyfile(NSYS_SMALL, p)
+    os.chmod(p, 0o644)
+    try:
+        with sqlite3.connect(p) as c:
+            c.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET {column} = ? WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)", [value])
+    except sqlite3.IntegrityError:
+        pytest.skip(f"this export's schema declares {column} NOT NULL")
+    db = tmp_path / "job.duckdb"
+    r = run("ingest", p, "-o", db)
+    assert r.returncode in (0, 3), r.stderr
+    assert "Traceback" not in r.stderr
+    if r.returncode == 3:
+        assert_refused(r, 3, str(p))
+    else:
+        c = connect(db)
+        assert c.execute("select count(*) from gpu_ops where end_ns is null or start_ns is null or end_ns < start_ns").fetchone()[0] == 0
+
+
+@pytest.mark.skipif(not NSYS_SMALL.exists(), reason=f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
+def test_nsys_session_start_near_int64_min(tmp_path):
+    run = Run(tmp_path)
+    p = tmp_path / "rank0.sqlite"
+    shutil.copyfile(NSYS_SMALL, p)
+    os.chmod(p, 0o644)
+    with sqlite3.connect(p) as c:
+        c.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?", [-2**63 + 5])
+    assert_refused(run("ingest", p, "-o", tmp_path / "job.duckdb"), 3, str(p), "out of range")
+
+
+def on_a_terminal(run: Run, *args) -> str:
+    """The command's output with a pseudo-terminal as its stdout, as a user at a terminal sees it."""
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen([*TRACEFLOW, *map(str, args)], stdout=slave, stderr=slave, env={**os.environ, **run.env})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 1 << 16)
+        except OSError:  # EIO: the other side closed
+            break
+        if not b:
+            break
+        chunks.append(b)
+    p.wait(timeout=60)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+# --- untrusted strings --------------------------------------------------------------------------
+
+ESCAPES = ["\x1b]0;pwned\x07", "\x1b[2J", "\u202e", "\x00", "[red]x[/red]", "[/]"]
+
+
+def test_escape_sequences_in_every_string_field_never_reach_the_terminal(tmp_path):
+    run = Run(tmp_path)
+    payload = "".join(ESCAPES)
+
+    def edit(o):
+        o["distributedInfo"]["backend"] = payload
+        for e in o["traceEvents"]:
+            if e.get("ph") == "X":
+                e["name"] = payload + str(e.get("name"))
+                for k, v in list((e.get("args") or {}).items()):
+                    if isinstance(v, str):
+                        e["args"][k] = payload + v
+            if e.get("ph") == "M" and isinstance(e.get("args"), dict) and "name" in e["args"]:
+                e["args"]["name"] = payload
+    p = _kineto_with(tmp_path, "rank-1\x1b[2J.json.gz", edit)
+    out = tmp_path / "pm"
+    r = run("postmortem", p, "-o", out)
+    assert r.returncode == 0, r.stderr
+    texts = [r.stdout, r.stderr]
+    for pack in ("kernels", "idle-gaps", "launch-overhead", "critical-path"):
+        q = run("query", out / "job.duckdb", pack, "--limit", "5")
+        assert q.returncode == 0, q.stderr
+        texts += [q.stdout, q.stderr]
+    q = run("sql", out / "job.duckdb", "select name, source_path from gpu_ops join traces using (trace_id) limit 3")
+    texts += [q.stdout, q.stderr]
+    texts.append(on_a_terminal(run, "sql", out / "job.duckdb", "select name from gpu_ops limit 3", "--format", "csv"))
+    texts.append(on_a_terminal(run, "query", out / "job.duckdb", "kernels", "--limit", "3"))
+    for t in texts:  # (on a terminal, the table's own bold header is an escape sequence of rich's: allowed)
+        assert "\x1b]" not in t and "\x1b[2J" not in t and "\x07" not in t and "\u202e" not in t and "\x00" not in t
+    assert "\\x1b" in texts[2]  # shown escaped, not dropped
+    page = (out / "report.html").read_bytes()
+    assert b"\x00" not in page and b"\x1b" not in page
+
+
+# --- decompression bound ------------------------------------------------------------------------
+
+def test_inflation_bound_is_a_setting(sandbox):
+    run, trace, db = sandbox
+    before = snapshot(run.root)
+    r = run("ingest", trace, "-o", db, "--max-inflate", "4MB")  # the trace inflates to 12 MB
+    assert_refused(r, 3, str(trace), "inflates past", "--max-inflate 4MB")
+    assert_clean(run, before, run.root)
+    r = run("ingest", trace, "-o", db, env={"TRACEFLOW_MAX_INFLATE": "2MiB"})
+    assert_refused(r, 3, "inflates past")
+    assert run("ingest", trace, "-o", db, "--max-inflate", "20x").returncode == 0  # 15x: within
+
+
+def test_a_bomb_of_valid_events_is_refused_by_default(tmp_path):
+    """Real events followed by whitespace, gzip'd: the file is small and inflates past 256 MiB."""
+    run = Run(tmp_path)
+    raw = gzip.open(KINETO[0]).read()
+    cut = raw.rindex(b"]")
+    p = tmp_path / "rank-0.pt.trace.json.gz"
+    with gzip.open(p, "wb", compresslevel=9) as f:
+        f.write(raw[:cut])
+        block = b" " * (1 << 24)
+        for _ in range(17):
+            f.write(block)
+        f.write(raw[cut:])
+    assert p.stat().st_size < 2 << 20
+    r = run("ingest", p, "-o", tmp_path / "job.duckdb")
+    assert_refused(r, 3, str(p), "decompression bomb")
