@@ -8,8 +8,11 @@ import tempfile
 import time
 
 if __name__ == "__main__":
+    # the tree named, not the editable install of this checkout (its import hook comes before sys.path)
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     sys.path.insert(0, sys.argv[1])
     import traceflow
+    assert traceflow.__file__.startswith(sys.argv[1]), traceflow.__file__
     files = sorted(glob.glob(sys.argv[2]))
     d = tempfile.mkdtemp()
     for i in range(2):
