@@ -21,9 +21,12 @@
 --               For tiny kernels the framework dispatch is most of what issuing them costs, so it
 --               counts; without a CPU op this is DESIGN.md's [api_start, gpu_start].
 --
--- launch_overhead_summary: per rank and kernel name: count, total / mean / p50 / p99 of latency_ns,
---   total exposed_ns, total_gpu_ns (the kernels' own run time), and launch_bound: the GPU idled
---   longer waiting for these launches than it ran the kernels (all ns).
+-- launch_overhead_summary: per rank and kernel name: count; mean_api_ns (the launch call itself:
+--   the launch cost), mean_queue_ns (waiting in the stream behind earlier work, e.g. a running NCCL
+--   kernel: not a launch cost), total / mean / p50 / p99 of latency_ns (launch call start to kernel
+--   start: both together), total exposed_ns, total_gpu_ns (the kernels' own run time), and
+--   launch_bound: the GPU idled longer waiting for these launches than it ran the kernels, i.e.
+--   total exposed_ns > total_gpu_ns (all ns). The report and the verdict use this same definition.
 -- launch_bound_steps (pack `launch-bound`): per rank and step: launches, launch_exposed_ns = the
 --   idle time inside the window during which the op that ended the idle gap was being issued
 --   ([issue_start, gpu_start] of that op; gaps are disjoint, so nothing is counted twice),
@@ -51,11 +54,12 @@ FROM l LEFT JOIN ended e USING (op_id)
 ORDER BY l.rank, l.api_start_ns;
 
 CREATE OR REPLACE TABLE launch_overhead_summary AS
-SELECT rank, name, count(*) AS count, sum(latency_ns)::BIGINT AS total_latency_ns,
-       round(avg(latency_ns))::BIGINT AS mean_latency_ns,
+SELECT rank, name, count(*) AS count, sum(exposed_ns)::BIGINT AS total_exposed_ns,
+       sum(gpu_ns)::BIGINT AS total_gpu_ns, sum(exposed_ns) > sum(gpu_ns) AS launch_bound,
+       round(avg(api_ns))::BIGINT AS mean_api_ns, round(avg(queue_ns))::BIGINT AS mean_queue_ns,
+       sum(latency_ns)::BIGINT AS total_latency_ns, round(avg(latency_ns))::BIGINT AS mean_latency_ns,
        quantile_disc(latency_ns, 0.5) AS p50_latency_ns, quantile_disc(latency_ns, 0.99) AS p99_latency_ns,
-       sum(api_ns)::BIGINT AS total_api_ns, sum(exposed_ns)::BIGINT AS total_exposed_ns,
-       sum(gpu_ns)::BIGINT AS total_gpu_ns, sum(exposed_ns) > sum(gpu_ns) AS launch_bound
+       sum(api_ns)::BIGINT AS total_api_ns
 FROM launch_overhead GROUP BY rank, name ORDER BY rank, total_exposed_ns DESC;
 
 CREATE OR REPLACE TABLE launch_bound_steps AS

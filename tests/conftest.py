@@ -42,6 +42,32 @@ def run_cli(*args, cwd=None, env=None, input=None, timeout=600):
                           input=input, timeout=timeout)
 
 
+def on_a_terminal(*args, env=None, columns: int = 100) -> str:
+    """The command's output with a pseudo-terminal of `columns` as its stdout and stderr, as a user
+    at a terminal sees it."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    e = {**os.environ, **(env or {}), "COLUMNS": str(columns), "LINES": "50"}
+    p = subprocess.Popen([*TRACEFLOW, *map(str, args)], stdout=slave, stderr=slave, env=e)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 1 << 16)
+        except OSError:  # EIO: the other side closed
+            break
+        if not b:
+            break
+        chunks.append(b)
+    p.wait(timeout=120)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
 _DBS: dict[str, Path] = {}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUNDLED, FIX, TRACEFLOW, connect, run_cli
+from conftest import BUNDLED, FIX, TRACEFLOW, connect, on_a_terminal, run_cli
 
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
 NSYS_SMALL = FIX / "h100/nsys/graphs/rank0.sqlite"
@@ -424,26 +424,6 @@ def test_nsys_session_start_near_int64_min(tmp_path):
     assert_refused(run("ingest", p, "-o", tmp_path / "job.duckdb"), 3, str(p), "out of range")
 
 
-def on_a_terminal(run: Run, *args) -> str:
-    """The command's output with a pseudo-terminal as its stdout, as a user at a terminal sees it."""
-    import pty
-    master, slave = pty.openpty()
-    p = subprocess.Popen([*TRACEFLOW, *map(str, args)], stdout=slave, stderr=slave, env={**os.environ, **run.env})
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            b = os.read(master, 1 << 16)
-        except OSError:  # EIO: the other side closed
-            break
-        if not b:
-            break
-        chunks.append(b)
-    p.wait(timeout=60)
-    os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 # --- untrusted strings --------------------------------------------------------------------------
 
 ESCAPES = ["\x1b]0;pwned\x07", "\x1b[2J", "\u202e", "\x00", "[red]x[/red]", "[/]"]
@@ -474,8 +454,8 @@ def test_escape_sequences_in_every_string_field_never_reach_the_terminal(tmp_pat
         texts += [q.stdout, q.stderr]
     q = run("sql", out / "job.duckdb", "select name, source_path from gpu_ops join traces using (trace_id) limit 3")
     texts += [q.stdout, q.stderr]
-    texts.append(on_a_terminal(run, "sql", out / "job.duckdb", "select name from gpu_ops limit 3", "--format", "csv"))
-    texts.append(on_a_terminal(run, "query", out / "job.duckdb", "kernels", "--limit", "3"))
+    texts.append(on_a_terminal("sql", out / "job.duckdb", "select name from gpu_ops limit 3", "--format", "csv", env=run.env))
+    texts.append(on_a_terminal("query", out / "job.duckdb", "kernels", "--limit", "3", env=run.env))
     for t in texts:  # (on a terminal, the table's own bold header is an escape sequence of rich's: allowed)
         assert "\x1b]" not in t and "\x1b[2J" not in t and "\x07" not in t and "\u202e" not in t and "\x00" not in t
     assert "\\x1b" in texts[2]  # shown escaped, not dropped

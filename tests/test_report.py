@@ -89,6 +89,10 @@ def check_page(r: dict, n_expected_min=5):
         block = dom[dom.index(f'id="{pid}"'):]
         block = block[: block.find("</section>")]
         assert "main-svg" in block and ("<path" in block or "<rect" in block), pid
+        # read from the drawn SVG: a chart title, and both axis titles, the value axis with its unit
+        titles = {cls: re.findall(rf'<text class="{cls}"[^>]*>(.*?)</text>', block, re.S) for cls in ("gtitle", "xtitle", "ytitle")}
+        assert all(t and re.sub("<[^>]+>", "", t[0]).strip() for t in titles.values()), (pid, titles)
+        assert "(ms)" in titles["xtitle"][0] + titles["ytitle"][0], (pid, titles)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import duckdb
 
 from . import packs
 from .errors import InputError, UsageError, one_line
+from .duck import relation
 
 
 def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
@@ -43,7 +44,8 @@ def query_relation(con, name: str, rank=None, step=None):
         raise UsageError(f"the database has no {table} table: it was made by an older traceflow, ingest again")
     cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
     where, params = _filters(rank, step, cols)
-    return con.execute(f"SELECT * FROM {table}{where}", params)
+    order = packs.DEFAULT_ORDER.get(table)
+    return relation(con, f"SELECT * FROM {table}{where}" + (f" ORDER BY {order}" if order else ""), params)
 
 
 def query(database: str, name: str, rank=None, step=None):
@@ -59,6 +61,7 @@ def sql(database: str, text: str):
     """Any SQL against the database, as a polars DataFrame."""
     con = connect(database)
     try:
-        return con.execute(text).pl()
+        rel = relation(con, text)
+        return None if rel is None else rel.pl()
     finally:
         con.close()

@@ -10,7 +10,7 @@ import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
-from .text import printable
+from .text import printable, short_name
 
 EXIT_INPUT = 3
 
@@ -96,18 +96,35 @@ def main():
     """
 
 
-def _progress_bar(total: int, label: str):
-    if not sys.stderr.isatty():
-        return None, (lambda *_: None)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
-                    TimeElapsedColumn(), transient=True, console=None)
-    task = prog.add_task(label, total=total)
+class _Progress:
+    """The progress line on a terminal (stderr): files read, then each phase by name, so that it
+    never sits at "4/4 files" through the analyses, the report and the Perfetto trace.
+    Called with a path when a file is read; .phase(name) when a phase starts."""
 
-    def tick(item=None):
-        if isinstance(item, str) and os.path.exists(item):
-            prog.advance(task)
-    return prog, tick
+    def __init__(self, total: int):
+        self.prog = None
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            self.prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total} files"), TimeElapsedColumn(), transient=True)
+            self.task = self.prog.add_task("reading", total=total)
+
+    def __enter__(self):
+        if self.prog:
+            self.prog.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.prog:
+            self.prog.stop()
+
+    def __call__(self, path=None):
+        if self.prog and isinstance(path, str):
+            self.prog.advance(self.task)
+
+    def phase(self, name: str):
+        if self.prog:
+            self.prog.update(self.task, description=printable(name))
 
 
 def _ingest_options(f):
@@ -128,15 +145,9 @@ def _ingest_options(f):
 def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
     from .pipeline import expand, ingest
     paths = expand(files)
-    prog, tick = _progress_bar(len(paths), "reading")
-    if prog:
-        prog.start()
-    try:
+    with _Progress(len(paths)) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
-                     step_pattern=step_pattern, jobs=jobs, progress=tick, force=force, max_inflate=max_inflate)
-    finally:
-        if prog:
-            prog.stop()
+                     step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate)
     for w in res.warnings:
         _say(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
@@ -171,12 +182,12 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
                               FROM traces t ORDER BY rank""").fetchall()
     finally:
         con.close()
-    _say(f"wrote {res.database}: {len(rows)} ranks")
+    _say(f"wrote {res.database}: {_plural(len(rows), 'rank')}")
     for rank, fmt, n_gpu, n_steps, off in rows:
-        _say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {n_steps:>4} steps  clock offset {off / 1e6:+.3f} ms")
+        _say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {_plural(n_steps, 'step'):>10}  clock offset {off / 1e6:+.3f} ms")
 
 
-def _cell(v, instant: bool, duration: bool) -> str:
+def _cell(v, col: str, instant: bool, duration: bool) -> str:
     import datetime
     if v is None:
         return ""
@@ -184,13 +195,20 @@ def _cell(v, instant: bool, duration: bool) -> str:
         return datetime.datetime.fromtimestamp(v / 1e9, datetime.timezone.utc).strftime("%H:%M:%S.%f")
     if duration and isinstance(v, (int, float)):
         return f"{v / 1e6:,.3f}"
+    if isinstance(v, float):
+        return f"{v:,.2f}"
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000:
         return f"{v:,}"
-    v = printable(v)
-    return v if len(v) <= 60 else v[:59] + "…"  # a kernel's full name is in --format json/csv
+    if isinstance(v, str) and col.endswith(_NAME_COLUMNS):
+        v = short_name(v)  # the full name: --format json / csv
+    return printable(v)
 
 
-def _print_rows(rel, fmt: str, limit: int | None):
+# Columns holding kernel or call names: shown short on a terminal (text.short_name).
+_NAME_COLUMNS = ("name", "_op", "kernel", "what")
+
+
+def _print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
     cols = [d[0] for d in rel.description]
     rows = rel.fetchall()
     if fmt == "json":
@@ -202,23 +220,83 @@ def _print_rows(rel, fmt: str, limit: int | None):
         if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
             rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
         w.writerows(rows)
+    elif not rows:
+        _say(empty)
     else:
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
-        # For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns).
-        instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
-        duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
-        t = Table(show_lines=False, header_style="bold")
-        for c, i, d in zip(cols, instant, duration):
-            head = f"{c[:-3]} (UTC)" if i else f"{c[:-3]} (ms)" if d else c
-            t.add_column(Text(printable(head)), overflow="fold", justify="right" if (i or d or c.endswith(("_pct", "count", "rank", "step", "seq"))) else "left")
-        shown = rows if limit is None else rows[:limit]
-        for r in shown:  # Text, not str: a '[red]' in a kernel name is not markup
-            t.add_row(*[Text(_cell(v, i, d)) for v, i, d in zip(r, instant, duration)])
-        Console(width=max(160, len(cols) * 14)).print(t)
+        _print_table(cols, rows if limit is None else rows[:limit])
         if limit is not None and len(rows) > limit:
             _say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
+
+
+def _print_table(cols: list[str], rows: list[tuple]):
+    """For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns);
+    numbers right-aligned and never folded or cut; kernel names shortened; as many columns as the
+    terminal's width holds, and a line naming the ones left out."""
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+    instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
+    duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
+    heads = [f"{c[:-3]} (UTC)" if i else f"{c[:-3]} (ms)" if d else c for c, i, d in zip(cols, instant, duration)]
+    cells = [[_cell(v, c, i, d) for v, c, i, d in zip(r, cols, instant, duration)] for r in rows]
+    numeric = [i or all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in col)
+               for i, col in zip(instant, zip(*rows))]
+    natural = [max(len(h), *(len(r[k]) for r in cells)) for k, h in enumerate(heads)]
+    # A text column may shrink to 16 characters (then ends in …); a number or a time never shrinks.
+    least = [n if numeric[k] else min(n, 16) for k, n in enumerate(natural)]
+    width = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+    keep = list(range(len(cols)))
+    if width:
+        used, keep = 1, []
+        for k in range(len(cols)):
+            if used + least[k] + 3 <= width:
+                keep.append(k)
+                used += least[k] + 3
+    # Every column gets its width here (rich would squeeze some to nothing): numbers their own,
+    # text columns share what is left, each at least its `least`.
+    size = {k: natural[k] for k in keep}
+    if width:
+        text = [k for k in keep if not numeric[k]]
+        spare = width - 1 - sum(3 + (size[k] if numeric[k] else least[k]) for k in keep)
+        for k in sorted(text, key=lambda k: natural[k]):  # narrow ones first take all they need
+            size[k] = least[k] + min(natural[k] - least[k], spare // max(1, len(text)))
+            spare -= size[k] - least[k]
+            text.remove(k)
+    t = Table(show_lines=False, header_style="bold")
+    for k in keep:
+        t.add_column(Text(printable(heads[k])), justify="right" if numeric[k] else "left", no_wrap=True,
+                     overflow="ellipsis", width=size[k])
+    for row in cells:  # Text, not str: a '[red]' in a kernel name is not markup
+        t.add_row(*(Text(row[k]) for k in keep))
+    # Through a pipe there is no width to follow: wide enough that nothing is cut.
+    Console(width=width or sum(natural) + 3 * len(cols) + 1).print(t)
+    if len(keep) < len(cols):
+        left = ", ".join(cols[k] for k in range(len(cols)) if k not in keep)
+        _say(f"(not shown at this terminal's width: {left}; a wider terminal or --format csv/json shows them)")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _span(values: list[int]) -> str:
+    if not values:
+        return "none"
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
+def _empty_message(con, rank, step) -> str:
+    """What the database holds, so an empty answer says why: `no rows for --rank 7 (ranks 0–3, steps 3–5)`."""
+    ranks = [r[0] for r in con.execute("SELECT DISTINCT rank FROM traces").fetchall()]
+    try:
+        steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps").fetchall()]
+    except Exception:  # noqa: BLE001 - an older database without steps
+        steps = []
+    asked = " ".join(f"--{k} {v}" for k, v in (("rank", rank), ("step", step)) if v is not None)
+    return f"no rows{' for ' + asked if asked else ''} (ranks {_span(ranks)}, steps {_span(steps)})"
 
 
 @main.command()
@@ -252,7 +330,7 @@ def query(database, name, list_, rank, step, fmt, limit):
             from .critical_path import summary_lines
             for line in summary_lines(con, step):
                 _say(line)
-        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
+        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=_empty_message(con, rank, step))
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(con, rank):
                 _say(line)
@@ -353,7 +431,8 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     from .postmortem import finish, prepare
     db = prepare(outdir, expand(files), force=force)
     _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force)
-    out = finish(db, outdir, force=force)
+    with _Progress(0) as progress:
+        out = finish(db, outdir, force=force, progress=progress)
     _say(out["verdict"])
     _say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
 

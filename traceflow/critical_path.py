@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .packs import pack_sql
+from .duck import relation
 
 # Segment kinds by code: the walk keeps codes and ids, queries/critical_path.sql names them.
 KINDS = ("gpu_compute", "gpu_comm", "gpu_memory", "launch", "host_cpu", "host_sync", "peer_wait", "idle")
@@ -83,7 +84,7 @@ class _Job:
         # filled in place (tens of millions of calls: no second copy from concatenating parts)
         self.h_start, self.h_end, self.h_op = (np.empty(n, dtype=np.int64) for _ in range(3))
         self.h_role, waited_ids = np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64)
-        reader = con.execute(f"""
+        reader = relation(con, f"""
             SELECT rank::BIGINT AS rank, tid, start_ns, end_ns, node_op_id,
                    CASE role WHEN 'sync' THEN 1 WHEN 'launch' THEN 2 ELSE 0 END::TINYINT AS role,
                    coalesce(waited_op_id, -1) AS waited
@@ -415,7 +416,7 @@ def _step_batches(con, windows, budget: int) -> list[list[int]]:
         return [list(range(len(windows)))]
     edges = np.unique(np.array([t for _, lo, hi in windows for t in (lo, hi)], dtype=np.int64))
     counts = np.zeros(len(edges) + 1, dtype=np.int64)
-    for batch in con.execute("SELECT start_ns FROM cp_host_nodes").to_arrow_reader(1 << 20):
+    for batch in relation(con, "SELECT start_ns FROM cp_host_nodes").to_arrow_reader(1 << 20):
         counts += np.bincount(np.searchsorted(edges, batch.column(0).to_numpy(), side="right"), minlength=len(edges) + 1)
     before = np.concatenate([[0], np.cumsum(counts)])  # before[k + 1]: calls starting before edges[k]
 

@@ -23,6 +23,9 @@ PUBLIC = {
     "critical-path": "critical_path", "critical-path-summary": "critical_path_summary",
 }
 
+# How `traceflow query` sorts a pack's rows: a 40 ms gap must not hide under 2,500 gaps of 1 µs.
+DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank"}
+
 
 def queries_dir() -> Path:
     """The pack files: the source tree's queries/ in a checkout, else the installed package's

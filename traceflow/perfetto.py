@@ -17,6 +17,7 @@ from .api import connect
 from .errors import UsageError
 from .outputs import PERFETTO_MARK, atomic_output, check_output
 from .perfetto_packets import slice_packets
+from .duck import relation
 
 SEQ = 0x7F1F
 
@@ -65,7 +66,7 @@ class _Writer:
     def slices(self, uuid, con, sql: str, params, name: str, args: tuple[str, ...]):
         """The slices a query returns (start_ns, end_ns, the name column, the args columns and,
         when present, flow_out / flow_in ids), encoded column by column."""
-        t = con.execute(sql, params).to_arrow_table()
+        t = relation(con, sql, params).to_arrow_table()
         flows = {field: t[c].combine_chunks() for field, c in ((47, "flow_out"), (48, "flow_in")) if c in t.column_names}
         self.n_slices += slice_packets(self.f, SEQ, uuid, t["start_ns"].to_numpy(), t["end_ns"].to_numpy(),
                                        t[name].combine_chunks(), {a: t[a].combine_chunks() for a in args}, flows)

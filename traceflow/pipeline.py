@@ -243,6 +243,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         t0 = time.perf_counter()
         traces = _read_all(paths, scratch, jobs, nsys, progress)
         result.timings["read"] = time.perf_counter() - t0
+        phase = getattr(progress, "phase", lambda _: None)
+        phase("loading into DuckDB")
         import duckdb  # here, not at the top: reader processes import this package and never need it
         con = duckdb.connect(str(tmp), config=db_config(scratch))
         con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
@@ -251,7 +253,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             _build(con, traces, scratch, result, append, rank_pattern, jobs)
             result.timings["load"] = time.perf_counter() - t0
             from .derive import derive_all
-            result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings))
+            result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
+                                              phase=phase))
             con.execute("CHECKPOINT")
         finally:
             con.close()

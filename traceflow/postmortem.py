@@ -29,8 +29,11 @@ def prepare(outdir: str, inputs, force: bool = False) -> str:
     return os.path.join(outdir, FILES["database"])
 
 
-def finish(database: str, outdir: str, force: bool = False) -> dict:
+def finish(database: str, outdir: str, force: bool = False, progress=None) -> dict:
+    phase = getattr(progress, "phase", lambda _: None)
+    phase("writing the report")
     report = write_report(database, os.path.join(outdir, FILES["report"]), force=force)
+    phase("writing the Perfetto trace")
     trace = write_trace(database, os.path.join(outdir, FILES["perfetto"]), force=force)
     con = connect(database)
     try:

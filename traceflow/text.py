@@ -22,3 +22,32 @@ def printable(text) -> str:
     """`text` with every control character shown as an escape (`\\x1b`), nothing else changed."""
     s = str(text)
     return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
+
+
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)::|<unnamed>::")
+
+
+def short_name(name) -> str:
+    """A kernel's C++ name as a person reads it: the qualified base name, template arguments and
+    parameters elided (`void at::native::vectorized_elementwise_kernel<(int)8, ...>(int, T2, T3)` ->
+    `at::native::vectorized_elementwise_kernel<…>`). The full name stays in the database, in
+    --format json/csv and on hover in the report. Plain names (ncclDevKernel_..., cuDNN's) pass through."""
+    s = _ANONYMOUS.sub("", str(name))
+    if "::" not in s and "<" not in s and not s.startswith("void "):
+        return s  # not a C++ signature: `Memcpy HtoD (Pageable -> Device)`, `ncclKernel_...`
+    out, depth = [], 0
+    for ch in s:
+        if ch in "<(":
+            if depth == 0:
+                if ch == "(" and out:
+                    break  # the parameter list: the name is complete
+                if ch == "<":
+                    out.append("<…>")
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    base = "".join(out).strip()
+    base = base.rsplit(" ", 1)[-1] if " " in base else base  # drop a return type (`void`)
+    return base or s

@@ -51,7 +51,7 @@ def findings(con) -> dict:
     if gap and gap[4] >= max(1_000_000, 0.02 * median):
         rank, step, a, b, dur, act, nxt = gap
         out["stall"] = {"rank": rank, "step": step, "start_ns": a, "dur_ns": dur, "activity": act}
-        s = f"Rank {rank} stalled {_ms(dur)} on the host in step {step}" + (f" ({act})" if act else "") + ", its GPU idle"
+        s = f"Rank {rank} stalled {_ms(dur)} on the host{_in_step(step)}" + (f" ({act})" if act else "") + ", its GPU idle"
         if nxt and nxt["wait"] and nxt["wait"] > 0.5 * dur:
             s += f"; {_ranks(nxt['waiters'])} waited {_ms(nxt['wait'])} in total for it in the next {nxt['op'] or 'collective'}"
             out["stall"]["peer_wait_ns"] = nxt["wait"]
@@ -61,7 +61,7 @@ def findings(con) -> dict:
                         WHERE step IS DISTINCT FROM ? GROUP BY last_rank ORDER BY 3 DESC LIMIT 1""", [warmup]).fetchone()
     if st and st[2] > 0.05 * median and not (out.get("stall") and out["stall"]["rank"] == st[0]):
         out["sentences"].append(f"Rank {st[0]} was the last to start {st[1]} collectives, costing its peers "
-                                f"{_ms(st[2])} of waiting (worst in step {st[3]}).")
+                                f"{_ms(st[2])} of waiting" + (f" (worst in step {st[3]})." if st[3] is not None else "."))
     # 3. Launch-bound steps and exposed communication.
     lb = con.execute("""SELECT list(step ORDER BY step), max(launch_exposed_pct) FROM launch_bound_steps WHERE launch_bound""").fetchone()
     if lb and lb[0]:
@@ -73,10 +73,12 @@ def findings(con) -> dict:
                         WHERE s.step IS DISTINCT FROM ? ORDER BY s.blocked_ns DESC LIMIT 1""", [warmup]).fetchone()
     if sy and sy[4] > 0.05 * median:
         size = f" of {sy[5] / 2**20:,.0f} MiB" if sy[5] else ""
-        out["sentences"].append(f"The host blocked {_ms(sy[4])} in {sy[2]}{size} ({sy[3]}) on rank {sy[0]} in step {sy[1]}.")
+        out["sentences"].append(f"The host blocked {_ms(sy[4])} in {sy[2]}{size} ({sy[3]}) on rank {sy[0]}{_in_step(sy[1])}.")
+    # One definition with the report's table (launch_overhead_summary.launch_bound); said only when
+    # the idle it costs is material (over 5% of a median step).
     lk = con.execute("""SELECT count(*), sum(total_exposed_ns), sum(total_gpu_ns) FROM launch_overhead_summary
-                        WHERE launch_bound AND total_exposed_ns > 0.05 * ?""", [median]).fetchone()
-    if lk and lk[0]:
+                        WHERE launch_bound""").fetchone()
+    if lk and lk[0] and lk[1] > 0.05 * median:
         out["sentences"].append(f"{lk[0]} kernel name{'s' if lk[0] > 1 else ''} cost more GPU idle in launching "
                                 f"({_ms(lk[1])}) than running ({_ms(lk[2])}): fuse them or capture them in a CUDA graph.")
     xc = con.execute("""SELECT sum(exposed_comm_ns), sum(wall_ns) FROM step_breakdown WHERE part = 'step'""").fetchone()
@@ -88,6 +90,10 @@ def findings(con) -> dict:
         out["sentences"].append(f"Only {cov[1]:.0f}% of rank {cov[0]}'s GPU time lies inside steps ({_ms(cov[2])} before "
                                 f"the first step, {_ms(cov[3])} after the last): per-step figures leave the rest out.")
     return out
+
+
+def _in_step(step) -> str:
+    return "" if step is None else f" in step {step}"
 
 
 def verdict(con) -> str:

@@ -21,9 +21,11 @@ def derive_tables(con, step_pattern: str | None = None):
         con.execute(sql(name))
 
 
-def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None) -> list[str]:
-    """Everything after loading: returns warnings for the user."""
+def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None) -> list[str]:
+    """Everything after loading: returns warnings for the user. `phase(name)` is told as each part starts."""
     timings = {} if timings is None else timings
+    phase = phase or (lambda _: None)
+    phase("deriving tables, aligning clocks")
     warnings = []
     t0 = time.perf_counter()
     warnings.extend(host_clock.reconcile(con))
@@ -36,10 +38,12 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     timings["derive"] = time.perf_counter() - t0
     from .. import packs
     t0 = time.perf_counter()
+    phase("running the analyses")
     packs.compute_all(con)
     timings["packs"] = time.perf_counter() - t0
     from .. import critical_path
     t0 = time.perf_counter()
+    phase("computing the critical path")
     critical_path.compute(con)
     timings["critical_path"] = time.perf_counter() - t0
     return warnings

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..errors import InputError, one_line
 from .model import ProcessTrace
+from ..duck import relation
 
 # CUPTI's enum values; used when an old export has no ENUM_* tables.
 _COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
@@ -272,7 +273,7 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
         pkey = f"{key}{i}"
         counts = {}
         for table, rel in (("gpu_ops", "g"), ("host_ops", "h"), ("ranges", "rng")):
-            reader = con.execute(f"SELECT * EXCLUDE (gpid) FROM {rel} WHERE {flt}").to_arrow_reader(1 << 20)
+            reader = relation(con, f"SELECT * EXCLUDE (gpid) FROM {rel} WHERE {flt}").to_arrow_reader(1 << 20)
             n = 0
             for batch in reader:
                 n += batch.num_rows

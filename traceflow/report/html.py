@@ -73,10 +73,14 @@ class _Plots:
     def __init__(self):
         self.specs = []
 
-    def add(self, data, layout) -> str:
+    def add(self, data, title: str, x: str, y: str, **layout) -> str:
+        """A chart: its title and both axis titles (with units) are required. Plotly.js 2+ reads a title
+        only as {"text": ...}; the plain-string form that older versions took is silently ignored."""
         pid = f"plot{len(self.specs)}"
-        base = {"margin": {"l": 60, "r": 20, "t": 40, "b": 60}, "height": 360, "barmode": "stack",
-                "legend": {"orientation": "h"}, "font": {"size": 12}}
+        base = {"margin": {"l": 70, "r": 20, "t": 50, "b": 60}, "height": 360, "barmode": "stack",
+                "legend": {"orientation": "h", "y": -0.25}, "font": {"size": 12}, "title": {"text": title}}
+        for axis, text in (("xaxis", x), ("yaxis", y)):
+            base[axis] = {**layout.pop(axis, {}), "title": {"text": text}, "automargin": True}
         base.update(layout)
         self.specs.append({"id": pid, "data": data, "layout": base})
         return f'<div class="plot" id="{pid}" data-plot="1"></div>'
@@ -126,7 +130,7 @@ def _build(con, database) -> str:
                           WHERE part = 'step' ORDER BY rank, step""").fetchall()
     key = {"compute": 2, "exposed comm": 3, "exposed memory": 4, "idle": 5}
     plot = P.add(_bars(rows, lambda r: f"r{r[0]} s{r[1]}", list(key), STATE_COLORS, lambda r, s: r[key[s]]),
-                 {"title": "GPU window per rank and step (ms)", "yaxis": {"title": "ms"}, "xaxis": {"title": "rank, step"}})
+                 "GPU window per rank and step", x="rank r, step s", y="GPU time (ms)")
     tbl = table(con, """SELECT rank, coalesce(step::VARCHAR, part || ' steps') AS step, wall_ns, compute_ns, exposed_comm_ns,
                                exposed_memory_ns, idle_ns, idle_pct
                         FROM step_breakdown ORDER BY rank, start_ns""",
@@ -143,13 +147,13 @@ def _build(con, database) -> str:
     rows = con.execute("SELECT step, kind, sum(total_ns) FROM critical_path_summary GROUP BY step, kind").fetchall()
     kinds = [k for k in KIND_COLORS if any(r[1] == k for r in rows)]
     p1 = P.add(_bars(rows, lambda r: r[0], kinds, KIND_COLORS, lambda r, s: dict(((r2[0], r2[1]), r2[2]) for r2 in rows).get((r[0], s))),
-               {"title": "Critical path per step, by kind (ms)", "xaxis": {"title": "step", "type": "category"}, "yaxis": {"title": "ms"}})
+               "Critical path per step, by kind", x="step", y="time on the critical path (ms)", xaxis={"type": "category"})
     rows = con.execute("SELECT step, rank, sum(total_ns) FROM critical_path_summary GROUP BY step, rank").fetchall()
     ranks = sorted({r[1] for r in rows})
     lookup = {(r[0], r[1]): r[2] for r in rows}
     data = [{"type": "bar", "name": f"rank {k}", "x": [str(s) for s in sorted({r[0] for r in rows})],
              "y": [round((lookup.get((s, k)) or 0) / 1e6, 3) for s in sorted({r[0] for r in rows})]} for k in ranks]
-    p2 = P.add(data, {"title": "Critical path per step, by rank (ms)", "xaxis": {"title": "step", "type": "category"}, "yaxis": {"title": "ms"}})
+    p2 = P.add(data, "Critical path per step, by rank", x="step", y="time on the critical path (ms)", xaxis={"type": "category"})
     tbl = table(con, """SELECT step, rank, kind, name, dur_ns FROM (
                            SELECT *, row_number() OVER (PARTITION BY step ORDER BY dur_ns DESC) k FROM critical_path) WHERE k <= 5
                         ORDER BY step, dur_ns DESC""", headers=["step", "rank", "kind", "what", "length (ms)"], ms_cols=("dur_ns",))
@@ -158,7 +162,8 @@ def _build(con, database) -> str:
     # 4. Stragglers, collective waits, idle gaps
     rows = con.execute("SELECT rank, wait_caused_ns FROM stragglers_by_rank ORDER BY rank").fetchall()
     p1 = P.add([{"type": "bar", "name": "peer wait caused", "x": [f"rank {r}" for r, _ in rows], "y": [round(w / 1e6, 3) for _, w in rows],
-                 "marker": {"color": "#e45756"}}], {"title": "Peer wait each rank caused by starting collectives last (ms)", "yaxis": {"title": "ms"}})
+                 "marker": {"color": "#e45756"}}], "Peer wait each rank caused by starting collectives last",
+               x="rank", y="peer wait caused (ms)")
     t1 = table(con, """SELECT comm, step, seq, op, last_rank, last_by_ns, total_wait_ns FROM stragglers ORDER BY total_wait_ns DESC LIMIT 10""",
                headers=["communicator", "step", "seq", "collective", "last rank", "last by (ms)", "total peer wait (ms)"],
                ms_cols=("last_by_ns", "total_wait_ns"))
@@ -166,7 +171,7 @@ def _build(con, database) -> str:
     causes = [c for c in CAUSE_COLORS if any(r[1] == c for r in rows)]
     lk = {(r[0], r[1]): r[2] for r in rows}
     p2 = P.add(_bars(rows, lambda r: f"rank {r[0]}", causes, CAUSE_COLORS, lambda r, s: lk.get((r[0], s))),
-               {"title": "GPU idle time by cause (ms, all steps)", "yaxis": {"title": "ms"}})
+               "GPU idle time by cause, all steps", x="rank", y="GPU idle (ms)")
     t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps WHERE step IS NOT NULL
                         ORDER BY dur_ns DESC LIMIT 15""",
                headers=["rank", "step", "idle (ms)", "cause", "host was doing", "GPU op that ended it"], ms_cols=("dur_ns",))
@@ -178,16 +183,21 @@ def _build(con, database) -> str:
                        ORDER BY launch_exposed_pct DESC NULLS LAST LIMIT 12""",
                headers=["rank", "step", "launches", "GPU idle while launching (ms)", "% of window", "launch-bound"],
                ms_cols=("launch_exposed_ns",))
-    t2 = table(con, """SELECT rank, name, count, mean_latency_ns, p99_latency_ns, total_exposed_ns, total_gpu_ns, launch_bound
+    t2 = table(con, """SELECT rank, name, count, mean_api_ns, mean_queue_ns, total_exposed_ns, total_gpu_ns, launch_bound
                        FROM launch_overhead_summary ORDER BY total_exposed_ns DESC LIMIT 10""",
-               headers=["rank", "kernel", "launches", "mean latency (ms)", "p99 latency (ms)", "exposed (ms)", "kernel time (ms)", "launch-bound"],
-               ms_cols=("mean_latency_ns", "p99_latency_ns", "total_exposed_ns", "total_gpu_ns"))
+               headers=["rank", "kernel", "launches", "mean launch call (ms)", "mean queued behind earlier work (ms)",
+                        "GPU idle while issuing (ms)", "kernel time (ms)", "launch-bound"],
+               ms_cols=("mean_api_ns", "mean_queue_ns", "total_exposed_ns", "total_gpu_ns"))
+    t2 += ('<p class="note">A kernel is launch-bound when the GPU sat idle longer while it was being issued '
+           'than the kernel ran (GPU idle while issuing &gt; kernel time). Queueing behind earlier work '
+           '(a running NCCL kernel, say) is waiting, not launch cost.</p>')
     t3 = table(con, """SELECT rank, step, name, reason, blocked_ns, gpu_op FROM sync ORDER BY blocked_ns DESC LIMIT 10""",
                headers=["rank", "step", "call", "why it blocks", "host blocked (ms)", "GPU op"], ms_cols=("blocked_ns",))
     rows = con.execute("""SELECT name, sum(total_ns) t FROM kernels GROUP BY name ORDER BY t DESC LIMIT 10""").fetchall()
     p1 = P.add([{"type": "bar", "orientation": "h", "name": "total", "y": [_label(n) for n, _ in rows][::-1],
                  "x": [round(t / 1e6, 3) for _, t in rows][::-1], "marker": {"color": "#4c78a8"}}],
-               {"title": "Top kernels, all ranks (ms)", "height": 420, "margin": {"l": 380, "r": 20, "t": 40, "b": 40}})
+               "Top kernels, all ranks", x="total GPU time (ms)", y="kernel", height=420,
+               margin={"l": 380, "r": 20, "t": 50, "b": 50})
     t4 = table(con, """SELECT rank, name, category, count, total_ns, mean_ns, busy_share FROM (
                            SELECT *, row_number() OVER (PARTITION BY rank ORDER BY total_ns DESC) k FROM kernels) WHERE k <= 5
                        ORDER BY rank, total_ns DESC""",

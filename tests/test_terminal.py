@@ -1,0 +1,73 @@
+"""Issue 23: every pack as a user sees it at a terminal (a pseudo-terminal, not a pipe)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import BUNDLED, connect, on_a_terminal, run_cli
+from traceflow import packs
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    d = tmp_path_factory.mktemp("term")
+    db = d / "job.duckdb"
+    r = run_cli("ingest", *sorted((BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz")), "-o", db)
+    assert r.returncode == 0, r.stderr
+    return db
+
+
+def _table_lines(text: str) -> list[str]:
+    return [line for line in ANSI.sub("", text).splitlines() if line.startswith(("┃", "│"))]
+
+
+@pytest.mark.parametrize("pack", sorted(packs.PUBLIC))
+@pytest.mark.parametrize("columns", [80, 160])
+def test_every_pack_reads_at_a_terminal(job, pack, columns):
+    table = packs.PUBLIC[pack]
+    cols = [r[0] for r in connect(job).execute(f"DESCRIBE {table}").fetchall()]
+    args = ["--step", "4"] if "step" in cols else []
+    out = ANSI.sub("", on_a_terminal("query", job, pack, *args, columns=columns))
+    assert "Traceback" not in out and "error" not in out.lower(), out
+    assert "SELECT" not in out and "FROM " not in out  # never the internal SQL as a header
+    rows = _table_lines(out)
+    assert rows == [] or max(map(len, rows)) <= columns, out
+    assert all(len(line) <= columns for line in out.splitlines() if line.startswith(("┏", "┡", "└"))), out
+    if not rows:
+        assert re.search(r"no rows for --step 4 \(ranks 0–3, steps \d+–\d+\)", out) or pack == "critical-path", out
+        return
+    # one line per row: nothing folded onto a second line (a folded row has fewer cells)
+    n_cells = {line.count("│") + line.count("┃") for line in rows}
+    assert len(n_cells) == 1 and min(n_cells) >= 3, out
+    # no column squeezed to nothing
+    assert not re.search(r"[│┃]\s*[│┃]", rows[0]), rows[0]
+    # numbers are whole: each numeric cell matches a number pattern, never cut with an ellipsis
+    for line in rows[1:]:
+        for cell in re.split(r"[│┃]", line)[1:-1]:
+            c = cell.strip()
+            if re.fullmatch(r"[-\d,.]*\d[-\d,.]*…", c):
+                pytest.fail(f"a number was cut: {c!r} in {line!r}")
+
+
+def test_idle_gaps_sorted_by_duration_by_default(job):
+    r = run_cli("query", job, "idle-gaps", "--format", "json")
+    durs = [row["dur_ns"] for row in __import__("json").loads(r.stdout)]
+    assert durs == sorted(durs, reverse=True) and durs[0] >= 20_000_000  # the injected ~40 ms stall comes first
+
+
+def test_empty_answer_says_what_the_database_holds(job):
+    out = on_a_terminal("query", job, "idle-gaps", "--rank", "9")
+    assert "no rows for --rank 9 (ranks 0–3, steps" in out
+
+
+def test_plurals_and_short_kernel_names(tmp_path):
+    db = tmp_path / "one.duckdb"
+    r = run_cli("ingest", BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz", "-o", db)
+    assert "1 rank\n" in r.stdout and "3 steps" in r.stdout
+    out = ANSI.sub("", on_a_terminal("query", db, "kernels", "--limit", "50", columns=200))
+    assert "at::native::vectorized_elementwise_kernel<…>" in out and "(int, T2, T3)" not in out
+    full = run_cli("query", db, "kernels", "--format", "json").stdout
+    assert re.search(r"vectorized_elementwise_kernel<[^…]", full)  # JSON keeps the full name

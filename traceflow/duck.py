@@ -1,0 +1,14 @@
+"""DuckDB 1.5 and 2.x from one code base.
+
+Results as Arrow or polars come from a relation (`con.sql`): on DuckDB 2 a DB-API result
+(`con.execute`) has no `.pl()` and copies every row for Arrow. But DuckDB 2 refuses `con.sql`
+while an earlier `con.execute` result is unfinished (a `fetchone()` leaves it so), where 1.5
+closed it silently; running one finished statement first closes it on both.
+"""
+from __future__ import annotations
+
+
+def relation(con, sql: str, params=None):
+    """`con.sql(sql, params)`, safe after any earlier `con.execute` on the same connection."""
+    con.execute("SELECT 1").fetchall()
+    return con.sql(sql, params=params) if params else con.sql(sql)
