@@ -9,7 +9,12 @@
 --   wait_ns      from the rank's own start until the last rank started the collective (waiting for
 --                peers; capped at the kernel's length)
 --   transfer_ns  the rest of the kernel: end_ns - start_ns - wait_ns
---   last_start_ns when the last rank started (ns); n_ranks ranks that recorded this collective
+--   last_start_ns  when the last rank started (ns since epoch)
+--   n_ranks        ranks that recorded this collective
+--   op_id          gpu_ops.op_id of the rank's NCCL kernel
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE collective_waits AS
 WITH g AS (
     SELECT comm, step, seq, max(start_ns) AS last_start_ns, count(DISTINCT rank) AS n_ranks, mode(op) AS op
@@ -21,3 +26,6 @@ SELECT c.comm, c.step, c.seq, g.op, c.rank, c.start_ns, c.end_ns,
        g.last_start_ns, g.n_ranks, c.op_id
 FROM collectives c JOIN g USING (comm, step, seq)
 ORDER BY c.step, c.comm, c.seq, c.rank;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM collective_waits LIMIT 20;

@@ -22,9 +22,12 @@
 --        'event_wait'  end of an op on another stream -> start of a queued op that started right after it
 --        'collective'  start of (comm, step, seq) on one rank -> its end on every other rank
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 SET asof_loop_join_threshold = 0;
 
-CREATE OR REPLACE TABLE cp_host_nodes AS
+CREATE OR REPLACE TABLE tf_internal.cp_host_nodes AS
 WITH threads AS (
     SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
 ), calls AS (
@@ -51,7 +54,7 @@ SELECT c.node_op_id, c.rank, c.tid, c.start_ns, c.end_ns, c.role,
        CASE WHEN e.end_ns > c.start_ns AND (e.api_start_ns IS NULL OR e.api_start_ns <= c.start_ns) THEN e.op_id END
 FROM (SELECT * FROM cuda WHERE role = 'sync') c ASOF LEFT JOIN ends e ON e.rank = c.rank AND e.end_ns <= c.end_ns;
 
-CREATE OR REPLACE TABLE cp_gpu_preds AS
+CREATE OR REPLACE TABLE tf_internal.cp_gpu_preds AS
 WITH o AS (
     SELECT op_id, rank, stream, start_ns, end_ns, api_start_ns,
            lag(op_id) OVER (PARTITION BY rank, stream ORDER BY start_ns, end_ns, op_id) AS stream_prev
@@ -66,7 +69,7 @@ SELECT o.op_id, o.stream_prev,
 FROM o ASOF LEFT JOIN ends e ON e.rank = o.rank AND e.dep_end <= o.start_ns;
 
 -- a view: it is as long as all the job's ops and calls together, and only people read it
-CREATE OR REPLACE VIEW cp_edges AS
+CREATE OR REPLACE VIEW tf_internal.cp_edges AS
 SELECT 'stream' AS kind, stream_prev AS src_op_id, 'end' AS src_point, op_id AS dst_op_id, 'start' AS dst_point
 FROM cp_gpu_preds WHERE stream_prev IS NOT NULL
 UNION ALL

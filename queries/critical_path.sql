@@ -15,9 +15,15 @@
 --          segment's midpoint, else the innermost range.
 --   start_ns, end_ns (ns since epoch); dur_ns = end_ns - start_ns (ns); tid: host thread, op_id
 --
--- critical_path_summary (pack `critical-path-summary`): per step, rank and kind: total_ns (ns)
---   and share_pct of the step's critical path (percent).
+-- critical_path_summary (pack `critical-path-summary`): per step, rank and kind, the time on the critical path.
+--   total_ns      time of the step's critical path in segments of this rank and kind (ns)
+--   segments      how many segments
+--   share_pct     total_ns / step_wall_ns (percent)
+--   step_wall_ns  the step's span across ranks: the length of its critical path (ns)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 SET asof_loop_join_threshold = 0;
 
 CREATE OR REPLACE TABLE critical_path AS
@@ -64,3 +70,6 @@ SELECT c.step, c.rank, c.kind, sum(c.dur_ns)::BIGINT AS total_ns, count(*) AS se
        round(100.0 * sum(c.dur_ns) / any_value(t.wall_ns), 2) AS share_pct, any_value(t.wall_ns) AS step_wall_ns
 FROM critical_path c JOIN t USING (step)
 GROUP BY c.step, c.rank, c.kind ORDER BY c.step, total_ns DESC;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM critical_path LIMIT 20;

@@ -9,6 +9,9 @@
 --   overlap_ns   |comm ∩ compute|
 --   overlap_pct  100 * overlap_ns / comm_ns (percent, 0..100; NULL without communication)
 --   exposed_ns   |comm − compute| = comm_ns − overlap_ns
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE exposed_comm AS
 WITH c AS (
     -- a segment has compute iff its state is 'compute' (compute ranks first), so gpu_state's
@@ -31,9 +34,12 @@ FROM d ORDER BY rank, step;
 
 -- exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
 -- communication op ran with no compute beside it; for the Perfetto trace.
-CREATE OR REPLACE TABLE exposed_comm_segments AS
+CREATE OR REPLACE TABLE tf_internal.exposed_comm_segments AS
 -- A rank's segments are contiguous, so along a run of exposed segments end_ns - cum_exposed_comm
 -- stays put, and any other time between two runs moves it on: it names the run, no window needed.
 SELECT rank, min(start_ns) AS start_ns, max(end_ns) AS end_ns
 FROM gpu_state WHERE state = 'communication'
 GROUP BY rank, end_ns - cum_exposed_comm ORDER BY rank, start_ns;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM exposed_comm LIMIT 20;

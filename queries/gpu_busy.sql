@@ -14,7 +14,10 @@
 -- gpu_islands: maximal busy intervals of each rank (union of all its GPU ops, all streams).
 --   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
 --   first_op_id: an op starting the island (the op that ended the idle gap before it)
-CREATE OR REPLACE TABLE gpu_state AS
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+CREATE OR REPLACE TABLE tf_internal.gpu_state AS
 WITH ev AS (
     SELECT rank, start_ns AS t, (category = 'compute')::INTEGER AS dc, (category = 'communication')::INTEGER AS dn,
            (category = 'memory')::INTEGER AS dm
@@ -74,7 +77,7 @@ SELECT rank, start_ns, end_ns, has_compute, has_comm, has_memory, state,
        cum_comm_overlap
 FROM cum;
 
-CREATE OR REPLACE TABLE gpu_islands AS
+CREATE OR REPLACE TABLE tf_internal.gpu_islands AS
 WITH o AS (
     SELECT rank, start_ns, end_ns, op_id,
            max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, end_ns, op_id

@@ -10,23 +10,31 @@
 -- or end). So a step's gaps add up to its idle_ns in step_breakdown. Gaps before the first window
 -- or after the last are listed with step NULL, as step_breakdown's 'before' / 'after' rows.
 --   rank, step
---   start_ns, end_ns  the gap (ns since epoch); dur_ns = end_ns - start_ns (ns)
+--   start_ns, end_ns  the gap (ns since epoch)
+--   dur_ns    end_ns - start_ns (ns)
 --   cause  'host_late'       the op that ended the gap was launched after the gap began: the GPU starved
 --                             waiting for the host
 --          'launch_latency'  the next op was already queued and the gap is shorter than the threshold
 --          'dependency'      the next op was already queued (or launched before the trace began) and
 --                             waited on another stream, an event, a peer or a host sync
---   next_op          name of the GPU op that ended the gap; next_op_id its op_id
---   next_api_start_ns when that op's launch call started (ns; NULL if outside the trace)
---   next_issue_start_ns when the host began issuing it (the CPU op around the launch call; ns)
+--   next_op          name of the GPU op that ended the gap
+--   next_op_id       its op_id (gpu_ops)
+--   next_api_start_ns  when that op's launch call started (ns; NULL if outside the trace)
+--   next_issue_start_ns  when the host began issuing it (the CPU op around the launch call; ns)
 --   host_tid         the host thread looked at: the one that launched next_op, else the rank's main thread
 --   host_activity    what that thread was doing at the gap's midpoint (for gaps of at least the
 --                    threshold): the innermost (shortest) host call running there (CPU op, CUDA
 --                    call, OS runtime call such as clock_nanosleep), else the innermost NVTX /
 --                    annotation range there; NULL if neither
 --
--- idle_gaps_summary: per rank, step and cause: n_gaps, total_ns, max_ns (ns).
+-- idle_gaps_summary (pack `idle-gaps-summary`): per rank, step and cause, the idle gaps together.
+--   n_gaps    how many gaps
+--   total_ns  their total length (ns)
+--   max_ns    the longest (ns)
 -- Few rows probe the as-of join below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 SET asof_loop_join_threshold = 0;
 
 CREATE OR REPLACE TABLE idle_gaps AS
@@ -101,3 +109,6 @@ ORDER BY g.rank, g.start_ns;
 CREATE OR REPLACE TABLE idle_gaps_summary AS
 SELECT rank, step, cause, count(*) AS n_gaps, sum(dur_ns)::BIGINT AS total_ns, max(dur_ns) AS max_ns
 FROM idle_gaps GROUP BY ALL ORDER BY rank, step, total_ns DESC;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM idle_gaps LIMIT 20;

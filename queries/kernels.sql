@@ -5,9 +5,13 @@
 -- One row per rank and kernel name, largest total first. Times in ns.
 --   rank, name, category
 --   count       launches of the kernel
---   total_ns    sum of durations; mean_ns = total_ns / count
+--   total_ns    sum of durations
+--   mean_ns     total_ns / count
 --   busy_share  total_ns / the rank's busy time (union of all its GPU ops), 0..1 (kernels on
 --               concurrent streams can make the shares of a rank add up to more than 1)
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE kernels AS
 WITH busy AS (SELECT rank, sum(end_ns - start_ns) AS busy_ns FROM gpu_islands GROUP BY rank)
 SELECT g.rank, g.name, any_value(g.category) AS category, count(*) AS count,
@@ -16,3 +20,6 @@ SELECT g.rank, g.name, any_value(g.category) AS category, count(*) AS count,
 FROM gpu_ops g JOIN busy b USING (rank)
 WHERE g.kind = 'kernel'
 GROUP BY g.rank, g.name ORDER BY g.rank, total_ns DESC;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM kernels LIMIT 20;

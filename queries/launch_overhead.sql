@@ -13,7 +13,8 @@
 --   latency_ns  gpu_start - api_start
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the launch
 --               call (Kineto links them by External id); the launch call's start where unknown (nsys)
---   dispatch_ns api_start - issue_start: framework time before the launch call
+--   dispatch_ns  api_start - issue_start: framework time before the launch call
+--   gpu_ns       the op's own run time on the GPU: gpu_end - gpu_start
 --   exposed_ns  part of [issue_start, gpu_start] during which the rank's GPU ran nothing at all,
 --               in the idle stretch that this op ended (an earlier idle stretch inside a long
 --               queueing latency was ended by another op and is charged to that one, so the
@@ -21,17 +22,31 @@
 --               For tiny kernels the framework dispatch is most of what issuing them costs, so it
 --               counts; without a CPU op this is DESIGN.md's [api_start, gpu_start].
 --
--- launch_overhead_summary: per rank and kernel name: count; mean_api_ns (the launch call itself:
---   the launch cost), mean_queue_ns (waiting in the stream behind earlier work, e.g. a running NCCL
---   kernel: not a launch cost), total / mean / p50 / p99 of latency_ns (launch call start to kernel
---   start: both together), total exposed_ns, total_gpu_ns (the kernels' own run time), and
---   launch_bound: the GPU idled longer waiting for these launches than it ran the kernels, i.e.
---   total exposed_ns > total_gpu_ns (all ns). The report and the verdict use this same definition.
--- launch_bound_steps (pack `launch-bound`): per rank and step: launches, launch_exposed_ns = the
---   idle time inside the window during which the op that ended the idle gap was being issued
---   ([issue_start, gpu_start] of that op; gaps are disjoint, so nothing is counted twice),
---   its share of wall_ns, and launch_bound: it is at least tf_launch_bound_share of the window
---   and more than the step's compute time.
+-- launch_overhead_summary (pack `launch-overhead-summary`): per rank and kernel name, what launching it cost.
+--   count             launches
+--   total_exposed_ns  sum of exposed_ns: GPU idle while these ops were being issued (ns)
+--   total_gpu_ns      the kernels' own run time (ns)
+--   launch_bound      total_exposed_ns > total_gpu_ns: the GPU idled longer waiting for these launches
+--                     than it ran the kernels (the report and the verdict use this same definition)
+--   mean_api_ns       mean time in the launch call itself: the launch cost (ns)
+--   mean_queue_ns     mean wait in the stream behind earlier work, e.g. a running NCCL kernel: not a
+--                     launch cost (ns)
+--   total_latency_ns  sum of latency_ns, launch call start to kernel start: call and queue together (ns)
+--   mean_latency_ns, p50_latency_ns, p99_latency_ns  mean / median / 99th percentile of latency_ns (ns)
+--   total_api_ns      sum of api_ns (ns)
+-- launch_bound_steps (pack `launch-bound`): per rank and step, how much GPU idle launching cost.
+--   launches            launched GPU ops of the step
+--   api_ns              time in launch calls (ns)
+--   launch_exposed_ns   idle time inside the window during which the op that ended the idle gap was
+--                       being issued ([issue_start, gpu_start] of that op; gaps are disjoint, so
+--                       nothing is counted twice) (ns)
+--   wall_ns, compute_ns  the step's GPU window and its compute time, as in step_breakdown (ns)
+--   launch_exposed_pct  launch_exposed_ns in percent of wall_ns
+--   launch_bound        launch_exposed_ns is at least tf_launch_bound_share of the window and more
+--                       than the step's compute time
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE launch_overhead AS
 WITH l AS (
     SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, api_end_ns, start_ns AS gpu_start_ns,
@@ -79,3 +94,6 @@ SELECT s.rank, s.step, coalesce(n.launches, 0) AS launches, coalesce(n.api_ns, 0
 FROM step_breakdown s LEFT JOIN ex USING (rank, step) LEFT JOIN n USING (rank, step)
 WHERE s.part = 'step'
 ORDER BY s.rank, s.step;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM launch_overhead LIMIT 20;

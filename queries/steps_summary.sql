@@ -19,12 +19,19 @@
 --   compute_ns           union of compute kernels
 --   exposed_comm_ns      communication not overlapped by compute
 --   exposed_memory_ns    memcpy/memset not overlapped by compute or communication
+--   idle_pct, compute_pct, exposed_comm_pct, exposed_memory_pct  the four parts in percent of wall_ns
 --   Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
 --
 -- step_coverage (pack `step-coverage`): per rank, what share of the capture's GPU time lies in steps.
---   rank; gpu_busy_ns  union of all the rank's GPU ops (ns); in_steps_ns / before_ns / after_ns  busy
---   time in step windows / before the first / after the last (ns); coverage_pct  in_steps / gpu_busy (%);
---   ops_outside  GPU ops with no step
+--   gpu_busy_ns   union of all the rank's GPU ops (ns)
+--   in_steps_ns   busy time inside step windows (ns)
+--   before_ns     busy time before the first step's window (ns)
+--   after_ns      busy time after the last step's window (ns)
+--   coverage_pct  in_steps_ns / gpu_busy_ns (percent)
+--   ops_outside   GPU ops with no step
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE step_breakdown AS
 WITH c AS (
     SELECT rank, end_ns, cum_compute, cum_exposed_comm, cum_exposed_memory, cum_idle FROM gpu_state
@@ -78,3 +85,6 @@ SELECT rank, sum(busy_ns)::BIGINT AS gpu_busy_ns,
        round(100.0 * coalesce(sum(busy_ns) FILTER (WHERE part = 'step'), 0) / nullif(sum(busy_ns), 0), 2) AS coverage_pct,
        coalesce(sum(n_ops) FILTER (WHERE part <> 'step'), 0)::BIGINT AS ops_outside
 FROM step_breakdown GROUP BY rank ORDER BY rank;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM step_breakdown LIMIT 20;

@@ -12,6 +12,9 @@
 --   reason            'synchronize' | 'sync memcpy' | 'pageable memcpy'
 --   gpu_op            the GPU op the call launched, when it launched one (memcpy)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 SET asof_loop_join_threshold = 0;
 
 CREATE OR REPLACE TABLE sync AS
@@ -35,3 +38,6 @@ SELECT j.rank, CASE WHEN j.start_ns < s.end_ns THEN s.step END AS step, j.tid, j
 FROM j ASOF LEFT JOIN steps s ON j.rank = s.rank AND j.start_ns >= s.start_ns
 WHERE j.why IS NOT NULL
 ORDER BY j.rank, j.start_ns;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM sync LIMIT 20;

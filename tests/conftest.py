@@ -94,7 +94,11 @@ def ingested(db_dir):
 
 def connect(path):
     import duckdb
-    return duckdb.connect(str(path), read_only=True)
+
+    from traceflow.duck import use_internal_schema
+    con = duckdb.connect(str(path), read_only=True)
+    use_internal_schema(con)  # helper tables (step_windows, ...) by bare name, as traceflow's own SQL does
+    return con
 
 
 def chromium() -> str | None:

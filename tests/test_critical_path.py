@@ -205,6 +205,8 @@ def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, m
     """The walk takes long host stretches at once with numpy; the call-by-call loop is the reference."""
     import duckdb
 
+    from traceflow.duck import use_internal_schema
+
     from traceflow import critical_path
     paths = []
     for name, limit in (("numpy", 0), ("loop", 10**9)):
@@ -212,6 +214,7 @@ def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, m
         shutil.copy(ingested(rel), path)
         monkeypatch.setattr(critical_path, "SCALAR_HOST_CALLS", limit)
         con = duckdb.connect(str(path))
+        use_internal_schema(con)
         critical_path.compute(con)
         con.close()
         paths.append(path)
@@ -226,6 +229,8 @@ def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path, m
     the same, row for row, as with every call loaded at once."""
     import duckdb
 
+    from traceflow.duck import use_internal_schema
+
     from traceflow import critical_path
     source = ingested(rel)
     batches = []
@@ -237,6 +242,7 @@ def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path, m
         shutil.copy(source, path)
         monkeypatch.setattr(critical_path, "HOST_CALLS_PER_BATCH", budget)
         con = duckdb.connect(str(path))
+        use_internal_schema(con)
         # a thread silent from before a step's start well into it: the walk must still see its earlier calls
         con.execute("""DELETE FROM host_ops WHERE rank = 0 AND start_ns BETWEEN
                            (SELECT min(start_ns) - 50000000 FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows))
@@ -247,6 +253,7 @@ def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path, m
     assert len(batches[0]) > 1 and len(batches[1]) == 1
     # a window's load still knows every thread, and which ones had calls before it
     con = duckdb.connect(str(paths[0]))
+    use_internal_schema(con)
     job = critical_path._Job(con)
     lo, hi = con.execute("SELECT min(start_ns), max(end_ns) FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows)").fetchone()
     job.load_host_calls(con, lo, hi)

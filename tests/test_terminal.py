@@ -71,3 +71,36 @@ def test_plurals_and_short_kernel_names(tmp_path):
     assert "at::native::vectorized_elementwise_kernel<…>" in out and "(int, T2, T3)" not in out
     full = run_cli("query", db, "kernels", "--format", "json").stdout
     assert re.search(r"vectorized_elementwise_kernel<[^…]", full)  # JSON keeps the full name
+
+
+# --- the DuckDB shell ---------------------------------------------------------------------------
+
+def test_every_user_table_and_column_is_documented(job):
+    con = connect(job)
+    public = set(packs.PUBLIC.values()) | {"traces", "gpu_ops", "host_ops", "ranges", "steps", "collectives"}
+    rows = con.execute("""SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'main'""").fetchall()
+    assert {t for t, _ in rows} == public  # helpers live in tf_internal
+    assert all(c for t, c in rows), [t for t, c in rows if not c]
+    undocumented = con.execute("""SELECT table_name, column_name FROM duckdb_columns()
+                                  WHERE schema_name = 'main' AND NOT internal AND comment IS NULL""").fetchall()
+    assert undocumented == []
+    helpers = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'tf_internal'").fetchall()}
+    assert {"step_windows", "gpu_islands"} <= helpers
+
+
+def test_read_of_a_pack_in_the_duckdb_shell(job, tmp_path):
+    import shutil
+    import subprocess
+    cli = shutil.which("duckdb") or str(__import__("pathlib").Path(__import__("sys").executable).parent / "duckdb")
+    if not __import__("os").path.exists(cli):
+        pytest.skip("the duckdb command line (duckdb-cli) is not installed")
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(job, copy)
+    pack = packs.queries_dir() / "exposed_comm.sql"
+    r = subprocess.run([cli, str(copy), "-csv", "-c", f".read {pack}"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1].count(",") >= 5 and "rank" in r.stdout  # the table's rows, printed
+    # read-only: the file's last query alone shows the same table
+    last = pack.read_text().rstrip().splitlines()[-1]
+    r = subprocess.run([cli, "-readonly", str(copy), "-csv", "-c", last], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "rank" in r.stdout, r.stderr

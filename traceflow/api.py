@@ -7,7 +7,7 @@ import duckdb
 
 from . import packs
 from .errors import InputError, UsageError, one_line
-from .duck import relation
+from .duck import relation, use_internal_schema
 
 
 def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
@@ -15,7 +15,9 @@ def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     if not os.path.exists(database):
         raise InputError(database, "no such database (run `traceflow ingest` first)")
     try:
-        return duckdb.connect(database, read_only=read_only)
+        con = duckdb.connect(database, read_only=read_only)
+        use_internal_schema(con)
+        return con
     except duckdb.Error as e:
         raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
 

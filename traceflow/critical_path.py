@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .packs import pack_sql
-from .duck import relation
+from .duck import relation, use_internal_schema
 
 # Segment kinds by code: the walk keeps codes and ids, queries/critical_path.sql names them.
 KINDS = ("gpu_compute", "gpu_comm", "gpu_memory", "launch", "host_cpu", "host_sync", "peer_wait", "idle")
@@ -352,7 +352,7 @@ class _Writer:
 
     def __init__(self, con):
         self.con, self.parts, self.n = con, [], 0
-        con.execute("""CREATE OR REPLACE TABLE critical_path_raw (step INTEGER, ordinal INTEGER, rank INTEGER,
+        con.execute("""CREATE OR REPLACE TABLE tf_internal.critical_path_raw (step INTEGER, ordinal INTEGER, rank INTEGER,
                        kind VARCHAR, start_ns BIGINT, end_ns BIGINT, tid BIGINT, op_id BIGINT)""")
 
     def add(self, step: int, segs: np.ndarray):
@@ -379,6 +379,7 @@ class _Writer:
 
 
 def compute(con):
+    use_internal_schema(con, create=True)
     # databases written before cp_edges became a view hold it as a table (ingest --append keeps them)
     if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'cp_edges'").fetchone()[0]:
         con.execute("DROP TABLE cp_edges")
@@ -405,7 +406,10 @@ def compute(con):
                 writer.add(step, _Walk(job, t0).run(idx))
         del job
     writer.flush()
-    con.execute(pack_sql("critical_path"))
+    sql = pack_sql("critical_path")
+    con.execute(sql)
+    from . import comments
+    comments.apply(con, sql, ["critical_path", "critical_path_summary"])
 
 
 def _step_batches(con, windows, budget: int) -> list[list[int]]:

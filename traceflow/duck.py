@@ -8,6 +8,18 @@ closed it silently; running one finished statement first closes it on both.
 from __future__ import annotations
 
 
+INTERNAL = "tf_internal"  # helper tables (step windows, islands, the walk's graph): out of `.tables`' main list
+
+
+def use_internal_schema(con, create: bool = False):
+    """Make the helper tables' schema resolvable by bare name (and create it when writing). A
+    database from before the schema existed has none: then nothing to add."""
+    if create:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {INTERNAL}")
+    if con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ?", [INTERNAL]).fetchone()[0]:
+        con.execute(f"SET search_path = 'main,{INTERNAL}'")
+
+
 def relation(con, sql: str, params=None):
     """`con.sql(sql, params)`, safe after any earlier `con.execute` on the same connection."""
     con.execute("SELECT 1").fetchall()

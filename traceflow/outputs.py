@@ -18,6 +18,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -61,10 +62,16 @@ def _is_database(path: Path) -> bool:
         return False
     import duckdb
     try:
-        duckdb.connect(str(path), read_only=True).close()
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            # DuckDB 2 opens a truncated file and fails only when a lost block is read: the file
+            # must hold every block its header counts.
+            _, _, block_size, total_blocks, *_ = con.execute("PRAGMA database_size").fetchone()
+        finally:
+            con.close()
     except duckdb.Error:
         return False
-    return True
+    return os.path.getsize(path) >= int(block_size) * int(total_blocks)
 
 
 def _is_report(path: Path) -> bool:
@@ -241,7 +248,13 @@ def scratch_folder():
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield str(folder)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        # A reader thread still finishing a write (after an error or Ctrl-C elsewhere) can put a
+        # file back while the folder is removed: try again briefly.
+        for _ in range(20):
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                break
+            time.sleep(0.05)
         if fd >= 0:
             os.close(fd)
 

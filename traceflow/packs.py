@@ -75,5 +75,9 @@ def listing() -> list[PackInfo]:
 
 
 def compute_all(con):
+    from . import comments
+    public = set(PUBLIC.values())
     for name in ORDER:
-        con.execute(pack_sql(name))
+        sql = pack_sql(name)
+        con.execute(sql)
+        comments.apply(con, sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public])

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from . import schema
+from .duck import use_internal_schema
 from .outputs import atomic_output, scratch_folder
 from .errors import InputError, UsageError, one_line
 from .readers import ranks
@@ -117,9 +118,12 @@ def _submit(pool: ProcessPoolExecutor, fn, *args):
 
 def _stop_workers(pool: ProcessPoolExecutor):
     pool.shutdown(wait=False, cancel_futures=True)
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
         if proc.is_alive():
             proc.kill()
+    for proc in procs:  # dead before the scratch folder they write into is removed
+        proc.join(timeout=5)
 
 
 def _share(paths, slots, folder, nsys_exe, progress, abort=None):
@@ -248,6 +252,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         import duckdb  # here, not at the top: reader processes import this package and never need it
         con = duckdb.connect(str(tmp), config=db_config(scratch))
         con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
+        use_internal_schema(con, create=True)
         try:
             t0 = time.perf_counter()
             _build(con, traces, scratch, result, append, rank_pattern, jobs)
@@ -255,6 +260,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             from .derive import derive_all
             result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
                                               phase=phase))
+            from .comments import apply_core
+            apply_core(con)  # after derive, which rebuilds gpu_ops
             con.execute("CHECKPOINT")
         finally:
             con.close()
@@ -318,10 +325,10 @@ def _build(con, traces, scratch, result, append, rank_pattern, jobs=None):
             taken[rank] = path
             next_id = max(next_id, tid + 1)
     else:
-        for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
-            con.execute(f'DROP VIEW IF EXISTS "{name}"')
-        for (name,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
-            con.execute(f'DROP TABLE IF EXISTS "{name}"')
+        for schema, name in con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal").fetchall():
+            con.execute(f'DROP VIEW IF EXISTS "{schema}"."{name}"')
+        for schema, name in con.execute("SELECT schema_name, table_name FROM duckdb_tables()").fetchall():
+            con.execute(f'DROP TABLE IF EXISTS "{schema}"."{name}"')
         _create_tables(con)
     # The same bytes twice (a file given twice, or appended again) would duplicate every row.
     seen, fresh = set(), []

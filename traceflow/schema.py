@@ -62,3 +62,36 @@ DERIVED = {
 def ddl(table: str) -> str:
     cols = [f"{f.name} {_DUCK[f.type]}" for f in TABLES[table]] + [f"{n} {t}" for n, t in DERIVED[table]]
     return f"CREATE TABLE {table} ({', '.join(cols)})"
+
+
+# What `COMMENT ON` says about the loaded tables (traceflow/comments.py; shared columns: its GLOSSARY).
+DOCS = {
+    "traces": ("one row per traced process (rank) and the file it came from", {
+        "world_size": "ranks in the job, as the file states it (or the number of ranks ingested)",
+        "source_path": "the input file", "source_format": "'nsys-sqlite' | 'kineto-json'",
+        "source_hash": "blake2b of the file's bytes: makes re-ingest idempotent",
+        "profiler_version": "the profiler and its version, as the file states it", "hostname": "the host the rank ran on",
+        "pid": "the traced process id", "device_name": "the GPU(s) the rank used",
+        "clock_offset_ns": "added to every time of this rank by clock alignment (ns)",
+        "clock_skew_ns": "estimated skew: its collective ends minus its peers' (median), before correction (ns)",
+        "clock_spread_ns": "spread (median absolute deviation) of those differences after alignment (ns)",
+        "clock_note": "why the offset was or was not applied (docs/clock-alignment.md)",
+        "cpu_clock_offset_ns": "Kineto: added to CPU ops and annotations to put them on the runtime calls' clock (ns)",
+        "cpu_clock_consistent": "FALSE: no single offset fits; figures mixing the two clocks are NULL",
+        "rank_source": "where the rank came from: nccl | distributedInfo | file name | file order | pattern",
+        "warnings": "what ingest dropped or refused in this file, and why"}),
+    "gpu_ops": ("one row per GPU op (kernel, memcpy, memset) of every rank", {
+        "device": "the GPU index", "short_name": "the profiler's short kernel name, when it records one",
+        "correlation_id": "links the op to the host call that launched it (same trace)",
+        "collective": "AllReduce | AllGather | ReduceScatter | Broadcast | SendRecv | ... for NCCL kernels",
+        "copy_kind": "HtoD | DtoH | DtoD | ... for copies", "graph_id": "the CUDA graph it ran in, if any",
+        "api_name": "the launch call (cudaLaunchKernel, ...); NULL when the launch is outside the trace",
+        "api_start_ns": "when the launch call started (ns since epoch)", "api_end_ns": "when it returned (ns since epoch)",
+        "launch_tid": "the host thread that launched it", "launch_op_id": "host_ops.op_id of the launch call",
+        "issue_start_ns": "when the host began issuing it: the start of the CPU op around the launch call, else the launch call's"}),
+    "host_ops": ("one row per host call: CPU ops, CUDA runtime and driver calls, OS runtime calls", {
+        "pid": "the process id", "kind": "cpu_op | cuda_runtime | cuda_driver | osrt | ...",
+        "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op"}),
+    "ranges": ("NVTX ranges and user annotations (record_function), host side and GPU side", {
+        "domain": "the NVTX domain", "on_gpu": "TRUE for Kineto's GPU-side user annotations"}),
+}

@@ -7,6 +7,7 @@ from importlib import resources
 from . import clock, host_clock
 
 ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
+PUBLIC_TABLES = ("steps", "collectives")  # the others are helpers, or add columns to gpu_ops
 
 
 def sql(name: str) -> str:
@@ -17,8 +18,12 @@ def derive_tables(con, step_pattern: str | None = None):
     con.execute("SET asof_loop_join_threshold = 0")  # DuckDB's ASOF join, never its nested-loop plan
     if step_pattern:
         con.execute("SET VARIABLE tf_step_pattern = ?", [step_pattern])
+    from .. import comments
     for name in ORDER:
-        con.execute(sql(name))
+        text = sql(name)
+        con.execute(text)
+        if name in PUBLIC_TABLES:
+            comments.apply(con, text, [name])
 
 
 def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None) -> list[str]:

@@ -16,6 +16,9 @@
 --              between steps) get the step whose GPU window holds them in step_windows.sql.
 -- Kernel names are long (C++ templates, often 1 KB): they stay out of the sorts and joins, which
 -- run on a narrow table of the derived columns; a positional join puts the two side by side.
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TEMP TABLE gpu_ops_derived AS
 WITH launch AS (
     SELECT trace_id, correlation_id,

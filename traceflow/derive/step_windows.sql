@@ -19,7 +19,10 @@
 -- second process), and ops launched between two steps' host ranges, get the step whose window
 -- holds their start; ops before the first window or
 -- after the last keep step NULL and are counted in step_breakdown's 'before' / 'after' rows.
-CREATE OR REPLACE TABLE step_windows AS
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+CREATE OR REPLACE TABLE tf_internal.step_windows AS
 WITH w AS (
     SELECT rank, step, min(start_ns) AS first_op_ns, max(end_ns) AS last_op_end_ns, count(*) AS n_own
     FROM gpu_ops WHERE step IS NOT NULL

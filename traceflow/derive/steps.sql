@@ -7,10 +7,13 @@
 --   * a CPU op named `ProfilerStep#N` (older PyTorch profilers write the step as an `Operator`).
 --   A rank with none gets the whole trace as step 0.
 -- Output columns:
---   rank INTEGER, step INTEGER
---   start_ns / end_ns BIGINT  the step's host range (ns since epoch); several ranges of one step
---                             (a range and a CPU op of the same ProfilerStep) are merged
---   source VARCHAR  'ProfilerStep' | 'range' | 'whole trace'
+--   rank, step
+--   start_ns, end_ns  the step's host range (ns since epoch); several ranges of one step
+--                     (a range and a CPU op of the same ProfilerStep) are merged
+--   source  where the step came from: 'ProfilerStep' | 'range' | 'whole trace'
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE steps AS
 WITH pat AS (
     SELECT coalesce(getvariable('tf_step_pattern'),

@@ -1,0 +1,107 @@
+"""The database documents itself: `COMMENT ON` every user-facing table and column, taken from the
+header comments of the `.sql` files that create them (one source: the text a reader of the pack
+reads), and from schema.py for the tables ingest loads. `duckdb job.duckdb` then
+`SELECT table_name, column_name, comment FROM duckdb_columns()` answers "what is this column".
+
+Header conventions (queries/*.sql, traceflow/derive/*.sql):
+  -- <table> (pack `name`): what the table holds ...      a table's paragraph (until a blank `--`)
+  -- <table>: what the table holds ...
+  --   col[, col...]  what the column means               a column (two or more spaces before the text);
+  --                  continued on deeper-indented lines
+"""
+from __future__ import annotations
+
+import re
+
+_TABLE = re.compile(r"^--\s(\w+)(?:\s+\(pack [^)]*\))?:\s+(.*)$")
+_COLUMN = re.compile(r"^--(\s{2,})(\w+(?:,\s*\w+)*)\s{2,}(\S.*)$")
+_MORE = re.compile(r"^--(\s+)(\S.*)$")
+
+
+def parse(sql_text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """({table: its paragraph}, {column: its text}) from a file's comment lines."""
+    tables: dict[str, str] = {}
+    columns: dict[str, str] = {}
+    lines = [line.rstrip() for line in sql_text.splitlines() if line.startswith("--")]
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if m := _TABLE.match(line):
+            text, i = [m.group(2)], i + 1
+            while i < len(lines) and lines[i].strip() != "--" and not _COLUMN.match(lines[i]) and not _TABLE.match(lines[i]):
+                text.append(lines[i][2:].strip())
+                i += 1
+            tables.setdefault(m.group(1), " ".join(text))
+            continue
+        if m := _COLUMN.match(line):
+            indent = len(m.group(1))
+            text, i = [m.group(3)], i + 1
+            while i < len(lines) and (more := _MORE.match(lines[i])) and len(more.group(1)) > indent + 2 \
+                    and not _COLUMN.match(lines[i]) or (i < len(lines) and _continues(lines[i], indent)):
+                text.append(lines[i][2:].strip())
+                i += 1
+            for col in re.split(r",\s*", m.group(2)):
+                columns.setdefault(col, " ".join(text))
+            continue
+        i += 1
+    return tables, columns
+
+
+def _continues(line: str, indent: int) -> bool:
+    m = _MORE.match(line)
+    return bool(m) and len(m.group(1)) > indent + 2 and not _COLUMN.match(line) and not _TABLE.match(line)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def apply(con, sql_text: str, tables: list[str]):
+    """COMMENT ON the tables (and their columns) that `sql_text` documents."""
+    docs, cols = parse(sql_text)
+    for table in tables:
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = current_schema()", [table]).fetchall()}
+        if not have:
+            continue
+        if table in docs:
+            con.execute(f"COMMENT ON TABLE {table} IS {_quote(docs[table])}")
+        for col in sorted(have):
+            text = cols.get(col) or GLOSSARY.get(col)
+            if text:
+                con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(text)}')
+
+
+# Columns many tables share, where a file lists them without words of their own.
+GLOSSARY = {
+    "rank": "the rank (process index in the job) the row belongs to",
+    "step": "the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every step",
+    "name": "the name of the op, kernel or call (kernels: the full demangled C++ name)",
+    "kind": "what kind of op or segment this is",
+    "stream": "the CUDA stream",
+    "op_id": "the op's op_id in gpu_ops or host_ops",
+    "tid": "the host thread id",
+    "category": "what a kernel does: compute | comm | memory",
+    "comm": "the NCCL communicator (process group) of the collective",
+    "seq": "the collective's sequence number within its communicator and step",
+    "op": "the collective (allreduce, allgather, reduce_scatter, broadcast, ...)",
+    "ordinal": "position in time order within the step (0, 1, ...)",
+    "start_ns": "start, ns since the Unix epoch (after clock alignment)",
+    "end_ns": "end, ns since the Unix epoch (after clock alignment)",
+    "dur_ns": "end_ns - start_ns (ns)",
+    "bytes": "bytes moved (copies, memsets, collectives' messages)",
+    "trace_id": "the input file (traces.trace_id) the row came from",
+}
+
+
+def apply_core(con):
+    """The tables ingest loads, documented in schema.py."""
+    from .schema import DOCS
+    for table, (text, columns) in DOCS.items():
+        con.execute(f"COMMENT ON TABLE {table} IS {_quote(text)}")
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = current_schema()", [table]).fetchall()}
+        for col in sorted(have):
+            doc = columns.get(col) or GLOSSARY.get(col)
+            if doc:
+                con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
