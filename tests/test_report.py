@@ -179,7 +179,8 @@ def test_hostile_names_render_as_text(tmp_path):
 
 def parse_trace(path):
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
-    t = Trace.FromString(Path(path).read_bytes())
+    data = Path(path).read_bytes()
+    t = Trace.FromString(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
     tracks, events = {}, collections.defaultdict(list)
     for p in t.packet:
         if p.HasField("track_descriptor"):
@@ -257,3 +258,32 @@ def test_postmortem_verdict(tmp_path):
     assert m and m.group(1) == "3" and m.group(3) == "4" and 35 <= float(m.group(2)) <= 50
     for f in ("report.html", "job.perfetto-trace", "job.duckdb"):
         assert (tmp_path / "pm" / f).stat().st_size > 0
+
+
+def test_perfetto_trace_interned_with_launch_flows_and_small(tmp_path):
+    """Names interned (each written once), launch -> kernel flow arrows, and the file no bigger than
+    the job's own gzip'd traces."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    files = sorted((BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
+    db = tmp_path / "job.duckdb"
+    assert run_cli("ingest", *files, "-o", db).returncode == 0
+    out = tmp_path / "job.perfetto-trace"
+    assert run_cli("annotate", db, "-o", out).returncode == 0
+    assert out.stat().st_size <= sum(f.stat().st_size for f in files)
+    t = Trace.FromString(gzip.decompress(out.read_bytes()))
+    names, resolved, flows_out, flows_in = {}, collections.Counter(), set(), set()
+    for p in t.packet:
+        for e in p.interned_data.event_names:
+            assert e.iid not in names  # each name once
+            names[e.iid] = e.name
+        if p.HasField("track_event") and p.track_event.type == p.track_event.TYPE_SLICE_BEGIN:
+            assert not p.track_event.name and p.track_event.name_iid in names
+            resolved[names[p.track_event.name_iid]] += 1
+            flows_out.update(p.track_event.flow_ids)
+            flows_in.update(p.track_event.terminating_flow_ids)
+    con = connect(db)
+    kernels = dict(con.execute("select name, count(*) from gpu_ops group by name").fetchall())
+    assert all(resolved[n] >= c for n, c in kernels.items())  # every GPU op's slice under its own name
+    launched = con.execute("select count(distinct launch_op_id) from gpu_ops where launch_op_id is not null").fetchone()[0]
+    linked = flows_out & flows_in
+    assert len(linked) >= 0.95 * launched and launched > 1000

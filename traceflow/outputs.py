@@ -90,8 +90,16 @@ def _varint(n: int) -> bytes:
 
 
 def _is_perfetto(path: Path) -> bool:
+    import gzip
+    import zlib
     with open(path, "rb") as f:
         head = f.read(256)
+    if head[:2] == b"\x1f\x8b":  # written gzip-compressed
+        try:
+            with gzip.open(path, "rb") as f:
+                head = f.read(256)
+        except (OSError, EOFError, zlib.error):
+            return False
     return b"\x10" + _varint(PERFETTO_MARK) in head  # TraceUuid field 2 (lsb), a varint
 
 

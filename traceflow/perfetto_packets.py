@@ -207,11 +207,46 @@ def varint_field(field: int, values) -> Concat:
 
 # --- packets ----------------------------------------------------------------------------------
 
+class Interner:
+    """Perfetto's interning (InternedData on the packet sequence): each event name and debug
+    annotation name is written once, with an id; events carry the id. Names repeat millions of
+    times (a kernel's C++ name is often 1 KB): the bundled 4-rank job's trace went from 18.9 MB to
+    a fraction of that."""
+
+    NEEDS_STATE = tag(13, 0) + varint(2)  # TracePacket.sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE
+
+    def __init__(self, seq_id: int):
+        self.seq_id = seq_id
+        self.ids: dict[tuple[int, str], int] = {}  # (InternedData field, name) -> iid
+
+    def iids(self, f, field: int, values: list[str]) -> list[int]:
+        """The ids of `values` in InternedData's `field` (2 event_names, 3 debug_annotation_names),
+        writing a packet with the ones not seen before."""
+        new = []
+        for v in values:
+            if (field, v) not in self.ids:
+                self.ids[(field, v)] = len(self.ids) + 1
+                new.append(v)
+        if new:
+            entries = b"".join(
+                tag(field, 2) + _delimited(tag(1, 0) + varint(self.ids[(field, v)]) + tag(2, 2) + _delimited(v.encode()))
+                for v in new)
+            body = tag(10, 0) + varint(self.seq_id) + self.NEEDS_STATE + tag(12, 2) + _delimited(entries)
+            f.write(tag(1, 2) + _delimited(body))
+        return [self.ids[(field, v)] for v in values]
+
+
+def _delimited(b: bytes) -> bytes:
+    return varint(len(b)) + b
+
+
 def slice_packets(f, seq_id: int, track_uuid: int, start, end, names: pa.Array, args: dict[str, pa.Array],
-                  flows: dict[int, pa.Array] | None = None) -> int:
+                  flows: dict[int, pa.Array] | None = None, interner: Interner | None = None) -> int:
     """Writes the slices of one track (arrays of equal length; args: name -> int or string
     column, NULL = left out; flows: 47 (flow_ids) or 48 (terminating_flow_ids) -> one flow id
-    per slice or NULL) as begin/end packets to the open file f. Returns the slice count."""
+    per slice or NULL) as begin/end packets to the open file f. Returns the slice count.
+    With an interner, names are written as interned ids (TrackEvent.name_iid,
+    DebugAnnotation.name_iid)."""
     ts_all, kind_all, idx_all = nest_events(start, end)
     names = pc.if_else(pc.fill_null(pc.equal(names, ""), True), "?", names) if len(names) else names
     for a in range(0, len(ts_all), CHUNK_EVENTS):
@@ -228,15 +263,27 @@ def slice_packets(f, seq_id: int, track_uuid: int, start, end, names: pa.Array, 
                 value = varint_field(4, col.fill_null(0).to_numpy())
             else:
                 value = length_delimited(6, Bytes.strings(col.fill_null("")))
-            name = Const(tag(10, 2) + varint(len(key.encode())) + key.encode(), n)
+            if interner is None:
+                name = Const(tag(10, 2) + varint(len(key.encode())) + key.encode(), n)
+            else:
+                name = Const(tag(1, 0) + varint(interner.iids(f, 3, [key])[0]), n)
             fields.append(Where(length_delimited(4, Concat(value, name)), present))
         fields.append(varint_field(9, kind))
         fields.append(Const(tag(11, 0) + varint(track_uuid), n))
-        fields.append(Where(length_delimited(23, Bytes.strings(names.take(take))), begin))
+        if interner is None:
+            fields.append(Where(length_delimited(23, Bytes.strings(names.take(take))), begin))
+        else:
+            chunk = names.take(pa.array(idx[begin])).dictionary_encode()
+            ids = np.array(interner.iids(f, 2, chunk.dictionary.to_pylist()), dtype=np.int64)
+            name_iid = np.zeros(n, dtype=np.int64)
+            name_iid[begin] = ids[chunk.indices.to_numpy()]
+            fields.append(Where(varint_field(10, name_iid), begin))
         for field, column in sorted((flows or {}).items()):
             col = column.take(take)
             present = begin & ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
             fields.append(Where(Concat(Const(tag(field, 1), n), Fixed64(col.fill_null(0).to_numpy())), present))
         packet = Concat(varint_field(8, ts), varint_field(10, np.full(n, seq_id)), length_delimited(11, Concat(*fields)))
+        if interner is not None:
+            packet = Concat(packet, Const(Interner.NEEDS_STATE, n))
         f.write(materialize(length_delimited(1, packet)).tobytes())
     return int(len(start))

@@ -223,12 +223,12 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     base, time_warnings = _session_start(src, path)
 
     con.execute("CREATE TEMP TABLE strings AS SELECT id, value FROM src.StringIds")
-    gpu = _gpu_ops(src, base)
+    gpu = _gpu_ops(src, base)  # noqa: F841 - the SQL below reads it by name (a DuckDB replacement scan)
     con.execute("CREATE TEMP TABLE g AS SELECT * FROM gpu")  # keep one materialisation
     n_unresolved = con.execute("SELECT count(*) FROM g WHERE name IS NULL").fetchone()[0]
     if n_unresolved:
         raise InputError(path, f"StringIds lacks the names of {n_unresolved} GPU ops (damaged export)")
-    host = _host_ops(src, base)
+    host = _host_ops(src, base)  # noqa: F841 - read by name in the SQL below
     con.execute("CREATE TEMP TABLE h AS SELECT * FROM host")
     n_unresolved = con.execute("SELECT count(*) FROM h WHERE name IS NULL").fetchone()[0]
     if n_unresolved:
