@@ -262,7 +262,7 @@ def test_kill_9_leaves_no_process_behind(tmp_path, after_s):
     assert wait_gone(run.tag, 6.0) == [], "a reader process or the resource tracker outlived its parent"
 
 
-@pytest.mark.parametrize("after_s", [0.15, 0.5, 1.0, 1.6, 2.4, 3.5])
+@pytest.mark.parametrize("after_s", [0.1, 0.3, 0.6, 1.0, 1.6, 2.4, 3.5])
 def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(sandbox, after_s):
     run, trace, db = sandbox
     old = db.read_bytes()

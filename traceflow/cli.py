@@ -1,12 +1,25 @@
 """The `traceflow` command: a thin layer over the Python API."""
 from __future__ import annotations
 
-import json
 import os
+import signal
 import sys
-import tempfile
 
-import click
+
+def _interrupted_while_starting(signum, frame):
+    os.write(2, b"traceflow: interrupted\n")
+    os._exit(130)
+
+
+# Ctrl-C while the command is still importing (nothing to clean up yet): one line, exit 130, never an
+# import traceback. Only when this runs as the command; _Guard.main hands SIGINT back to Python.
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow":
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import json  # noqa: E402
+import tempfile  # noqa: E402
+
+import click  # noqa: E402
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
@@ -40,6 +53,7 @@ class _Guard(click.Group):
 
     def main(self, args=None, prog_name=None, **extra):
         # click's own handling would print "Aborted!" (exit 1) for a Ctrl-C outside a command.
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, KeyboardInterrupt cleans up
         try:
             rv = super().main(args, prog_name, standalone_mode=False, **extra)
         except (KeyboardInterrupt, click.exceptions.Abort):

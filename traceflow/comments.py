@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-_TABLE = re.compile(r"^--\s(\w+)(?:\s+\(pack [^)]*\))?:\s+(.*)$")
+_TABLE = re.compile(r"^--\s(\w+)(?:\s+\((?:pack [^)]*|view)\))?:\s+(.*)$")
 _COLUMN = re.compile(r"^--(\s{2,})(\w+(?:,\s*\w+)*)\s{2,}(\S.*)$")
 _MORE = re.compile(r"^--(\s+)(\S.*)$")
 
@@ -59,17 +59,30 @@ def _quote(text: str) -> str:
 def apply(con, sql_text: str, tables: list[str]):
     """COMMENT ON the tables (and their columns) that `sql_text` documents."""
     docs, cols = parse(sql_text)
-    for table in tables:
-        have = {r[0] for r in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = current_schema()", [table]).fetchall()}
-        if not have:
+    _comment(con, {t: (docs.get(t), cols) for t in tables})
+
+
+def _comment(con, wanted: dict[str, tuple[str | None, dict[str, str]]]):
+    """All the COMMENT statements as one batch: one statement per call cost 0.13 s of a small job's
+    1.5 s ingest; one batch costs a few ms."""
+    have: dict[str, set[str]] = {}
+    for t, c in con.execute("""SELECT table_name, column_name FROM duckdb_columns()
+                               WHERE schema_name = current_schema() AND list_contains(?, table_name)""",
+                            [list(wanted)]).fetchall():
+        have.setdefault(t, set()).add(c)
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    out = []
+    for table, (text, columns) in wanted.items():
+        if table not in have:
             continue
-        if table in docs:
-            con.execute(f"COMMENT ON TABLE {table} IS {_quote(docs[table])}")
-        for col in sorted(have):
-            text = cols.get(col) or GLOSSARY.get(col)
-            if text:
-                con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(text)}')
+        if text:
+            out.append(f"COMMENT ON {'VIEW' if table in views else 'TABLE'} {table} IS {_quote(text)}")
+        for col in sorted(have[table]):
+            doc = columns.get(col) or GLOSSARY.get(col)
+            if doc:
+                out.append(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
+    if out:
+        con.execute(";\n".join(out))
 
 
 # Columns many tables share, where a file lists them without words of their own.
@@ -97,11 +110,4 @@ GLOSSARY = {
 def apply_core(con):
     """The tables ingest loads, documented in schema.py."""
     from .schema import DOCS
-    for table, (text, columns) in DOCS.items():
-        con.execute(f"COMMENT ON TABLE {table} IS {_quote(text)}")
-        have = {r[0] for r in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = current_schema()", [table]).fetchall()}
-        for col in sorted(have):
-            doc = columns.get(col) or GLOSSARY.get(col)
-            if doc:
-                con.execute(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
+    _comment(con, DOCS)

@@ -258,10 +258,14 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             _build(con, traces, scratch, result, append, rank_pattern, jobs)
             result.timings["load"] = time.perf_counter() - t0
             from .derive import derive_all
+            # One transaction for everything after loading: each statement's own commit (and its WAL
+            # write) was most of the fixed cost of a small job's analyses.
+            con.execute("BEGIN TRANSACTION")
             result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
                                               phase=phase))
             from .comments import apply_core
             apply_core(con)  # after derive, which rebuilds gpu_ops
+            con.execute("COMMIT")
             con.execute("CHECKPOINT")
         finally:
             con.close()

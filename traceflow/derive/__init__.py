@@ -7,7 +7,7 @@ from importlib import resources
 from . import clock, host_clock
 
 ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
-PUBLIC_TABLES = ("steps", "collectives")  # the others are helpers, or add columns to gpu_ops
+PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, or add columns to gpu_ops
 
 
 def sql(name: str) -> str:
