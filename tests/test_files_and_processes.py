@@ -96,13 +96,22 @@ def assert_clean(run: Run, before: dict[str, str], folder: Path):
     assert wait_gone(run.tag) == []
 
 
+@pytest.fixture(scope="module")
+def one_rank_db(tmp_path_factory):
+    """A database of rank 0, made once: each test works on its own copy (an ingest per test was most
+    of this module's time)."""
+    d = tmp_path_factory.mktemp("one")
+    assert run_cli("ingest", KINETO[0], "-o", d / "job.duckdb").returncode == 0
+    return d / "job.duckdb"
+
+
 @pytest.fixture
-def sandbox(tmp_path):
+def sandbox(tmp_path, one_rank_db):
     run = Run(tmp_path)
     trace = tmp_path / "rank-0.pt.trace.json.gz"
     shutil.copyfile(KINETO[0], trace)
     db = tmp_path / "job.duckdb"
-    assert run("ingest", trace, "-o", db).returncode == 0
+    shutil.copyfile(one_rank_db, db)
     return run, trace, db
 
 
@@ -251,7 +260,7 @@ def test_foreign_scratch_look_alikes_are_never_removed(sandbox):
 
 # --- processes: kill -9 and Ctrl-C ------------------------------------------------------------
 
-@pytest.mark.parametrize("after_s", [0.6, 1.2, 2.0])
+@pytest.mark.parametrize("after_s", [0.6, 1.6])
 def test_kill_9_leaves_no_process_behind(tmp_path, after_s):
     run = Run(tmp_path)
     db = tmp_path / "job.duckdb"
@@ -262,7 +271,7 @@ def test_kill_9_leaves_no_process_behind(tmp_path, after_s):
     assert wait_gone(run.tag, 6.0) == [], "a reader process or the resource tracker outlived its parent"
 
 
-@pytest.mark.parametrize("after_s", [0.1, 0.3, 0.6, 1.0, 1.6, 2.4, 3.5])
+@pytest.mark.parametrize("after_s", [0.1, 0.6, 1.6, 3.5])
 def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(sandbox, after_s):
     run, trace, db = sandbox
     old = db.read_bytes()
@@ -389,8 +398,8 @@ def test_invalid_patterns_are_usage_errors(sandbox):
 
 
 @pytest.mark.skipif(not NSYS_SMALL.exists(), reason=f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
-@pytest.mark.parametrize("column", ["start", "end", "streamId", "correlationId", "globalPid", "deviceId"])
-@pytest.mark.parametrize("value", [-2**63, 2**63 - 1, None])
+@pytest.mark.parametrize("column", ["start", "end", "streamId", "correlationId", "globalPid", "deviceId", "demangledName"])
+@pytest.mark.parametrize("value", [-2**63, 2**63 - 1])
 def test_nsys_numeric_extremes(tmp_path, column, value):
     """Every numeric column the reader uses in the kernel table, at the edges of int64 and NULL."""
     run = Run(tmp_path)
@@ -491,3 +500,22 @@ def test_a_bomb_of_valid_events_is_refused_by_default(tmp_path):
     assert p.stat().st_size < 2 << 20
     r = run("ingest", p, "-o", tmp_path / "job.duckdb")
     assert_refused(r, 3, str(p), "decompression bomb")
+
+
+@pytest.mark.skipif(not NSYS_SMALL.exists(), reason=f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
+def test_nsys_kernels_with_null_end_are_dropped(tmp_path):
+    """An export whose kernel table has no NOT NULL constraints (older schemas) and a NULL end."""
+    run = Run(tmp_path)
+    p = tmp_path / "rank0.sqlite"
+    shutil.copyfile(NSYS_SMALL, p)
+    os.chmod(p, 0o644)
+    with sqlite3.connect(p) as c:
+        c.execute("CREATE TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")  # CTAS keeps no constraints
+        c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+        c.execute("ALTER TABLE k RENAME TO CUPTI_ACTIVITY_KIND_KERNEL")
+        c.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid IN (SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 3)')
+    db = tmp_path / "job.duckdb"
+    r = run("ingest", p, "-o", db)
+    assert r.returncode == 0, r.stderr
+    assert "dropped 3 GPU ops with no start or end" in r.stderr
+    assert connect(db).execute("select count(*) from gpu_ops where end_ns is null").fetchone()[0] == 0

@@ -139,6 +139,7 @@ class _Progress:
     def phase(self, name: str):
         if self.prog:
             self.prog.update(self.task, description=printable(name))
+            self.prog.refresh()  # shown now, however short the phase
 
 
 def _ingest_options(f):
