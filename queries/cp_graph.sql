@@ -22,6 +22,7 @@
 --        'event_wait'  end of an op on another stream -> start of a queued op that started right after it
 --        'collective'  start of (comm, step, seq) on one rank -> its end on every other rank
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- requires: collectives, gpu_ops, host_ops, sync
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

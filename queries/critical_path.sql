@@ -21,6 +21,7 @@
 --   share_pct     total_ns / step_wall_ns (percent)
 --   step_wall_ns  the step's span across ranks: the length of its critical path (ns)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- requires: critical_path_raw, gpu_ops, host_ops, ranges
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

@@ -14,6 +14,7 @@
 -- gpu_islands: maximal busy intervals of each rank (union of all its GPU ops, all streams).
 --   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
 --   first_op_id: an op starting the island (the op that ended the idle gap before it)
+-- requires: gpu_ops, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

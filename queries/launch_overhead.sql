@@ -44,6 +44,7 @@
 --   launch_exposed_pct  launch_exposed_ns in percent of wall_ns
 --   launch_bound        launch_exposed_ns is at least tf_launch_bound_share of the window and more
 --                       than the step's compute time
+-- requires: gpu_islands, gpu_ops, idle_gaps, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

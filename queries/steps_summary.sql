@@ -29,6 +29,7 @@
 --   after_ns      busy time after the last step's window (ns)
 --   coverage_pct  in_steps_ns / gpu_busy_ns (percent)
 --   ops_outside   GPU ops with no step
+-- requires: gpu_ops, gpu_state, step_windows, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

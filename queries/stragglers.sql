@@ -14,6 +14,7 @@
 --   wait_caused_ns  the total_wait_ns of those collectives (ns)
 --   worst_step      the step of the one that cost most; worst_wait_ns its total_wait_ns (ns)
 --   worst_wait_ns   the total_wait_ns of the worst one (ns)
+-- requires: collective_waits
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

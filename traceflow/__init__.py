@@ -1,13 +1,15 @@
 """traceflow: why is this multi-rank GPU job slow? Profiles in, one DuckDB database and a post-mortem out.
 
     import traceflow
-    traceflow.ingest(["rank0.sqlite", "rank1.sqlite"], "job.duckdb")
+    job = traceflow.ingest(["rank0.sqlite", "rank1.sqlite"], "job.duckdb")   # a Job
+    job = traceflow.open("job.duckdb")                      # the verbs: job.query(...), job.write_report(...)
     traceflow.query("job.duckdb", "idle-gaps", rank=1)      # polars DataFrame
     con = traceflow.connect("job.duckdb")                   # DuckDB connection
 """
 from .errors import InputError, OutputError, UsageError
 
-__all__ = ["InputError", "OutputError", "UsageError", "annotate", "connect", "ingest", "postmortem", "query", "report", "sql"]
+__all__ = ["InputError", "Job", "OutputError", "UsageError", "annotate", "connect", "ingest", "open", "postmortem", "query",
+           "report", "sql"]
 __version__ = "0.1.0"
 
 
@@ -20,17 +22,24 @@ def __getattr__(name):
     if name == "ingest":
         from .pipeline import ingest
         return ingest
+    if name in ("open", "Job"):
+        from . import job
+        return getattr(job, name)
     raise AttributeError(f"module 'traceflow' has no attribute {name!r}")
 
 
 def report(database: str, output: str = "report.html", force: bool = False) -> str:
-    from .report.html import write_report
-    return write_report(database, output, force=force)
+    """`traceflow.open(database).write_report(output)`."""
+    from .job import open as open_job
+    with open_job(database) as job:
+        return job.write_report(output, force=force)
 
 
 def annotate(database: str, output: str = "job.perfetto-trace", ranks=None, steps=None, force: bool = False) -> str:
-    from .perfetto import write_trace
-    return write_trace(database, output, ranks=ranks, steps=steps, force=force)
+    """`traceflow.open(database).write_perfetto(output, ranks, steps)`."""
+    from .job import open as open_job
+    with open_job(database) as job:
+        return job.write_perfetto(output, ranks=ranks, steps=steps, force=force)
 
 
 def postmortem(files, outdir: str = "postmortem", **ingest_options):

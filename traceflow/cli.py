@@ -188,16 +188,9 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest new/rank4.sqlite -o job.duckdb --append
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
     """
-    from . import api
-    res = _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force)
-    con = api.connect(res.database)
-    try:
-        rows = con.execute("""SELECT t.rank, t.source_format, (SELECT count(*) FROM gpu_ops g WHERE g.trace_id = t.trace_id),
-                                     (SELECT count(*) FROM steps s WHERE s.rank = t.rank), t.clock_offset_ns
-                              FROM traces t ORDER BY rank""").fetchall()
-    finally:
-        con.close()
-    _say(f"wrote {res.database}: {_plural(len(rows), 'rank')}")
+    with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force) as job:
+        rows = job.rank_summary()
+    _say(f"wrote {job.path}: {_plural(len(rows), 'rank')}")
     for rank, fmt, n_gpu, n_steps, off in rows:
         _say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {_plural(n_steps, 'step'):>10}  clock offset {off / 1e6:+.3f} ms")
 
@@ -333,31 +326,28 @@ def query(database, name, list_, rank, step, fmt, limit):
       traceflow query job.duckdb stragglers --format json
       traceflow query job.duckdb critical-path --step 4
     """
-    from . import api, packs
+    from . import packs
     if list_ or not name:
         for p in packs.listing():
             _say(f"{p.name:<26} {p.description}")
         return
-    con = api.connect(database)
-    try:
-        rel = api.query_relation(con, name, rank, step)
+    from .job import open as open_job
+    with open_job(database) as job:
+        rel = job.relation(name, rank, step)
         if name == "critical-path" and fmt == "table" and sys.stdout.isatty():
             from .critical_path import summary_lines
-            for line in summary_lines(con, step):
+            for line in summary_lines(job.con, step):
                 _say(line)
-        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=_empty_message(con, rank, step))
+        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=_empty_message(job.con, rank, step))
         if name == "steps" and fmt == "table":
-            for line in _coverage_lines(con, rank):
+            for line in _coverage_lines(job, rank):
                 _say(line)
-    finally:
-        con.close()
 
 
-def _coverage_lines(con, rank) -> list[str]:
+def _coverage_lines(job, rank) -> list[str]:
     """Under the steps table: how much of each rank's GPU time the step rows cover."""
-    from . import api
     try:
-        rows = api.query_relation(con, "step-coverage", rank).pl().sort("rank").iter_rows(named=True)
+        rows = job.query("step-coverage", rank).sort("rank").iter_rows(named=True)
     except UsageError:  # a database from before step_coverage existed
         return []
     return [f"coverage: rank {r['rank']}: {r['coverage_pct'] or 0:.1f}% of its GPU time is inside steps "
@@ -380,18 +370,14 @@ def sql_cmd(database, text, fmt, limit):
     """
     import duckdb
 
-    from . import api
-    con = api.connect(database)
-    try:
+    from .job import open as open_job
+    with open_job(database) as job:
         try:
-            rel = con.execute(text)
+            rel = job.con.execute(text)  # DB-API: any statement, rows fetched as plain tuples
         except duckdb.Error as e:
             raise UsageError(f"SQL error: {one_line(e)}") from None
-        if rel.description is None:
-            return
-        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
-    finally:
-        con.close()
+        if rel.description is not None:
+            _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
 
 
 @main.command()
@@ -405,9 +391,9 @@ def report(database, output, force):
     Example:
       traceflow report job.duckdb -o report.html
     """
-    from .report.html import write_report
-    path = write_report(database, output, force=force)
-    _say(f"wrote {path}")
+    from .job import open as open_job
+    with open_job(database) as job:
+        _say(f"wrote {job.write_report(output, force=force)}")
 
 
 @main.command()
@@ -426,9 +412,9 @@ def annotate(database, output, ranks, steps, force):
       traceflow annotate job.duckdb -o job.perfetto-trace
       traceflow annotate job.duckdb --step 4 --rank 0 --rank 3
     """
-    from .perfetto import write_trace
-    path = write_trace(database, output, ranks=list(ranks) or None, steps=list(steps) or None, force=force)
-    _say(f"wrote {path}")
+    from .job import open as open_job
+    with open_job(database) as job:
+        _say(f"wrote {job.write_perfetto(output, ranks=list(ranks) or None, steps=list(steps) or None, force=force)}")
 
 
 @main.command()
@@ -445,9 +431,9 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     from .pipeline import expand
     from .postmortem import finish, prepare
     db = prepare(outdir, expand(files), force=force)
-    _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force)
-    with _Progress(0) as progress:
-        out = finish(db, outdir, force=force, progress=progress)
+    with _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force) as job, \
+            _Progress(0) as progress:
+        out = finish(job, outdir, force=force, progress=progress)
     _say(out["verdict"])
     _say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-# Order matters: later packs read earlier packs' tables.
-ORDER = ["gpu_busy", "steps_summary", "idle_gaps", "launch_overhead", "exposed_comm", "collective_waits",
-         "stragglers", "kernels", "sync"]
+# Tables that exist before any pack runs: loaded by ingest, or made by traceflow/derive/.
+LOADED = {"traces", "gpu_ops", "host_ops", "ranges"}
+# Run by critical_path.compute, after the analyses (its walk runs between the two files).
+CRITICAL_PATH_FILES = ("cp_graph", "critical_path")
 # Pack name on the command line -> table it fills.
 PUBLIC = {
     "steps": "step_breakdown", "step-coverage": "step_coverage", "idle-gaps": "idle_gaps", "idle-gaps-summary": "idle_gaps_summary",
@@ -40,6 +41,15 @@ def pack_sql(name: str) -> str:
     return (queries_dir() / f"{name}.sql").read_text()
 
 
+def run_order() -> list[str]:
+    """The analyses in an order computed from their `-- requires:` headers (sqlmodules)."""
+    from .derive import derived_tables
+    from .sqlmodules import run_order as order
+    modules = {f.stem: f.read_text() for f in sorted(queries_dir().glob("*.sql")) if f.stem not in CRITICAL_PATH_FILES}
+    return order(modules, LOADED | derived_tables())
+
+
+
 @dataclass
 class PackInfo:
     name: str
@@ -62,7 +72,7 @@ def describe(sql_text: str) -> str:
 def listing() -> list[PackInfo]:
     out = []
     table_to_file = {}
-    for f in ORDER + ["critical_path"]:
+    for f in run_order() + ["critical_path"]:
         sql = pack_sql(f) if (queries_dir() / f"{f}.sql").exists() else ""
         for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql):
             table_to_file[t] = sql
@@ -77,7 +87,7 @@ def listing() -> list[PackInfo]:
 def compute_all(con):
     from . import comments
     public = set(PUBLIC.values())
-    for name in ORDER:
+    for name in run_order():
         sql = pack_sql(name)
         con.execute(sql)
         comments.apply(con, sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public])

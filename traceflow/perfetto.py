@@ -14,10 +14,13 @@ import os
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from .api import connect
+from typing import TYPE_CHECKING
 from .errors import UsageError
 from .outputs import PERFETTO_MARK, atomic_output, check_output
 from .perfetto_packets import Interner, slice_packets
+
+if TYPE_CHECKING:
+    from .job import Job
 from .duck import relation
 
 SEQ = 0x7F1F
@@ -97,22 +100,19 @@ def _time_filter(wins, alias=""):
     return "(" + " OR ".join(f"({p}end_ns > {int(a)} AND {p}start_ns < {int(b)})" for a, b in wins) + ")"
 
 
-def write_trace(database: str, output: str = "job.perfetto-trace", ranks=None, steps=None, force: bool = False) -> str:
-    check_output(output, "perfetto", inputs=[database], force=force)
-    con = connect(database)
-    try:
-        keep_ranks, wins = _window(con, ranks, steps)
-        tf = _time_filter(wins)
-        # gzip: Perfetto (the UI and trace_processor) opens gzip-compressed traces as they are, and
-        # the bundled 4-rank job's 13 MB of protobuf (names interned) become 1.6 MB, below the
-        # 3.2 MB of its gzip'd JSON input.
-        with atomic_output(output, "perfetto", inputs=[database], force=force) as tmp, open(tmp, "wb") as raw, \
-                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
-            w = _Writer(f)
-            for rank in keep_ranks:
-                _rank_tracks(con, w, rank, tf, keep_ranks)
-    finally:
-        con.close()
+def write_trace(job: Job, output: str = "job.perfetto-trace", ranks=None, steps=None, force: bool = False) -> str:
+    check_output(output, "perfetto", inputs=[job.path], force=force)
+    con = job.con
+    keep_ranks, wins = _window(con, ranks, steps)
+    tf = _time_filter(wins)
+    # gzip: Perfetto (the UI and trace_processor) opens gzip-compressed traces as they are, and
+    # the bundled 4-rank job's 13 MB of protobuf (names interned) become 1.6 MB, below the
+    # 3.2 MB of its gzip'd JSON input.
+    with atomic_output(output, "perfetto", inputs=[job.path], force=force) as tmp, open(tmp, "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+        w = _Writer(f)
+        for rank in keep_ranks:
+            _rank_tracks(con, w, rank, tf, keep_ranks)
     return output
 
 

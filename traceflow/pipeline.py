@@ -8,7 +8,6 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +15,7 @@ import pyarrow.ipc as ipc
 
 from . import schema
 from .duck import use_internal_schema
+from .job import IngestInfo, Job
 from .outputs import atomic_output, scratch_folder
 from .errors import InputError, UsageError, one_line
 from .readers import ranks
@@ -26,15 +26,6 @@ from .readers.worker import read_file, worker_start
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
 SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
-
-
-@dataclass
-class IngestResult:
-    database: str
-    traces: list[dict] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    timings: dict = field(default_factory=dict)   # seconds per phase: read, load, derive, packs, critical_path
 
 
 def _looks_like_trace(p: Path) -> bool:
@@ -222,7 +213,7 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
 
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
-           progress=None, force: bool = False, max_inflate: str | None = None) -> IngestResult:
+           progress=None, force: bool = False, max_inflate: str | None = None) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
@@ -241,7 +232,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
     paths = expand(files)
     progress = progress or (lambda *_: None)
-    result = IngestResult(database=str(Path(output)))
+    result = IngestInfo()
     with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
             scratch_folder() as scratch:
         t0 = time.perf_counter()
@@ -269,7 +260,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             con.execute("CHECKPOINT")
         finally:
             con.close()
-    return result
+    return Job(str(Path(output)), result)
 
 
 def _check_step_pattern(pattern: str):

@@ -3,13 +3,9 @@ from __future__ import annotations
 
 import os
 
-from .api import connect
 from .errors import OutputError
+from .job import Job
 from .outputs import check_output, os_problem
-from .pipeline import ingest
-from .perfetto import write_trace
-from .report.html import write_report
-from .verdict import verdict
 
 
 FILES = {"database": "job.duckdb", "report": "report.html", "perfetto": "job.perfetto-trace"}
@@ -29,23 +25,19 @@ def prepare(outdir: str, inputs, force: bool = False) -> str:
     return os.path.join(outdir, FILES["database"])
 
 
-def finish(database: str, outdir: str, force: bool = False, progress=None) -> dict:
+def finish(job: Job, outdir: str, force: bool = False, progress=None) -> dict:
+    """The report, the Perfetto trace and the verdict of one Job: one connection, findings computed once."""
     phase = getattr(progress, "phase", lambda _: None)
     phase("writing the report")
-    report = write_report(database, os.path.join(outdir, FILES["report"]), force=force)
+    report = job.write_report(os.path.join(outdir, FILES["report"]), force=force)
     phase("writing the Perfetto trace")
-    trace = write_trace(database, os.path.join(outdir, FILES["perfetto"]), force=force)
-    con = connect(database)
-    try:
-        text = verdict(con)
-    finally:
-        con.close()
-    return {"verdict": text, "report": report, "trace": trace, "database": database}
+    trace = job.write_perfetto(os.path.join(outdir, FILES["perfetto"]), force=force)
+    return {"verdict": job.verdict(), "report": report, "trace": trace, "database": job.path}
 
 
 def run(files, outdir: str = "postmortem", **ingest_options) -> dict:
-    from .pipeline import expand
+    from .pipeline import expand, ingest
     force = ingest_options.pop("force", False)
     db = prepare(outdir, expand(files), force)
-    ingest(files, db, force=force, **ingest_options)
-    return finish(db, outdir, force)
+    with ingest(files, db, force=force, **ingest_options) as job:
+        return finish(job, outdir, force)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import time
 from importlib import resources
 
-from . import clock, host_clock
 
 ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
 PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, or add columns to gpu_ops
@@ -12,6 +11,12 @@ PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, 
 
 def sql(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.sql").read_text()
+
+
+def derived_tables() -> set[str]:
+    """What the derive step makes (from its files' CREATE statements)."""
+    from ..sqlmodules import creates
+    return set().union(*(creates(sql(name)) for name in ORDER))
 
 
 def derive_tables(con, step_pattern: str | None = None):
@@ -28,6 +33,7 @@ def derive_tables(con, step_pattern: str | None = None):
 
 def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None) -> list[str]:
     """Everything after loading: returns warnings for the user. `phase(name)` is told as each part starts."""
+    from . import clock, host_clock
     timings = {} if timings is None else timings
     phase = phase or (lambda _: None)
     phase("deriving tables, aligning clocks")

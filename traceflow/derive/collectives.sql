@@ -8,6 +8,7 @@
 --         such ops are not matched, because ranks' traces cover different windows)
 --   seq   ordinal of the collective within (rank, comm, step), in launch order
 -- Output columns: rank, comm, step, seq, op, bytes, start_ns, end_ns (ns), op_id, trace_id, stream, name
+-- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

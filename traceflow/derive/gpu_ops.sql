@@ -16,6 +16,7 @@
 --              between steps) get the step whose GPU window holds them in step_windows.sql.
 -- Kernel names are long (C++ templates, often 1 KB): they stay out of the sorts and joins, which
 -- run on a narrow table of the derived columns; a positional join puts the two side by side.
+-- requires: host_ops, steps, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

@@ -5,6 +5,7 @@
 --   api_start_ns, api_end_ns  the launch call (ns since epoch)
 --   gpu_start_ns, gpu_end_ns  the GPU op (ns since epoch)
 --   name            the GPU op's name
+-- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

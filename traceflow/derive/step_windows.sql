@@ -19,6 +19,7 @@
 -- second process), and ops launched between two steps' host ranges, get the step whose window
 -- holds their start; ops before the first window or
 -- after the last keep step NULL and are counted in step_breakdown's 'before' / 'after' rows.
+-- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

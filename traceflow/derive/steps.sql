@@ -11,6 +11,7 @@
 --   start_ns, end_ns  the step's host range (ns since epoch); several ranges of one step
 --                     (a range and a CPU op of the same ProfilerStep) are merged
 --   source  where the step came from: 'ProfilerStep' | 'range' | 'whole trace'
+-- requires: gpu_ops, host_ops, ranges, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

@@ -12,10 +12,13 @@ import json
 import os
 from importlib import resources
 
+from typing import TYPE_CHECKING
+
 from ..outputs import atomic_output, check_output
-from ..api import connect
 from ..text import printable
-from ..verdict import findings
+
+if TYPE_CHECKING:
+    from ..job import Job
 
 KIND_COLORS = {"gpu_compute": "#4c78a8", "gpu_comm": "#f58518", "gpu_memory": "#54a24b", "peer_wait": "#e45756",
                "launch": "#b279a2", "host_cpu": "#9d755d", "host_sync": "#ff9da6", "idle": "#bab0ac"}
@@ -100,12 +103,9 @@ def _bars(rows, x_of, series, colors, value_of):
     return data
 
 
-def build(database: str) -> str:
-    con = connect(database)
-    try:
-        return _build(con, database)
-    finally:
-        con.close()
+def build(job: Job) -> str:
+    """The page's HTML for a Job (its connection and its findings, computed once)."""
+    return _build(job.con, job.path, job.findings())
 
 
 def _coverage(con) -> str:
@@ -116,9 +116,8 @@ def _coverage(con) -> str:
     return f'<p class="note">Step coverage:</p><ul class="coverage">{items}</ul>'
 
 
-def _build(con, database) -> str:
+def _build(con, database: str, f: dict) -> str:
     P = _Plots()
-    f = findings(con)
     sections = []
 
     # 1. Verdict
@@ -224,9 +223,9 @@ def _build(con, database) -> str:
                .replace("{{PLOTLY}}", plotly.offline.get_plotlyjs().replace("</script", "<\\/script")))
 
 
-def write_report(database: str, output: str = "report.html", force: bool = False) -> str:
-    check_output(output, "report", inputs=[database], force=force)  # before the work, not after
-    page = build(database)
-    with atomic_output(output, "report", inputs=[database], force=force) as tmp:
+def write_report(job: Job, output: str = "report.html", force: bool = False) -> str:
+    check_output(output, "report", inputs=[job.path], force=force)  # before the work, not after
+    page = build(job)
+    with atomic_output(output, "report", inputs=[job.path], force=force) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return output

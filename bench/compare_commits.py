@@ -1,0 +1,108 @@
+"""Every table of every fixture, before and after a change: `EXCEPT ALL` both ways, per table.
+
+    python bench/compare_commits.py OLD_REV [NEW_REV]      # revisions of this repository (NEW: the working tree)
+    python bench/compare_commits.py --trees /tmp/old .     # or two source trees
+
+Each fixture folder (the bundled ones, and ../shared/fixtures when present) is ingested with each
+tree in a subprocess; the public tables of the two databases are then compared row for row.
+Columns that are ids given in arrival order (op ids, trace ids) can be left out with --ignore.
+Exit status 1 when any table differs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "fixtures"
+INGEST = """
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]  # the tree named, not this checkout
+sys.path.insert(0, sys.argv[1])
+import traceflow
+assert traceflow.__file__.startswith(sys.argv[1]), traceflow.__file__
+traceflow.ingest(sys.argv[3:], sys.argv[2])
+"""
+
+
+def fixtures() -> list[Path]:
+    found = [p for p in sorted((ROOT / "fixtures").rglob("*")) if p.is_dir() and any(p.glob("*.json.gz"))]
+    if SHARED.is_dir():
+        found += sorted({f.parent for f in SHARED.rglob("*") if f.name.endswith((".sqlite", ".json.gz"))})
+    return found
+
+
+def trace_files(folder: Path) -> list[str]:
+    return sorted(str(f) for f in folder.iterdir() if f.name.endswith((".sqlite", ".json.gz")) and not f.name.startswith("truth"))
+
+
+def worktree(rev: str, where: Path) -> Path:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(where), rev], check=True)
+    return where
+
+
+def compare(a: Path, b: Path, ignore: set[str]) -> list[str]:
+    import duckdb
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
+    con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
+    tables = [r[0] for r in con.execute("""SELECT table_name FROM duckdb_tables()
+                                           WHERE database_name = 'a' AND schema_name = 'main' ORDER BY 1""").fetchall()]
+    out = []
+    for t in tables:
+        cols_a = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = 'a' AND schema_name = 'main' AND table_name = ?", [t]).fetchall()]
+        cols_b = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = 'b' AND schema_name = 'main' AND table_name = ?", [t]).fetchall()}
+        if not cols_b:
+            out.append(f"{t}: only in the old database")
+            continue
+        cols = ", ".join(f'"{c}"' for c in cols_a if c in cols_b and c not in ignore)
+        only_a = con.execute(f"SELECT count(*) FROM (SELECT {cols} FROM a.{t} EXCEPT ALL SELECT {cols} FROM b.{t})").fetchone()[0]
+        only_b = con.execute(f"SELECT count(*) FROM (SELECT {cols} FROM b.{t} EXCEPT ALL SELECT {cols} FROM a.{t})").fetchone()[0]
+        if only_a or only_b:
+            out.append(f"{t}: {only_a} rows only before, {only_b} only after")
+        extra = sorted(set(cols_a) ^ cols_b)
+        if extra:
+            out.append(f"{t}: columns in one only: {', '.join(extra)}")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("revs", nargs="*", help="OLD [NEW] revisions (NEW defaults to the working tree)")
+    ap.add_argument("--trees", nargs=2, metavar=("OLD", "NEW"), help="two source trees instead of revisions")
+    ap.add_argument("--ignore", default="op_id,launch_op_id,node_op_id,next_op_id", help="columns left out of the comparison")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tf-compare-"))
+    if args.trees:
+        old, new = (Path(t).resolve() for t in args.trees)
+    elif args.revs:
+        old = worktree(args.revs[0], work / "old")
+        new = worktree(args.revs[1], work / "new") if len(args.revs) > 1 else ROOT
+    else:
+        ap.error("give OLD [NEW] revisions or --trees OLD NEW")
+    ignore = {c for c in args.ignore.split(",") if c}
+    bad = 0
+    for folder in fixtures():
+        files = trace_files(folder)
+        dbs = []
+        for label, tree in (("old", old), ("new", new)):
+            db = work / f"{label}-{abs(hash(str(folder)))}.duckdb"
+            r = subprocess.run([sys.executable, "-c", INGEST, str(tree), str(db), *files], capture_output=True, text=True,
+                               env=dict(os.environ, PYTHONPATH=""))
+            dbs.append(db if r.returncode == 0 else r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed")
+        if not all(isinstance(d, Path) for d in dbs):
+            print(f"{folder}: ingest failed: {dbs}")
+            bad += 1
+            continue
+        diffs = compare(dbs[0], dbs[1], ignore)
+        print(f"{folder.relative_to(folder.parents[1])}: {'identical' if not diffs else '; '.join(diffs)}")
+        bad += bool(diffs)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

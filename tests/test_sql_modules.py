@@ -1,0 +1,51 @@
+"""Issue 17: the SQL files as modules: declared dependencies, checked both ways; run order from them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from traceflow import derive, packs
+from traceflow.sqlmodules import creates, referenced, requires, run_order
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = sorted(list((ROOT / "queries").glob("*.sql")) + list((ROOT / "traceflow" / "derive").glob("*.sql")))
+WRITTEN_BY_PYTHON = {"critical_path_raw"}  # the walk (traceflow/critical_path.py) writes it
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_requires_header_matches_what_the_file_reads(path):
+    sql = path.read_text()
+    declared = requires(sql)
+    assert declared is not None, f"{path.name} has no `-- requires:` line"
+    assert declared == referenced(sql), (path.name, "declared", sorted(declared), "read", sorted(referenced(sql)))
+
+
+def test_derive_order_satisfies_the_declarations():
+    have = set(packs.LOADED)
+    for name in derive.ORDER:
+        sql = derive.sql(name)
+        assert requires(sql) <= have | creates(sql), name
+        have |= creates(sql)
+
+
+def test_pack_order_is_computed_and_satisfies_the_declarations():
+    have = packs.LOADED | derive.derived_tables()
+    for name in packs.run_order():
+        sql = packs.pack_sql(name)
+        assert requires(sql) <= have, (name, requires(sql) - have)
+        have |= creates(sql)
+    for name in packs.CRITICAL_PATH_FILES:  # after every analysis
+        sql = packs.pack_sql(name)
+        assert requires(sql) <= have | WRITTEN_BY_PYTHON, name
+        have |= creates(sql)
+    assert set(packs.run_order()) == {p.stem for p in (ROOT / "queries").glob("*.sql")} - set(packs.CRITICAL_PATH_FILES)
+
+
+def test_the_checker_catches_an_undeclared_dependency():
+    sql = "-- requires: gpu_ops\nCREATE OR REPLACE TABLE x AS WITH c AS (SELECT 1) SELECT * FROM gpu_ops JOIN idle_gaps USING (rank), c;"
+    assert referenced(sql) == {"gpu_ops", "idle_gaps"} and requires(sql) == {"gpu_ops"}
+    with pytest.raises(ValueError, match="nothing makes"):
+        run_order({"a": "-- requires: nowhere\nCREATE TABLE a AS SELECT 1"}, set())
+    assert run_order({"b": "-- requires: a\nCREATE TABLE b AS SELECT * FROM a",
+                      "a": "-- requires: (nothing)\nCREATE TABLE a AS SELECT 1"}, set()) == ["a", "b"]

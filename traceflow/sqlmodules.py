@@ -1,0 +1,55 @@
+"""The SQL files as modules: what each creates, and what it requires (its `-- requires:` header).
+
+Every `.sql` file (queries/, traceflow/derive/) declares the tables and views it reads from other
+files in one header line, `-- requires: a, b`; tests/test_sql_modules.py checks each declaration
+against the file's FROM / JOIN clauses, both ways, and the run order of the analyses is computed
+from these declarations (a topological order), not kept by hand.
+"""
+from __future__ import annotations
+
+import re
+from graphlib import TopologicalSorter
+
+_REQUIRES = re.compile(r"^-- requires:(.*)$", re.M)
+_CREATES = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:TABLE|VIEW)\s+(?:tf_internal\.|main\.)?(\w+)", re.I)
+_USES = re.compile(r"\b(?:FROM|JOIN)\s+(?:tf_internal\.|main\.)?([A-Za-z_]\w*)\b(?!\s*\()", re.I)
+_CTE = re.compile(r"(?:\bWITH|,)\s*(\w+)\s+AS\s*(?:MATERIALIZED\s*)?\(", re.I)
+_NOT_TABLES = {"select", "lateral", "unnest", "range", "generate_series", "values"}
+
+
+def _code(sql: str) -> str:
+    return "\n".join(line.split("--")[0] for line in sql.splitlines())
+
+
+def creates(sql: str) -> set[str]:
+    return set(_CREATES.findall(_code(sql)))
+
+
+def requires(sql: str) -> set[str] | None:
+    """The declared requirements, or None when the file has no `-- requires:` line."""
+    m = _REQUIRES.search(sql)
+    if m is None:
+        return None
+    return {t.strip() for t in m.group(1).split(",") if t.strip() and t.strip() != "(nothing)"}
+
+
+def referenced(sql: str) -> set[str]:
+    """Tables and views the file's statements read that it does not make itself (CTEs excluded)."""
+    code = _code(sql)
+    used = {u for u in _USES.findall(code) if u.lower() not in _NOT_TABLES}
+    return used - set(_CTE.findall(code)) - creates(sql)
+
+
+def run_order(modules: dict[str, str], available: set[str]) -> list[str]:
+    """Module names (name -> SQL text) in an order where each runs after the modules making what it
+    requires; `available` are tables made before any of them (loaded, derived)."""
+    maker = {t: name for name, sql in modules.items() for t in creates(sql)}
+    graph = {}
+    for name, sql in sorted(modules.items()):
+        needs = requires(sql) or set()
+        missing = needs - available - set(maker)
+        if missing:
+            raise ValueError(f"{name}.sql requires {', '.join(sorted(missing))}, which nothing makes")
+        graph[name] = {maker[t] for t in needs if t in maker and maker[t] != name}
+    ts = TopologicalSorter(graph)
+    return [n for n in ts.static_order()]
