@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SHARED ?= ../shared
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: demo test test-all fuzz bench venv dev chromium install-check peers clean
+.PHONY: demo test test-all fuzz bench venv dev chromium install-check peers lint clean
 
 # The demo's venv holds only what the package declares (versions pinned by the lock as constraints);
 # the test venv adds the dev set (pytest, hypothesis, torch for recording real traces in tests).
@@ -50,7 +50,12 @@ $(PEERS)/.hta:
 
 peers: $(PEERS)/.hta
 
-test: dev chromium install-check peers
+# Lint and types, as habits: ruff with the rules the code's noqa comments assume, mypy on the package.
+lint: dev
+	$(BIN)/ruff check traceflow bench tests
+	$(BIN)/python -m mypy traceflow
+
+test: dev lint chromium install-check peers
 	TRACEFLOW_HTA_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
 test-all: dev chromium install-check peers

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def run(shared, rel, rank, shift):
     import duckdb
+
     import traceflow
     d = tempfile.mkdtemp()
     for f in sorted(glob.glob(os.path.join(shared, "fixtures", rel, "rank-*.json.gz"))):

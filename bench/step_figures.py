@@ -19,6 +19,7 @@ FIXTURES = {"kineto/sync_stall": "h100/kineto/ddp4_sync_stall/rank-*.gz", "kinet
 if __name__ == "__main__":
     sys.path.insert(0, sys.argv[1])
     import duckdb
+
     import traceflow
     shared = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), "..", "..", "shared")
     d = tempfile.mkdtemp()

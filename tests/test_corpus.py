@@ -7,7 +7,6 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import BUNDLED
 from corpus import SHARED, cases
 

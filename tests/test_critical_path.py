@@ -7,7 +7,6 @@ import shutil
 import sqlite3
 
 import pytest
-
 from conftest import connect, fixture_files, needs_shared, run_cli, truth
 
 pytestmark = needs_shared
@@ -177,7 +176,7 @@ def test_alignment_undoes_a_shift(tmp_path, rel, make):
     assert s.execute("select count(*) from traces where clock_spread_ns is not null").fetchone()[0] == 4
     q = "select step, ordinal, rank, kind, start_ns, end_ns from critical_path order by step, ordinal"
     a, b = base.execute(q).fetchall(), s.execute(q).fetchall()
-    kinds = lambda rows: [(r[0], r[2], r[3]) for r in rows if r[5] - r[4] > 1e6]  # noqa: E731
+    kinds = lambda rows: [(r[0], r[2], r[3]) for r in rows if r[5] - r[4] > 1e6]
     assert kinds(a) == kinds(b)
     ta = [(r[4], r[5]) for r in a if r[5] - r[4] > 1e6]
     tb = [(r[4], r[5]) for r in b if r[5] - r[4] > 1e6]
@@ -205,9 +204,8 @@ def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, m
     """The walk takes long host stretches at once with numpy; the call-by-call loop is the reference."""
     import duckdb
 
-    from traceflow.duck import use_internal_schema
-
     from traceflow import critical_path
+    from traceflow.duck import use_internal_schema
     paths = []
     for name, limit in (("numpy", 0), ("loop", 10**9)):
         path = tmp_path / f"{name}.duckdb"
@@ -229,9 +227,8 @@ def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path, m
     the same, row for row, as with every call loaded at once."""
     import duckdb
 
-    from traceflow.duck import use_internal_schema
-
     from traceflow import critical_path
+    from traceflow.duck import use_internal_schema
     source = ingested(rel)
     batches = []
     real = critical_path._step_batches

@@ -19,7 +19,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import BUNDLED, FIX, TRACEFLOW, connect, on_a_terminal, run_cli
 
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))

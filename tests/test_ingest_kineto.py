@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import BUNDLED, FIX, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
 
 KINETO_FIXTURES = ["h100/kineto/ddp4_sync_stall", "h100/kineto/ddp4_straggler", "h100/kineto/graphs",
@@ -88,7 +87,7 @@ def test_nsys_and_kineto_recordings_agree(ingested):
     ns = connect(ingested("h100/nsys/ddp4_sync_stall"))
     for db in (kt, ns):
         assert [r[0] for r in db.execute("select rank from traces order by rank").fetchall()] == [0, 1, 2, 3]
-    ops = lambda db: {r[0] for r in db.execute("select distinct op from collectives").fetchall()}  # noqa: E731
+    ops = lambda db: {r[0] for r in db.execute("select distinct op from collectives").fetchall()}
     # nsys saw the whole run (a startup Broadcast too); Kineto steps 3-5 only.
     assert ops(kt) <= ops(ns) and "AllReduce" in ops(kt)
     assert {r[0] for r in ns.execute("select distinct op from collectives where step between 3 and 5").fetchall()} == ops(kt)
@@ -240,6 +239,7 @@ def test_gzip_inflate_matches_stdlib_at_any_read_size(tmp_path, size):
     """The reader inflates gzip with zlib itself (large GIL-free calls); every read size gives
     exactly the bytes Python's gzip module gives, also for several members and zero padding."""
     import hashlib
+
     from traceflow.readers.compressed import BoundedReader
     from traceflow.readers.stream import HashedFile, content_hash
     fixture = sorted(BUNDLED.glob("*/rank-0.pt.trace.json.gz"))[0]

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import connect, fixture_files, needs_shared, run_cli, truth
 
 NSYS_FIXTURES = ["h100/nsys/ddp4_sync_stall", "h100/nsys/ddp4_straggler", "h100/nsys/graphs",
@@ -163,6 +162,7 @@ def test_cli_sql_and_query_list(ingested, tmp_path):
 
 def test_python_api(ingested):
     import polars as pl
+
     import traceflow
     db = ingested("h100/nsys/graphs")
     df = traceflow.query(db, "kernels", rank=0)

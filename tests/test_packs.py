@@ -7,7 +7,6 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import connect, fixture_files, needs_shared, run_cli, truth
 from intervals import clip, difference, gaps, intersect, measure, subtract, union
 
@@ -149,7 +148,7 @@ def test_launch_bound_loop(ingested):
     path = fixture_files(rel)[0]
     ev = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
     base = json.load(gzip.open(path))["baseTimeNanoseconds"]
-    ns = lambda us: base + round(us * 1000)  # noqa: E731
+    ns = lambda us: base + round(us * 1000)
     kernels = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     step4 = next(e for e in ev if e["name"] == "ProfilerStep#4" and e["cat"] == "user_annotation")
     s4a, s4b = ns(step4["ts"]), ns(step4["ts"] + step4["dur"])

@@ -6,8 +6,8 @@ import io
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from conftest import connect, needs_shared
+
 from traceflow import perfetto
 from traceflow.perfetto_packets import _nest_loop, nest_events, slice_packets
 

@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import BUNDLED, chromium, connect, fixture_files, needs_shared, run_cli
 
 BROWSER = chromium()
@@ -217,7 +216,7 @@ def test_perfetto_trace_structure_and_counts(ingested, tmp_path):
     # counts match the database within the step-4 window
     con = connect(db)
     a, b = con.execute("select min(start_ns), max(end_ns) from step_windows where step = 4").fetchone()
-    begins = lambda pred: sum(1 for u, evs in events.items() if pred(tracks[u]) for _, e in evs if e.type == TE.TYPE_SLICE_BEGIN)  # noqa: E731
+    begins = lambda pred: sum(1 for u, evs in events.items() if pred(tracks[u]) for _, e in evs if e.type == TE.TYPE_SLICE_BEGIN)
     assert begins(lambda d: d.name.startswith("GPU")) == con.execute("select count(*) from gpu_ops where end_ns > ? and start_ns < ?", [a, b]).fetchone()[0]
     assert begins(lambda d: d.HasField("thread")) == con.execute("select count(*) from host_ops where end_ns > ? and start_ns < ?", [a, b]).fetchone()[0]
     assert begins(lambda d: d.name == "traceflow: critical path") == con.execute("select count(*) from critical_path where end_ns > ? and start_ns < ?", [a, b]).fetchone()[0]

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import BUNDLED, TRACEFLOW, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceflow.outputs import LOCK_SUFFIX
-from conftest import BUNDLED, TRACEFLOW, connect, fixture_files, loose_decoding, needs_shared, read_kineto, run_cli
 
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
 FULL = os.environ.get("TRACEFLOW_FUZZ") == "full"

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import BUNDLED, connect, on_a_terminal, run_cli
+
 from traceflow import packs
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

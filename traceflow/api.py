@@ -6,8 +6,8 @@ import os
 import duckdb
 
 from . import packs
-from .errors import InputError, UsageError, one_line
 from .duck import relation, use_internal_schema
+from .errors import InputError, UsageError, one_line
 
 
 def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:

@@ -16,10 +16,10 @@ def _interrupted_while_starting(signum, frame):
 if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow":
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
-import json  # noqa: E402
-import tempfile  # noqa: E402
+import json
+import tempfile
 
-import click  # noqa: E402
+import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
@@ -62,7 +62,7 @@ class _Guard(click.Group):
             e.show()
             sys.exit(e.exit_code)
         except BrokenPipeError:  # `traceflow query ... | head`: the reader left; so do we, quietly
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+            sys.stdout = open(os.devnull, "w")
             sys.exit(141)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -200,7 +200,7 @@ def _cell(v, col: str, instant: bool, duration: bool) -> str:
     if v is None:
         return ""
     if instant and isinstance(v, int):
-        return datetime.datetime.fromtimestamp(v / 1e9, datetime.timezone.utc).strftime("%H:%M:%S.%f")
+        return datetime.datetime.fromtimestamp(v / 1e9, datetime.UTC).strftime("%H:%M:%S.%f")
     if duration and isinstance(v, (int, float)):
         return f"{v / 1e6:,.3f}"
     if isinstance(v, float):

@@ -36,8 +36,7 @@ def parse(sql_text: str) -> tuple[dict[str, str], dict[str, str]]:
         if m := _COLUMN.match(line):
             indent = len(m.group(1))
             text, i = [m.group(3)], i + 1
-            while i < len(lines) and (more := _MORE.match(lines[i])) and len(more.group(1)) > indent + 2 \
-                    and not _COLUMN.match(lines[i]) or (i < len(lines) and _continues(lines[i], indent)):
+            while i < len(lines) and _continues(lines[i], indent):
                 text.append(lines[i][2:].strip())
                 i += 1
             for col in re.split(r",\s*", m.group(2)):
@@ -49,7 +48,7 @@ def parse(sql_text: str) -> tuple[dict[str, str], dict[str, str]]:
 
 def _continues(line: str, indent: int) -> bool:
     m = _MORE.match(line)
-    return bool(m) and len(m.group(1)) > indent + 2 and not _COLUMN.match(line) and not _TABLE.match(line)
+    return m is not None and len(m.group(1)) > indent + 2 and not _COLUMN.match(line) and not _TABLE.match(line)
 
 
 def _quote(text: str) -> str:

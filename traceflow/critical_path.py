@@ -17,10 +17,12 @@ Python only walks; the graph, the naming of host segments and the summaries are 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from .packs import pack_sql
 from .duck import relation, use_internal_schema
+from .packs import pack_sql
 
 # Segment kinds by code: the walk keeps codes and ids, queries/critical_path.sql names them.
 KINDS = ("gpu_compute", "gpu_comm", "gpu_memory", "launch", "host_cpu", "host_sync", "peer_wait", "idle")
@@ -150,7 +152,8 @@ class _Walk:
         self.j, self.t0 = job, t0
         # Segments go back in time. Single moves collect as tuples, long host stretches as arrays
         # (one chunk each, in the same backward order): a step can pass millions of host calls.
-        self.rows, self.chunks = [], []
+        self.rows: list[tuple] = []
+        self.chunks: list = []
 
     def emit(self, rank, kind, a, b, tid=-1, op_id=-1):
         a = max(a, self.t0)
@@ -165,7 +168,9 @@ class _Walk:
     def run(self, last_idx: int) -> np.ndarray:
         """Segments of the step in time order, one row per segment, columns RAW_COLUMNS."""
         j = self.j
-        state, idx, t = "gpu_end", last_idx, int(j.end[last_idx])
+        # idx: a GPU op's position for the gpu states, (rank, tid) or (rank,) for host ones
+        state, t = "gpu_end", int(j.end[last_idx])
+        idx: Any = last_idx
         budget = MAX_MOVES_PER_OP * (len(j.op_id) + len(j.h_start)) + 100
         while t > self.t0 and budget > 0:
             budget -= 1
@@ -427,7 +432,8 @@ def _step_batches(con, windows, budget: int) -> list[list[int]]:
     def calls(lo, hi):  # starting in [lo, hi); the few that start earlier and reach in are not counted
         return int(before[np.searchsorted(edges, hi) + 1] - before[np.searchsorted(edges, lo) + 1])
 
-    out, lo, hi = [], None, None
+    out: list = []
+    lo = hi = None
     for i, (_, a, b) in enumerate(windows):
         if out and calls(min(lo, a), max(hi, b)) <= budget:
             out[-1].append(i)

@@ -7,7 +7,6 @@ closed it silently; running one finished statement first closes it on both.
 """
 from __future__ import annotations
 
-
 INTERNAL = "tf_internal"  # helper tables (step windows, islands, the walk's graph): out of `.tables`' main list
 
 

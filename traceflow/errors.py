@@ -28,7 +28,7 @@ class UsageError(Exception):
     exit_code = 2
 
 
-def one_line(text: str, limit: int = 300) -> str:
+def one_line(text: object, limit: int = 300) -> str:
     """The first line of an error's text, shortened: what a user reads after `traceflow: error:`."""
     lines = str(text).strip().splitlines()
     first = lines[0] if lines else ""

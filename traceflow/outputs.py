@@ -66,12 +66,12 @@ def _is_database(path: Path) -> bool:
         try:
             # DuckDB 2 opens a truncated file and fails only when a lost block is read: the file
             # must hold every block its header counts.
-            _, _, block_size, total_blocks, *_ = con.execute("PRAGMA database_size").fetchone()
+            row = con.execute("PRAGMA database_size").fetchone()
         finally:
             con.close()
     except duckdb.Error:
         return False
-    return os.path.getsize(path) >= int(block_size) * int(total_blocks)
+    return row is not None and os.path.getsize(path) >= int(row[2]) * int(row[3])  # block_size * total_blocks
 
 
 def _is_report(path: Path) -> bool:

@@ -79,7 +79,7 @@ def listing() -> list[PackInfo]:
     for name, table in PUBLIC.items():
         sql = table_to_file.get(table, "")
         m = re.search(rf"-- {re.escape(table)}:\s*(.+?)(?:\n--\s*\n|\n[^-])", sql, re.S)
-        desc = " ".join(l.strip("- ").strip() for l in m.group(1).splitlines()) if m else describe(sql)
+        desc = " ".join(line.strip("- ").strip() for line in m.group(1).splitlines()) if m else describe(sql)
         out.append(PackInfo(name, table, desc.split(". ")[0].rstrip(".")))
     return out
 

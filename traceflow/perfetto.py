@@ -10,11 +10,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+from typing import TYPE_CHECKING
 
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
-from typing import TYPE_CHECKING
 from .errors import UsageError
 from .outputs import PERFETTO_MARK, atomic_output, check_output
 from .perfetto_packets import Interner, slice_packets

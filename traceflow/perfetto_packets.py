@@ -10,6 +10,8 @@ terminating_flow_ids (48, fixed64)}}; DebugAnnotation {int_value (4), string_val
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -253,7 +255,7 @@ def slice_packets(f, seq_id: int, track_uuid: int, start, end, names: pa.Array, 
         ts, kind, idx = ts_all[a:a + CHUNK_EVENTS], kind_all[a:a + CHUNK_EVENTS], idx_all[a:a + CHUNK_EVENTS]
         n, begin = len(ts), kind == BEGIN
         take = pa.array(idx)
-        fields = []
+        fields: list[Any] = []
         for key, column in args.items():
             col = column.take(take)
             if pa.types.is_null(col.type):  # never set

@@ -15,12 +15,12 @@ import pyarrow.ipc as ipc
 
 from . import schema
 from .duck import use_internal_schema
+from .errors import InputError, UsageError, one_line
 from .job import IngestInfo, Job
 from .outputs import atomic_output, scratch_folder
-from .errors import InputError, UsageError, one_line
 from .readers import ranks
-from .readers.model import ProcessTrace, reader_schema
 from .readers.detect import detect
+from .readers.model import ProcessTrace, reader_schema
 from .readers.worker import read_file, worker_start
 
 HOST_OP_ID_BASE = 10**12
@@ -39,7 +39,7 @@ def _looks_like_trace(p: Path) -> bool:
             head = f.read(1 << 20)
         finally:
             f.close()
-    except Exception:  # unreadable: let the reader say what is wrong with it
+    except Exception:  # noqa: BLE001 - unreadable: let the reader say what is wrong with it
         return True
     return b'"traceEvents"' in head or b'"schemaVersion"' in head
 

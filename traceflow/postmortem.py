@@ -7,7 +7,6 @@ from .errors import OutputError
 from .job import Job
 from .outputs import check_output, os_problem
 
-
 FILES = {"database": "job.duckdb", "report": "report.html", "perfetto": "job.perfetto-trace"}
 
 

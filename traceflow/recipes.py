@@ -6,8 +6,8 @@ from pathlib import Path
 
 import duckdb
 
-from .outputs import atomic_output
 from .errors import InputError, UsageError, one_line
+from .outputs import atomic_output
 from .readers.nsys_cli import run_recipe
 
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -32,7 +32,7 @@ def load_recipe(name: str, files: list[str], database: str, nsys: str | None = N
                 stem = re.sub(r"[^A-Za-z0-9_]", "_", p.relative_to(out).with_suffix("").as_posix()).strip("_").lower()
                 table = f"recipe_{name}_{stem}"
                 con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM read_parquet(?)', [str(p)])
-                loaded.append((table, con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]))
+                loaded.append((table, con.execute(f'SELECT count(*) FROM "{table}"').fetchall()[0][0]))
             con.execute("CHECKPOINT")
         except duckdb.Error as e:
             raise InputError(name, f"recipe output is not readable Parquet ({one_line(e)})") from None

@@ -35,7 +35,8 @@ def short_name(name) -> str:
     s = _ANONYMOUS.sub("", str(name))
     if "::" not in s and "<" not in s and not s.startswith("void "):
         return s  # not a C++ signature: `Memcpy HtoD (Pageable -> Device)`, `ncclKernel_...`
-    out, depth = [], 0
+    out: list[str] = []
+    depth = 0
     for ch in s:
         if ch in "<(":
             if depth == 0:

@@ -1,6 +1,8 @@
 """The verdict: the step time and the one or two biggest causes, in plain words with numbers."""
 from __future__ import annotations
 
+from typing import Any
+
 
 def _ms(ns) -> str:
     return f"{(ns or 0) / 1e6:.1f} ms"
@@ -15,7 +17,7 @@ def _ranks(rs: list[int]) -> str:
 
 def findings(con) -> dict:
     """Structured findings; `sentences` is the verdict in words."""
-    out = {"sentences": []}
+    out: dict[str, Any] = {"sentences": []}
     steps = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS wall FROM step_windows GROUP BY step ORDER BY step""").fetchall()
     if not steps:
         out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import time
 from importlib import resources
 
-
 ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
 PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, or add columns to gpu_ops
 

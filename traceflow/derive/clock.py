@@ -58,7 +58,8 @@ class _Unit:
     def __init__(self, name: str, cols: list[int]):
         self.name, self.cols = name, cols
         self.applied = 0.0          # ns subtracted from this unit's times
-        self.est = self.spread = None
+        self.est: float | None = None
+        self.spread: float | None = None
         self.n = self.agree = 0
         self.p = 1.0
         self.reason = ""            # the evidence when it was first found shifted
@@ -96,7 +97,7 @@ class _Unit:
         return abs(self.est) > max(NATURAL_FACTOR * natural, 3 * (self.spread or 0))
 
     def evidence(self) -> str:
-        if not self.n:
+        if not self.n or self.est is None or self.spread is None:
             return "no collective matched with other ranks"
         return (f"collectives end {self.est / 1e6:+.3f} ms from its peers' (median of {self.n}; "
                 f"{self.agree} of {self.n} on that side, spread {self.spread / 1e6:.3f} ms)")
@@ -140,7 +141,7 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
     for u in flagged:
         u.reason = u.evidence()
         m[:, u.cols] -= u.est
-        u.applied = u.est
+        u.applied = u.est or 0.0
     for u in units:
         u.measure(m)
 

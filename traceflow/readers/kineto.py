@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import math
 import re
-
 from itertools import compress, repeat
 from operator import attrgetter, eq, is_, is_not
 
@@ -24,8 +23,8 @@ import pyarrow.compute as pc
 
 from ..errors import InputError, one_line
 from .compressed import BoundedReader
-from .stream import HashedFile, ReadAhead
 from .model import ProcessTrace
+from .stream import HashedFile, ReadAhead
 
 BATCH_BYTES = 8 << 20
 MAX_HEADER_BYTES = 64 << 20
@@ -98,7 +97,7 @@ class Meta(msgspec.Struct):
 
 
 class StrictMeta(Meta):
-    traceEvents: list[StrictEvent] = []
+    traceEvents: list[StrictEvent] = []  # type: ignore[assignment]  # msgspec decodes into the narrower type
 
 
 _strict_events_decoder = msgspec.json.Decoder(list[StrictEvent])
@@ -279,7 +278,7 @@ def _decode_leniently(piece: bytes):
 
 def _decode_tail_leniently(path, tail: bytes):
     class LooseMeta(Meta):
-        traceEvents: list[msgspec.Raw] = []
+        traceEvents: list[msgspec.Raw] = []  # type: ignore[assignment]  # the events left undecoded
     try:
         m = msgspec.json.decode(tail, type=LooseMeta)
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
@@ -353,7 +352,7 @@ class _Converter:
         if m.hostname:
             self.hostname = m.hostname
         if m.deviceProperties and isinstance(m.deviceProperties, list):
-            names = sorted({d.get("name") for d in m.deviceProperties if isinstance(d, dict) and d.get("name")})
+            names = sorted({str(d["name"]) for d in m.deviceProperties if isinstance(d, dict) and d.get("name")})
             self.device_name = ", ".join(names) or None
         if m.schemaVersion is not None:
             self.version = f"kineto schema {m.schemaVersion}"

@@ -15,9 +15,9 @@ from urllib.parse import quote
 import duckdb
 import pyarrow as pa
 
+from ..duck import relation
 from ..errors import InputError, one_line
 from .model import ProcessTrace
-from ..duck import relation
 
 # CUPTI's enum values; used when an old export has no ENUM_* tables.
 _COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
@@ -182,8 +182,8 @@ def _meta(src: _Src) -> dict:
     return meta
 
 
-def _enum_map(src: _Src, table: str, fallback: dict, short: bool = False) -> str:
-    """A SQL CASE turning an enum id into its label."""
+def _enum_map(src: _Src, table: str, fallback: dict, short: bool = False) -> dict:
+    """Enum id -> label, from the export's ENUM table when it has one (for _case)."""
     mapping = dict(fallback)
     if src.has(table):
         for i, name, label in src.con.execute(f"SELECT id, name, label FROM src.{table}").fetchall():

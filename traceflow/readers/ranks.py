@@ -59,7 +59,7 @@ def _name_rank(t: ProcessTrace, r: int | None) -> int | None:
     return r
 
 
-def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[int, str] | None = None) -> list[tuple[ProcessTrace, int, str]]:
+def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[int, str] | None = None) -> list[tuple[ProcessTrace, int, str | None]]:
     """(trace, rank, where the rank came from), in input order.
 
     Precedence: --rank-pattern on the file name; the rank the file states (NCCL payload,
@@ -67,7 +67,7 @@ def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[i
     else the lowest free rank in file order, with a warning.
     """
     taken = dict(taken or {})
-    chosen: list[tuple[ProcessTrace, int | None, str]] = []
+    chosen: list[tuple[ProcessTrace, int | None, str | None]] = []
     for t in traces:
         _checked(t)
         r, src = None, None

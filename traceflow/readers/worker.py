@@ -50,7 +50,7 @@ def read_file(path: str, folder: str, index: int, nsys_exe: str | None = None) -
         raise InputError(path, "ran out of memory while reading (input too deeply nested or too large)") from None
     except RecursionError:
         raise InputError(path, "input is nested too deeply") from None
-    except Exception as e:  # a reader met input it does not understand: still one line, exit 3
+    except Exception as e:  # noqa: BLE001 - a reader met input it does not understand: still one line, exit 3
         if (problem := disk_problem(e)) is not None:  # writing the scratch folder failed: not the input's fault
             raise OutputError(folder, f"{problem} while reading {path} (traceflow's scratch folder: set TMPDIR "
                               "to a folder with room)") from None

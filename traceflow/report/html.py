@@ -11,7 +11,6 @@ import html
 import json
 import os
 from importlib import resources
-
 from typing import TYPE_CHECKING
 
 from ..outputs import atomic_output, check_output
