@@ -396,15 +396,21 @@ def test_invalid_patterns_are_usage_errors(sandbox):
     assert_clean(run, before, run.root)
 
 
+def _nsys_copy(tmp_path: Path) -> Path:
+    """A writable copy of the small nsys fixture (the shared one is read-only)."""
+    p = tmp_path / "rank0.sqlite"
+    shutil.copyfile(NSYS_SMALL, p)
+    os.chmod(p, 0o644)
+    return p
+
+
 @pytest.mark.skipif(not NSYS_SMALL.exists(), reason=f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
 @pytest.mark.parametrize("column", ["start", "end", "streamId", "correlationId", "globalPid", "deviceId", "demangledName"])
 @pytest.mark.parametrize("value", [-2**63, 2**63 - 1])
 def test_nsys_numeric_extremes(tmp_path, column, value):
     """Every numeric column the reader uses in the kernel table, at the edges of int64 and NULL."""
     run = Run(tmp_path)
-    p = tmp_path / "rank0.sqlite"
-    shutil.copyfile(NSYS_SMALL, p)
-    os.chmod(p, 0o644)
+    p = _nsys_copy(tmp_path)
     try:
         with sqlite3.connect(p) as c:
             c.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET {column} = ? WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)", [value])
@@ -424,9 +430,7 @@ def test_nsys_numeric_extremes(tmp_path, column, value):
 @pytest.mark.skipif(not NSYS_SMALL.exists(), reason=f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
 def test_nsys_session_start_near_int64_min(tmp_path):
     run = Run(tmp_path)
-    p = tmp_path / "rank0.sqlite"
-    shutil.copyfile(NSYS_SMALL, p)
-    os.chmod(p, 0o644)
+    p = _nsys_copy(tmp_path)
     with sqlite3.connect(p) as c:
         c.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?", [-2**63 + 5])
     assert_refused(run("ingest", p, "-o", tmp_path / "job.duckdb"), 3, str(p), "out of range")
@@ -505,9 +509,7 @@ def test_a_bomb_of_valid_events_is_refused_by_default(tmp_path):
 def test_nsys_kernels_with_null_end_are_dropped(tmp_path):
     """An export whose kernel table has no NOT NULL constraints (older schemas) and a NULL end."""
     run = Run(tmp_path)
-    p = tmp_path / "rank0.sqlite"
-    shutil.copyfile(NSYS_SMALL, p)
-    os.chmod(p, 0o644)
+    p = _nsys_copy(tmp_path)
     with sqlite3.connect(p) as c:
         c.execute("CREATE TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")  # CTAS keeps no constraints
         c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")

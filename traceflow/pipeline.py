@@ -19,7 +19,7 @@ from .errors import InputError, UsageError, one_line
 from .job import IngestInfo, Job
 from .outputs import atomic_output, scratch_folder
 from .readers import ranks
-from .readers.detect import detect
+from .readers.detect import Input, identify
 from .readers.model import ProcessTrace, reader_schema
 from .readers.worker import read_file, worker_start
 
@@ -66,20 +66,20 @@ def _workers(jobs: int | None, n: int) -> int:
     return max(1, min(jobs or os.cpu_count() or 1, n))
 
 
-def _read_all(paths, folder, jobs, nsys_exe, progress):
+def _read_all(inputs: list[Input], folder, jobs, nsys_exe, progress):
     """Runs the readers, in parallel when there are several files or a big one: on threads for
     SQLite exports; for JSON (a reader that runs Python code) in worker processes, and in this one
     too on small inputs."""
-    jobs = _workers(jobs, len(paths))
+    jobs = _workers(jobs, len(inputs))
     # A big input is read in workers only: what a reader allocated goes back to the OS with its
     # process instead of staying in the heap of the one that builds the database.
-    big = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > (64 << 20)
+    big = sum(i.size for i in inputs) > (64 << 20)
     if jobs == 1 and not big:
-        return _share(paths, [read_file], folder, nsys_exe, progress)
-    if all(_is_sqlite_export(p) for p in paths):
+        return _share(inputs, [read_file], folder, nsys_exe, progress)
+    if all(i.format == "nsys-sqlite" for i in inputs):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
         # threads do as well as processes here, without a worker's start (~0.2 s).
-        return _share(paths, [read_file] * jobs, folder, nsys_exe, progress)
+        return _share(inputs, [read_file] * jobs, folder, nsys_exe, progress)
     # A worker process takes ~0.2 s to start (a fresh interpreter importing Arrow): on small inputs
     # this process reads too meanwhile, and takes the next file whenever it is free.
     n_proc = jobs if big else jobs - 1
@@ -88,7 +88,7 @@ def _read_all(paths, folder, jobs, nsys_exe, progress):
                              initializer=worker_start, initargs=(os.getpid(),)) as pool:
         slots = [lambda *a: _submit(pool, read_file, *a).result()] * n_proc + ([] if big else [read_file])
         try:
-            return _share(paths, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
+            return _share(inputs, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
         except BaseException:
             _stop_workers(pool)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
             raise
@@ -117,11 +117,11 @@ def _stop_workers(pool: ProcessPoolExecutor):
         proc.join(timeout=5)
 
 
-def _share(paths, slots, folder, nsys_exe, progress, abort=None):
+def _share(inputs: list[Input], slots, folder, nsys_exe, progress, abort=None):
     """Each slot (a function that reads one file, here or in a worker) takes the next file as soon
     as it is free, so a slow start or a big file holds up only its own slot. The last slot runs
-    on the calling thread. Returns the traces in the order of `paths`; the first error wins."""
-    todo = list(range(len(paths)))[::-1]
+    on the calling thread. Returns the traces in the order of `inputs`; the first error wins."""
+    todo = list(range(len(inputs)))[::-1]
     results: dict[int, list[ProcessTrace]] = {}
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -134,11 +134,11 @@ def _share(paths, slots, folder, nsys_exe, progress, abort=None):
         try:
             while (i := take()) is not None:
                 try:
-                    results[i] = read(paths[i], folder, i, nsys_exe)
+                    results[i] = read(inputs[i], folder, i, nsys_exe)
                 except BrokenProcessPool:
-                    raise InputError(paths[i], "the reader process died while reading this file "
+                    raise InputError(inputs[i].path, "the reader process died while reading this file "
                                      "(killed, or out of memory)") from None
-                progress(paths[i])
+                progress(inputs[i].path)
         except BaseException as e:  # noqa: BLE001 - handed to the calling thread, which raises it
             with lock:
                 errors.append(e)
@@ -155,13 +155,6 @@ def _share(paths, slots, folder, nsys_exe, progress, abort=None):
     if errors:
         raise errors[0]
     return [t for i in sorted(results) for t in results[i]]
-
-
-def _is_sqlite_export(path: str) -> bool:
-    try:
-        return detect(path) == "nsys-sqlite"
-    except InputError:  # its reader says what is wrong with it
-        return False
 
 
 def _create_tables(con):
@@ -231,12 +224,13 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         parse_limit(max_inflate)  # a bad value fails here, before any work
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
     paths = expand(files)
+    inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
     progress = progress or (lambda *_: None)
     result = IngestInfo()
     with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
             scratch_folder() as scratch:
         t0 = time.perf_counter()
-        traces = _read_all(paths, scratch, jobs, nsys, progress)
+        traces = _read_all(inputs, scratch, jobs, nsys, progress)
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")

@@ -4,12 +4,28 @@ from __future__ import annotations
 import gzip
 import lzma
 import os
+import zlib
+from dataclasses import dataclass
 
 from ..errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input file, looked at once: what the pipeline schedules and a reader reads."""
+    path: str
+    format: str   # what detect() says
+    size: int     # bytes on disk (compressed when compressed)
+
+
+def identify(path: str) -> Input:
+    """The file's format and size (InputError naming it when it is no trace)."""
+    fmt = detect(path)
+    return Input(path, fmt, os.path.getsize(path))
 
 
 def detect(path: str) -> str:
@@ -51,5 +67,5 @@ def _peek(opener, path, what) -> bytes:
     try:
         with opener() as f:
             return f.read(16)
-    except (OSError, EOFError, lzma.LZMAError) as e:
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
         raise InputError(path, f"corrupt or truncated {what} data ({e})") from None

@@ -16,7 +16,7 @@ import traceback
 from ..errors import InputError, OutputError, one_line
 from ..outputs import disk_problem
 from .compressed import BoundedReader
-from .detect import detect
+from .detect import Input, identify
 from .model import IpcSink, ProcessTrace
 from .stream import content_hash
 
@@ -38,9 +38,13 @@ def _watch_parent(parent: int, every_s: float = 0.25):
     os._exit(1)
 
 
-def read_file(path: str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
+def read_file(inp: Input | str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
+    """The map step for one input (an Input from detect.identify, or a path, detected here)."""
+    if isinstance(inp, str):
+        inp = identify(inp)
+    path = inp.path
     try:
-        return _read_file(path, folder, index, nsys_exe)
+        return _read_file(inp, folder, index, nsys_exe)
     except InputError as e:
         if (problem := disk_problem(e)) is not None:  # a reader's own message, about the scratch folder
             raise OutputError(folder, f"{problem} while reading {path} (traceflow's scratch folder: set TMPDIR "
@@ -59,8 +63,8 @@ def read_file(path: str, folder: str, index: int, nsys_exe: str | None = None) -
         raise InputError(path, f"cannot read ({type(e).__name__}: {one_line(e, 200)})") from None
 
 
-def _read_file(path, folder, index, nsys_exe):
-    fmt = detect(path)
+def _read_file(inp: Input, folder, index, nsys_exe):
+    path, fmt = inp.path, inp.format
     sink = IpcSink(folder)
     scratch = None
     try:
