@@ -102,6 +102,9 @@ def main():
         diffs = compare(dbs[0], dbs[1], ignore)
         print(f"{folder.relative_to(folder.parents[1])}: {'identical' if not diffs else '; '.join(diffs)}")
         bad += bool(diffs)
+    for tree in (old, new):  # the worktrees this run made
+        if work in tree.parents:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
     sys.exit(1 if bad else 0)
 
 
