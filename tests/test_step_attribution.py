@@ -170,24 +170,31 @@ def test_kineto_capture_cut_mid_step(tmp_path, ingested):
     assert db.execute("select sum(n_ops) from step_breakdown where part = 'before'").fetchone()[0] >= unlaunched
 
 
+def edited_copies(rel: str, folder: Path, edit) -> list[str]:
+    """Copies of a fixture's nsys exports in `folder`, each changed by edit(sqlite connection)."""
+    folder.mkdir()
+    for f in fixture_files(rel):
+        dst = folder / Path(f).name
+        shutil.copyfile(f, dst)
+        c = sqlite3.connect(dst)
+        edit(c)
+        c.commit()
+        c.close()
+    return sorted(str(p) for p in folder.iterdir())
+
+
 @needs_shared
 def test_nsys_capture_cut_mid_step(tmp_path, ingested):
     """nsys: runtime calls, NVTX and OS calls before the middle of the first step removed, GPU tables kept."""
     rel = "h100/nsys/ddp4_sync_stall"
-    out = tmp_path / "cut"
-    out.mkdir()
-    for f in fixture_files(rel):
-        dst = out / Path(f).name
-        shutil.copyfile(f, dst)
-        c = sqlite3.connect(dst)
+
+    def cut(c):
         lo, hi = c.execute("""select n.start, n."end" from NVTX_EVENTS n left join StringIds s on s.id = n.textId
                               where coalesce(n.text, s.value) = 'step 0'""").fetchone()
-        mid = (lo + hi) // 2
         for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API"):
-            c.execute(f"delete from {t} where start < ?", [mid])
-        c.commit()
-        c.close()
-    traceflow.ingest(sorted(str(p) for p in out.iterdir()), str(tmp_path / "cut.duckdb"))
+            c.execute(f"delete from {t} where start < ?", [(lo + hi) // 2])
+    out = tmp_path / "cut"
+    traceflow.ingest(edited_copies(rel, out, cut), str(tmp_path / "cut.duckdb"))
     db = connect(tmp_path / "cut.duckdb")
     totals = check_conservation(db)
     for f in sorted(out.iterdir()):
@@ -248,15 +255,8 @@ def test_profiler_step_recorded_as_cpu_op(tmp_path, ingested):
 def test_nsys_without_metadata_table(tmp_path, ingested):
     """An export without META_DATA_EXPORT (nsys 2021 era) is read by its tables, with the same rows."""
     rel = "h100/nsys/ddp4_straggler"
-    out = tmp_path / "nometa"
-    out.mkdir()
-    for f in fixture_files(rel):
-        shutil.copyfile(f, out / Path(f).name)
-        c = sqlite3.connect(out / Path(f).name)
-        c.execute("drop table META_DATA_EXPORT")
-        c.commit()
-        c.close()
-    traceflow.ingest(sorted(str(p) for p in out.iterdir()), str(tmp_path / "n.duckdb"))
+    files = edited_copies(rel, tmp_path / "nometa", lambda c: c.execute("drop table META_DATA_EXPORT"))
+    traceflow.ingest(files, str(tmp_path / "n.duckdb"))
     db, full = connect(tmp_path / "n.duckdb"), connect(ingested(rel))
     q = "select rank, kind, count(*), sum(end_ns - start_ns) from gpu_ops group by all order by all"
     assert db.execute(q).fetchall() == full.execute(q).fetchall()
