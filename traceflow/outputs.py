@@ -108,11 +108,11 @@ KINDS = {"database": (_is_database, "a traceflow DuckDB database"),
          "perfetto": (_is_perfetto, "a Perfetto trace written by traceflow")}
 
 
-def check_output(path, kind: str, inputs=(), force: bool = False, must_exist: bool = False) -> Path:
+def check_output(path, kind: str, inputs=(), force: bool = False, appending: bool = False) -> Path:
     """The path to write `kind` to, once it is safe to replace; else OutputError naming it (exit 3).
 
-    A symlink is followed (its target is checked and replaced). `must_exist`: the file is read
-    first (`--append`), so it must already be a database traceflow can open.
+    A symlink is followed (its target is checked and replaced). `appending`: an existing file is read
+    first (`--append`), so it must be a database traceflow can open (a missing one is made anew).
     """
     p = Path(path)
     try:
@@ -141,7 +141,7 @@ def check_output(path, kind: str, inputs=(), force: bool = False, must_exist: bo
         raise OutputError(p, f"cannot read it to check what it is ({os_problem(e)})") from None
     if ours:
         return real
-    if must_exist:
+    if appending:
         raise OutputError(p, f"--append needs {what}, and this file is not one (or is damaged)")
     if force:
         return real
@@ -205,7 +205,7 @@ def _temp_files(tmp: Path) -> list[Path]:
 def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_existing: bool = False):
     """Yields a temp path (same folder as the target) to write the new file to; renames it over
     the target on success. See the module's docstring for what is checked first."""
-    target = check_output(path, kind, inputs, force, must_exist=copy_existing)
+    target = check_output(path, kind, inputs, force, appending=copy_existing)
     fd, lock_path = _lock(target)
     tmp = target.with_name(f".{target.name}{TMP_MARK}{os.getpid()}")
     try:
