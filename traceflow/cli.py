@@ -64,6 +64,9 @@ class _Guard(click.Group):
         except BrokenPipeError:  # `traceflow query ... | head`: the reader left; so do we, quietly
             sys.stdout = open(os.devnull, "w")
             sys.exit(141)
+        # The work is done: a Ctrl-C from here on (interpreter shutdown) must not turn a finished run
+        # into a death by SIGINT (seen as exit -2 when it landed just after the command returned).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
