@@ -13,7 +13,8 @@ def _interrupted_while_starting(signum, frame):
 
 # Ctrl-C while the command is still importing (nothing to clean up yet): one line, exit 130, never an
 # import traceback. Only when this runs as the command; _Guard.main hands SIGINT back to Python.
-if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow":
+_AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow"
+if _AS_COMMAND:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import json
@@ -39,8 +40,9 @@ def _fail(message, code: int = EXIT_INPUT):
 
 
 def _interrupted():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _say("traceflow: interrupted", err=True)
-    sys.exit(130)
+    sys.exit(130)  # SIGINT ignored from here: a late one in interpreter shutdown showed as a death by SIGINT (-2)
 
 
 def _is_interrupt(e: BaseException) -> bool:
