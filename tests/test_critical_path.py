@@ -119,7 +119,7 @@ def test_cli_prints_summary(ingested):
     r = run_cli("query", db, "critical-path-summary", "--step", "4", "--format", "json")
     rows = json.loads(r.stdout)
     assert abs(sum(x["share_pct"] for x in rows) - 100) < 0.1
-    from traceflow.critical_path import summary_lines
+    from traceflow.terminal import critical_path_lines as summary_lines
     lines = summary_lines(connect(db), 4)
     assert lines[0].startswith("step 4:") and "rank 3" in lines[0]
 
@@ -200,7 +200,7 @@ def test_align_off_keeps_the_shift(tmp_path):
 
 
 @pytest.mark.parametrize("rel", ["h100/nsys/ddp4_sync_stall", "h100/kineto/launch_bound"])
-def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, monkeypatch):
+def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path):
     """The walk takes long host stretches at once with numpy; the call-by-call loop is the reference."""
     import duckdb
 
@@ -210,10 +210,9 @@ def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, m
     for name, limit in (("numpy", 0), ("loop", 10**9)):
         path = tmp_path / f"{name}.duckdb"
         shutil.copy(ingested(rel), path)
-        monkeypatch.setattr(critical_path, "SCALAR_HOST_CALLS", limit)
         con = duckdb.connect(str(path))
         use_internal_schema(con)
-        critical_path.compute(con)
+        critical_path.compute(con, scalar_host_calls=limit)
         con.close()
         paths.append(path)
     q = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
@@ -222,7 +221,7 @@ def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path, m
 
 
 @pytest.mark.parametrize("rel", ["h100/nsys/ddp4_sync_stall", "h100/kineto/ddp4_straggler", "h100/nsys/graphs", "public/hta-2rank"])
-def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path, monkeypatch):
+def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path):
     """A big job loads the host calls a few steps at a time; with one step per batch the path is
     the same, row for row, as with every call loaded at once."""
     import duckdb
@@ -231,27 +230,24 @@ def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path, m
     from traceflow.duck import use_internal_schema
     source = ingested(rel)
     batches = []
-    real = critical_path._step_batches
-    monkeypatch.setattr(critical_path, "_step_batches", lambda *a: batches.append(real(*a)) or batches[-1])
     paths = []
     for name, budget in (("batched", 1), ("whole", 10**12)):
         path = tmp_path / f"{name}.duckdb"
         shutil.copy(source, path)
-        monkeypatch.setattr(critical_path, "HOST_CALLS_PER_BATCH", budget)
         con = duckdb.connect(str(path))
         use_internal_schema(con)
         # a thread silent from before a step's start well into it: the walk must still see its earlier calls
         con.execute("""DELETE FROM host_ops WHERE rank = 0 AND start_ns BETWEEN
                            (SELECT min(start_ns) - 50000000 FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows))
                            AND (SELECT (min(start_ns) + max(end_ns)) // 2 FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows))""")
-        critical_path.compute(con)
+        batches.append(critical_path.compute(con, host_calls_per_batch=budget))
         con.close()
         paths.append(path)
     assert len(batches[0]) > 1 and len(batches[1]) == 1
     # a window's load still knows every thread, and which ones had calls before it
     con = duckdb.connect(str(paths[0]))
     use_internal_schema(con)
-    job = critical_path._Job(con)
+    job = critical_path.Graph.from_db(con)
     lo, hi = con.execute("SELECT min(start_ns), max(end_ns) FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows)").fetchone()
     job.load_host_calls(con, lo, hi)
     expect = dict(con.execute(f"SELECT (rank, tid), bool_or(end_ns < {lo}) FROM cp_host_nodes GROUP BY rank, tid").fetchall())

@@ -10,7 +10,7 @@ from traceflow.sqlmodules import creates, referenced, requires, run_order
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted(list((ROOT / "queries").glob("*.sql")) + list((ROOT / "traceflow" / "derive").glob("*.sql")))
-WRITTEN_BY_PYTHON = {"critical_path_raw"}  # the walk (traceflow/critical_path.py) writes it
+WRITTEN_BY_PYTHON = {"critical_path_raw"}  # the walk (traceflow/critical_path/segments.py) writes it
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

@@ -17,21 +17,16 @@ _AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "tracef
 if _AS_COMMAND:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
-import json
 import tempfile
 
 import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
-from .text import printable, short_name
+from .terminal import Progress, critical_path_lines, empty_message, plural, print_rows, say
+from .text import printable
 
 EXIT_INPUT = 3
-
-
-def _say(text, err: bool = False):
-    """click.echo for anything that may hold text from a trace: control characters escaped, per line."""
-    click.echo("\n".join(printable(line) for line in str(text).split("\n")), err=err)
 
 
 def _fail(message, code: int = EXIT_INPUT):
@@ -41,7 +36,7 @@ def _fail(message, code: int = EXIT_INPUT):
 
 def _interrupted():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _say("traceflow: interrupted", err=True)
+    say("traceflow: interrupted", err=True)
     sys.exit(130)  # SIGINT ignored from here: a late one in interpreter shutdown showed as a death by SIGINT (-2)
 
 
@@ -115,38 +110,6 @@ def main():
     """
 
 
-class _Progress:
-    """The progress line on a terminal (stderr): files read, then each phase by name, so that it
-    never sits at "4/4 files" through the analyses, the report and the Perfetto trace.
-    Called with a path when a file is read; .phase(name) when a phase starts."""
-
-    def __init__(self, total: int):
-        self.prog = None
-        if sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-            self.prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total} files"), TimeElapsedColumn(), transient=True)
-            self.task = self.prog.add_task("reading", total=total)
-
-    def __enter__(self):
-        if self.prog:
-            self.prog.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.prog:
-            self.prog.stop()
-
-    def __call__(self, path=None):
-        if self.prog and isinstance(path, str):
-            self.prog.advance(self.task)
-
-    def phase(self, name: str):
-        if self.prog:
-            self.prog.update(self.task, description=printable(name))
-            self.prog.refresh()  # shown now, however short the phase
-
-
 def _ingest_options(f):
     f = click.option("--append", is_flag=True, help="Add these files to an existing database (ranks already there are kept; identical files are skipped).")(f)
     f = click.option("--rank-pattern", metavar="REGEX", help=r"Take each file's rank from its name with this regex (first group), e.g. 'node\d+-gpu(\d+)'.")(f)
@@ -165,13 +128,13 @@ def _ingest_options(f):
 def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
     from .pipeline import expand, ingest
     paths = expand(files)
-    with _Progress(len(paths)) as progress:
+    with Progress(len(paths)) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate)
     for w in res.warnings:
-        _say(f"traceflow: warning: {w}", err=True)
+        say(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
-        _say(f"traceflow: note: {s}", err=True)
+        say(f"traceflow: note: {s}", err=True)
     return res
 
 
@@ -195,121 +158,9 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
     """
     with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force) as job:
         rows = job.rank_summary()
-    _say(f"wrote {job.path}: {_plural(len(rows), 'rank')}")
+    say(f"wrote {job.path}: {plural(len(rows), 'rank')}")
     for rank, fmt, n_gpu, n_steps, off in rows:
-        _say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {_plural(n_steps, 'step'):>10}  clock offset {off / 1e6:+.3f} ms")
-
-
-def _cell(v, col: str, instant: bool, duration: bool) -> str:
-    import datetime
-    if v is None:
-        return ""
-    if instant and isinstance(v, int):
-        return datetime.datetime.fromtimestamp(v / 1e9, datetime.UTC).strftime("%H:%M:%S.%f")
-    if duration and isinstance(v, (int, float)):
-        return f"{v / 1e6:,.3f}"
-    if isinstance(v, float):
-        return f"{v:,.2f}"
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000:
-        return f"{v:,}"
-    if isinstance(v, str) and col.endswith(_NAME_COLUMNS):
-        v = short_name(v)  # the full name: --format json / csv
-    return printable(v)
-
-
-# Columns holding kernel or call names: shown short on a terminal (text.short_name).
-_NAME_COLUMNS = ("name", "_op", "kernel", "what")
-
-
-def _print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
-    cols = [d[0] for d in rel.description]
-    rows = rel.fetchall()
-    if fmt == "json":
-        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
-    elif fmt == "csv":
-        import csv
-        w = csv.writer(sys.stdout)
-        w.writerow(cols)
-        if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
-            rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
-        w.writerows(rows)
-    elif not rows:
-        _say(empty)
-    else:
-        _print_table(cols, rows if limit is None else rows[:limit])
-        if limit is not None and len(rows) > limit:
-            _say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
-
-
-def _print_table(cols: list[str], rows: list[tuple]):
-    """For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns);
-    numbers right-aligned and never folded or cut; kernel names shortened; as many columns as the
-    terminal's width holds, and a line naming the ones left out."""
-    import shutil
-
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-    instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
-    duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
-    heads = [f"{c[:-3]} (UTC)" if i else f"{c[:-3]} (ms)" if d else c for c, i, d in zip(cols, instant, duration)]
-    cells = [[_cell(v, c, i, d) for v, c, i, d in zip(r, cols, instant, duration)] for r in rows]
-    numeric = [i or all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in col)
-               for i, col in zip(instant, zip(*rows))]
-    natural = [max(len(h), *(len(r[k]) for r in cells)) for k, h in enumerate(heads)]
-    # A text column may shrink to 16 characters (then ends in …); a number or a time never shrinks.
-    least = [n if numeric[k] else min(n, 16) for k, n in enumerate(natural)]
-    width = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
-    keep = list(range(len(cols)))
-    if width:
-        used, keep = 1, []
-        for k in range(len(cols)):
-            if used + least[k] + 3 <= width:
-                keep.append(k)
-                used += least[k] + 3
-    # Every column gets its width here (rich would squeeze some to nothing): numbers their own,
-    # text columns share what is left, each at least its `least`.
-    size = {k: natural[k] for k in keep}
-    if width:
-        text = [k for k in keep if not numeric[k]]
-        spare = width - 1 - sum(3 + (size[k] if numeric[k] else least[k]) for k in keep)
-        for k in sorted(text, key=lambda k: natural[k]):  # narrow ones first take all they need
-            size[k] = least[k] + min(natural[k] - least[k], spare // max(1, len(text)))
-            spare -= size[k] - least[k]
-            text.remove(k)
-    t = Table(show_lines=False, header_style="bold")
-    for k in keep:
-        t.add_column(Text(printable(heads[k])), justify="right" if numeric[k] else "left", no_wrap=True,
-                     overflow="ellipsis", width=size[k])
-    for row in cells:  # Text, not str: a '[red]' in a kernel name is not markup
-        t.add_row(*(Text(row[k]) for k in keep))
-    # Through a pipe there is no width to follow: wide enough that nothing is cut.
-    Console(width=width or sum(natural) + 3 * len(cols) + 1).print(t)
-    if len(keep) < len(cols):
-        left = ", ".join(cols[k] for k in range(len(cols)) if k not in keep)
-        _say(f"(not shown at this terminal's width: {left}; a wider terminal or --format csv/json shows them)")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
-
-
-def _span(values: list[int]) -> str:
-    if not values:
-        return "none"
-    lo, hi = min(values), max(values)
-    return f"{lo}" if lo == hi else f"{lo}–{hi}"
-
-
-def _empty_message(con, rank, step) -> str:
-    """What the database holds, so an empty answer says why: `no rows for --rank 7 (ranks 0–3, steps 3–5)`."""
-    ranks = [r[0] for r in con.execute("SELECT DISTINCT rank FROM traces").fetchall()]
-    try:
-        steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps").fetchall()]
-    except Exception:  # noqa: BLE001 - an older database without steps
-        steps = []
-    asked = " ".join(f"--{k} {v}" for k, v in (("rank", rank), ("step", step)) if v is not None)
-    return f"no rows{' for ' + asked if asked else ''} (ranks {_span(ranks)}, steps {_span(steps)})"
+        say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {plural(n_steps, 'step'):>10}  clock offset {off / 1e6:+.3f} ms")
 
 
 @main.command()
@@ -334,19 +185,18 @@ def query(database, name, list_, rank, step, fmt, limit):
     from . import packs
     if list_ or not name:
         for p in packs.listing():
-            _say(f"{p.name:<26} {p.description}")
+            say(f"{p.name:<26} {p.description}")
         return
     from .job import open as open_job
     with open_job(database) as job:
         rel = job.relation(name, rank, step)
         if name == "critical-path" and fmt == "table" and sys.stdout.isatty():
-            from .critical_path import summary_lines
-            for line in summary_lines(job.con, step):
-                _say(line)
-        _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=_empty_message(job.con, rank, step))
+            for line in critical_path_lines(job.con, step):
+                say(line)
+        print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step))
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(job, rank):
-                _say(line)
+                say(line)
 
 
 def _coverage_lines(job, rank) -> list[str]:
@@ -382,7 +232,7 @@ def sql_cmd(database, text, fmt, limit):
         except duckdb.Error as e:
             raise UsageError(f"SQL error: {one_line(e)}") from None
         if rel.description is not None:
-            _print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
+            print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
 
 
 @main.command()
@@ -398,7 +248,7 @@ def report(database, output, force):
     """
     from .job import open as open_job
     with open_job(database) as job:
-        _say(f"wrote {job.write_report(output, force=force)}")
+        say(f"wrote {job.write_report(output, force=force)}")
 
 
 @main.command()
@@ -419,7 +269,7 @@ def annotate(database, output, ranks, steps, force):
     """
     from .job import open as open_job
     with open_job(database) as job:
-        _say(f"wrote {job.write_perfetto(output, ranks=list(ranks) or None, steps=list(steps) or None, force=force)}")
+        say(f"wrote {job.write_perfetto(output, ranks=list(ranks) or None, steps=list(steps) or None, force=force)}")
 
 
 @main.command()
@@ -437,10 +287,10 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     from .postmortem import finish, prepare
     db = prepare(outdir, expand(files), force=force)
     with _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force) as job, \
-            _Progress(0) as progress:
+            Progress(0) as progress:
         out = finish(job, outdir, force=force, progress=progress)
-    _say(out["verdict"])
-    _say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
+    say(out["verdict"])
+    say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
 
 
 @main.command()
@@ -461,8 +311,8 @@ def recipe(name, files, database, nsys):
     from .recipes import load_recipe
     tables = load_recipe(name, list(files), database, nsys=nsys)
     for t, n in tables:
-        _say(f"  {t}: {n:,} rows")
-    _say(f"wrote {len(tables)} tables into {database}")
+        say(f"  {t}: {n:,} rows")
+    say(f"wrote {len(tables)} tables into {database}")
 
 
 if __name__ == "__main__":

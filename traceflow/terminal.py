@@ -1,0 +1,179 @@
+"""What a person sees on a terminal: tables sized to its width, the progress line, and the
+one-line summaries; --format json/csv bypass all of it and keep raw values."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .text import printable, short_name
+
+
+def say(text, err: bool = False):
+    """click.echo for anything that may hold text from a trace: control characters escaped, per line."""
+    click.echo("\n".join(printable(line) for line in str(text).split("\n")), err=err)
+
+
+class Progress:
+    """The progress line on a terminal (stderr): files read, then each phase by name, so that it
+    never sits at "4/4 files" through the analyses, the report and the Perfetto trace.
+    Called with a path when a file is read; .phase(name) when a phase starts."""
+
+    def __init__(self, total: int):
+        self.prog = None
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            self.prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total} files"), TimeElapsedColumn(), transient=True)
+            self.task = self.prog.add_task("reading", total=total)
+
+    def __enter__(self):
+        if self.prog:
+            self.prog.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.prog:
+            self.prog.stop()
+
+    def __call__(self, path=None):
+        if self.prog and isinstance(path, str):
+            self.prog.advance(self.task)
+
+    def phase(self, name: str):
+        if self.prog:
+            self.prog.update(self.task, description=printable(name))
+            self.prog.refresh()  # shown now, however short the phase
+
+
+def cell(v, col: str, instant: bool, duration: bool) -> str:
+    import datetime
+    if v is None:
+        return ""
+    if instant and isinstance(v, int):
+        return datetime.datetime.fromtimestamp(v / 1e9, datetime.UTC).strftime("%H:%M:%S.%f")
+    if duration and isinstance(v, (int, float)):
+        return f"{v / 1e6:,.3f}"
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000:
+        return f"{v:,}"
+    if isinstance(v, str) and col.endswith(NAME_COLUMNS):
+        v = short_name(v)  # the full name: --format json / csv
+    return printable(v)
+
+
+# Columns holding kernel or call names: shown short on a terminal (text.short_name).
+NAME_COLUMNS = ("name", "_op", "kernel", "what")
+
+
+def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
+    cols = [d[0] for d in rel.description]
+    rows = rel.fetchall()
+    if fmt == "json":
+        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
+    elif fmt == "csv":
+        import csv
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
+            rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
+        w.writerows(rows)
+    elif not rows:
+        say(empty)
+    else:
+        print_table(cols, rows if limit is None else rows[:limit])
+        if limit is not None and len(rows) > limit:
+            say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
+
+
+def print_table(cols: list[str], rows: list[tuple]):
+    """For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns);
+    numbers right-aligned and never folded or cut; kernel names shortened; as many columns as the
+    terminal's width holds, and a line naming the ones left out."""
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+    instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
+    duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
+    heads = [f"{c[:-3]} (UTC)" if i else f"{c[:-3]} (ms)" if d else c for c, i, d in zip(cols, instant, duration)]
+    cells = [[cell(v, c, i, d) for v, c, i, d in zip(r, cols, instant, duration)] for r in rows]
+    numeric = [i or all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in col)
+               for i, col in zip(instant, zip(*rows))]
+    natural = [max(len(h), *(len(r[k]) for r in cells)) for k, h in enumerate(heads)]
+    # A text column may shrink to 16 characters (then ends in …); a number or a time never shrinks.
+    least = [n if numeric[k] else min(n, 16) for k, n in enumerate(natural)]
+    width = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+    keep = list(range(len(cols)))
+    if width:
+        used, keep = 1, []
+        for k in range(len(cols)):
+            if used + least[k] + 3 <= width:
+                keep.append(k)
+                used += least[k] + 3
+    # Every column gets its width here (rich would squeeze some to nothing): numbers their own,
+    # text columns share what is left, each at least its `least`.
+    size = {k: natural[k] for k in keep}
+    if width:
+        text = [k for k in keep if not numeric[k]]
+        spare = width - 1 - sum(3 + (size[k] if numeric[k] else least[k]) for k in keep)
+        for k in sorted(text, key=lambda k: natural[k]):  # narrow ones first take all they need
+            size[k] = least[k] + min(natural[k] - least[k], spare // max(1, len(text)))
+            spare -= size[k] - least[k]
+            text.remove(k)
+    t = Table(show_lines=False, header_style="bold")
+    for k in keep:
+        t.add_column(Text(printable(heads[k])), justify="right" if numeric[k] else "left", no_wrap=True,
+                     overflow="ellipsis", width=size[k])
+    for row in cells:  # Text, not str: a '[red]' in a kernel name is not markup
+        t.add_row(*(Text(row[k]) for k in keep))
+    # Through a pipe there is no width to follow: wide enough that nothing is cut.
+    Console(width=width or sum(natural) + 3 * len(cols) + 1).print(t)
+    if len(keep) < len(cols):
+        left = ", ".join(cols[k] for k in range(len(cols)) if k not in keep)
+        say(f"(not shown at this terminal's width: {left}; a wider terminal or --format csv/json shows them)")
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def span(values: list[int]) -> str:
+    if not values:
+        return "none"
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
+def empty_message(con, rank, step) -> str:
+    """What the database holds, so an empty answer says why: `no rows for --rank 7 (ranks 0–3, steps 3–5)`."""
+    ranks = [r[0] for r in con.execute("SELECT DISTINCT rank FROM traces").fetchall()]
+    try:
+        steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps").fetchall()]
+    except Exception:  # noqa: BLE001 - an older database without steps
+        steps = []
+    asked = " ".join(f"--{k} {v}" for k, v in (("rank", rank), ("step", step)) if v is not None)
+    return f"no rows{' for ' + asked if asked else ''} (ranks {span(ranks)}, steps {span(steps)})"
+
+
+def critical_path_lines(con, step=None) -> list[str]:
+    """One line per step: the biggest segments in words, for the terminal."""
+    where = "" if step is None else f"WHERE step = {int(step)}"
+    out = []
+    for st, wall, top in con.execute(f"""
+        WITH s AS (SELECT step, sum(end_ns - start_ns) AS wall FROM critical_path {where} GROUP BY step),
+             k AS (SELECT step, rank, kind, coalesce(any_value(name), '') AS name, sum(end_ns - start_ns) AS d
+                   FROM critical_path {where} GROUP BY step, rank, kind, name)
+        SELECT s.step, s.wall, list(struct_pack(rank := k.rank, kind := k.kind, name := k.name, d := k.d) ORDER BY k.d DESC)[1:3]
+        FROM s JOIN k USING (step) GROUP BY s.step, s.wall ORDER BY s.step""").fetchall():
+        parts = [f"{p['d'] / 1e6:.1f} ms ({100 * p['d'] / wall:.0f}%) {p['kind']} on rank {p['rank']}"
+                 + (f" ({_clip(short_name(p['name']))})" if p['name'] else "") for p in top]
+        out.append(f"step {st}: {wall / 1e6:.1f} ms; " + ", ".join(parts))
+    return out
+
+
+def _clip(name: str, n: int = 48) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
