@@ -1,16 +1,17 @@
 """`traceflow report`: the post-mortem as one self-contained HTML file.
 
-Tables are plain HTML (readable without JavaScript); plots are Plotly, whose library is
-inlined, so the page opens offline. Every string that comes from a trace is escaped: table
-cells with html.escape, plot data inside a JSON block whose '<', '>' and '&' are \\u-escaped,
-and plot labels stripped of markup Plotly would otherwise interpret.
+This module gathers what the page shows into plain values (sections of headings, notes, tables
+and plots); page.html.j2 lays them out, rendered by Jinja2 with autoescape. Tables are plain
+HTML (readable without JavaScript); plots are Plotly, whose library is inlined, so the page opens
+offline. Every string that comes from a trace is escaped: table cells and text by the template,
+plot data inside a JSON block whose '<', '>' and '&' are \\u-escaped, and plot labels stripped
+of markup Plotly would otherwise interpret.
 """
 from __future__ import annotations
 
-import html
 import json
 import os
-from importlib import resources
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..outputs import atomic_output, check_output
@@ -32,7 +33,55 @@ def _label(s, n=60) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+# What the template lays out. A block is one of: Heading, Note, Items, Table, Plot.
+@dataclass
+class Heading:
+    text: str
+    kind: str = "heading"
+
+
+@dataclass
+class Note:
+    text: str
+    kind: str = "note"
+
+
+@dataclass
+class Items:
+    items: list[str]
+    cls: str
+    kind: str = "items"
+
+
+@dataclass
+class Cell:
+    text: str
+    num: bool = False  # right-aligned, tabular figures
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[Cell]]
+    kind: str = "table"
+
+
+@dataclass
+class Plot:
+    id: str
+    kind: str = "plot"
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    blocks: list = field(default_factory=list)
+
+
 def _cell(v) -> str:
+    """A value as the page shows it; trace text with control characters shown as escapes (the
+    template escapes HTML)."""
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -42,40 +91,24 @@ def _cell(v) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, (list, tuple)):
-        return _text(", ".join(map(str, v)))
-    return _text(v)
+        return printable(", ".join(map(str, v)))
+    return printable(v)
 
 
-def _text(v) -> str:
-    """Trace text into the page: control characters shown as escapes (no NUL or ESC in the file), HTML escaped."""
-    return html.escape(printable(v))
-
-
-def table(con, sql, params=None, headers=None, ms_cols=()) -> str:
+def table(con, sql, params=None, headers=None, ms_cols=()) -> Table:
     rel = con.execute(sql, params or [])
     cols = [d[0] for d in rel.description]
-    rows = rel.fetchall()
-    if not rows:
-        return '<p class="empty">none</p>'
-    head = "".join(f"<th>{_text(h)}</th>" for h in (headers or cols))
-    body = []
-    for r in rows:
-        cells = []
-        for c, v in zip(cols, r):
-            if c in ms_cols and v is not None:
-                cells.append(f'<td class="num">{v / 1e6:,.3f}</td>')
-            else:
-                cls = ' class="num"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-                cells.append(f"<td{cls}>{_cell(v)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<div class="tw"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    rows = [[Cell(f"{v / 1e6:,.3f}", True) if c in ms_cols and v is not None
+             else Cell(_cell(v), isinstance(v, (int, float)) and not isinstance(v, bool)) for c, v in zip(cols, r)]
+            for r in rel.fetchall()]
+    return Table([printable(h) for h in (headers or cols)], rows)
 
 
 class _Plots:
     def __init__(self):
         self.specs = []
 
-    def add(self, data, title: str, x: str, y: str, **layout) -> str:
+    def add(self, data, title: str, x: str, y: str, **layout) -> Plot:
         """A chart: its title and both axis titles (with units) are required. Plotly.js 2+ reads a title
         only as {"text": ...}; the plain-string form that older versions took is silently ignored."""
         pid = f"plot{len(self.specs)}"
@@ -85,7 +118,7 @@ class _Plots:
             base[axis] = {**layout.pop(axis, {}), "title": {"text": text}, "automargin": True}
         base.update(layout)
         self.specs.append({"id": pid, "data": data, "layout": base})
-        return f'<div class="plot" id="{pid}" data-plot="1"></div>'
+        return Plot(pid)
 
     def script_json(self) -> str:
         text = json.dumps(self.specs, default=str)
@@ -107,12 +140,12 @@ def build(job: Job) -> str:
     return _build(job.con, job.path, job.findings())
 
 
-def _coverage(con) -> str:
+def _coverage(con) -> list:
     """Per rank: what share of the capture's GPU time lies inside steps."""
     rows = con.execute("SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage ORDER BY rank").fetchall()
-    items = "".join(f"<li>rank {r}: {html.escape(f'{c:.1f}' if c is not None else 'n/a')}% of its GPU time in steps"
-                    f" ({b / 1e6:.1f} ms before the first, {a / 1e6:.1f} ms after the last)</li>" for r, c, b, a in rows)
-    return f'<p class="note">Step coverage:</p><ul class="coverage">{items}</ul>'
+    items = [f"rank {r}: {f'{c:.1f}' if c is not None else 'n/a'}% of its GPU time in steps"
+             f" ({b / 1e6:.1f} ms before the first, {a / 1e6:.1f} ms after the last)" for r, c, b, a in rows]
+    return [Note("Step coverage:"), Items(items, "coverage")]
 
 
 def _build(con, database: str, f: dict) -> str:
@@ -120,8 +153,7 @@ def _build(con, database: str, f: dict) -> str:
     sections = []
 
     # 1. Verdict
-    v = "".join(f"<li>{_text(s)}</li>" for s in f["sentences"])
-    sections.append(("verdict", "Verdict", f'<ul class="verdict">{v}</ul>'))
+    sections.append(Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]))
 
     # 2. Per-rank, per-step breakdown
     rows = con.execute("""SELECT rank, step, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns FROM step_breakdown
@@ -134,12 +166,12 @@ def _build(con, database: str, f: dict) -> str:
                         FROM step_breakdown ORDER BY rank, start_ns""",
                 headers=["rank", "step", "wall (ms)", "compute (ms)", "exposed comm (ms)", "exposed memcpy (ms)", "idle (ms)", "idle %"],
                 ms_cols=("wall_ns", "compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns"))
-    sections.append(("steps", "Where each rank's GPU time went, per step",
-                     plot + '<p class="note">compute + exposed comm + exposed memcpy + idle = the step\'s GPU window, '
-                     'exactly. The window starts at the end of the previous step\'s GPU work and ends at the last end of '
-                     'its own ops, or at the next step\'s first op: windows never overlap, so every nanosecond of GPU '
-                     'time is counted once. The rows "before steps" / "after steps" hold GPU work outside every '
-                     'step window.</p>' + _coverage(con) + tbl))
+    sections.append(Section("steps", "Where each rank's GPU time went, per step", [
+        plot, Note("compute + exposed comm + exposed memcpy + idle = the step's GPU window, exactly. The window "
+                   "starts at the end of the previous step's GPU work and ends at the last end of its own ops, or at "
+                   "the next step's first op: windows never overlap, so every nanosecond of GPU time is counted once. "
+                   'The rows "before steps" / "after steps" hold GPU work outside every step window.'),
+        *_coverage(con), tbl]))
 
     # 3. Critical path
     rows = con.execute("SELECT step, kind, sum(total_ns) FROM critical_path_summary GROUP BY step, kind").fetchall()
@@ -155,7 +187,8 @@ def _build(con, database: str, f: dict) -> str:
     tbl = table(con, """SELECT step, rank, kind, name, dur_ns FROM (
                            SELECT *, row_number() OVER (PARTITION BY step ORDER BY dur_ns DESC) k FROM critical_path) WHERE k <= 5
                         ORDER BY step, dur_ns DESC""", headers=["step", "rank", "kind", "what", "length (ms)"], ms_cols=("dur_ns",))
-    sections.append(("critical-path", "Critical path: what set each step's length", p1 + p2 + "<h3>Longest segments per step</h3>" + tbl))
+    sections.append(Section("critical-path", "Critical path: what set each step's length",
+                            [p1, p2, Heading("Longest segments per step"), tbl]))
 
     # 4. Stragglers, collective waits, idle gaps
     rows = con.execute("SELECT rank, wait_caused_ns FROM stragglers_by_rank ORDER BY rank").fetchall()
@@ -173,8 +206,8 @@ def _build(con, database: str, f: dict) -> str:
     t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps WHERE step IS NOT NULL
                         ORDER BY dur_ns DESC LIMIT 15""",
                headers=["rank", "step", "idle (ms)", "cause", "host was doing", "GPU op that ended it"], ms_cols=("dur_ns",))
-    sections.append(("waits", "Stragglers, collective waits and idle gaps",
-                     p1 + "<h3>Collectives with the most peer wait</h3>" + t1 + p2 + "<h3>Longest idle gaps</h3>" + t2))
+    sections.append(Section("waits", "Stragglers, collective waits and idle gaps",
+                            [p1, Heading("Collectives with the most peer wait"), t1, p2, Heading("Longest idle gaps"), t2]))
 
     # 5. Launch overhead, syncs, kernels
     t1 = table(con, """SELECT rank, step, launches, launch_exposed_ns, launch_exposed_pct, launch_bound FROM launch_bound_steps
@@ -186,9 +219,9 @@ def _build(con, database: str, f: dict) -> str:
                headers=["rank", "kernel", "launches", "mean launch call (ms)", "mean queued behind earlier work (ms)",
                         "GPU idle while issuing (ms)", "kernel time (ms)", "launch-bound"],
                ms_cols=("mean_api_ns", "mean_queue_ns", "total_exposed_ns", "total_gpu_ns"))
-    t2 += ('<p class="note">A kernel is launch-bound when the GPU sat idle longer while it was being issued '
-           'than the kernel ran (GPU idle while issuing &gt; kernel time). Queueing behind earlier work '
-           '(a running NCCL kernel, say) is waiting, not launch cost.</p>')
+    n2 = Note("A kernel is launch-bound when the GPU sat idle longer while it was being issued than the kernel "
+              "ran (GPU idle while issuing > kernel time). Queueing behind earlier work (a running NCCL kernel, "
+              "say) is waiting, not launch cost.")
     t3 = table(con, """SELECT rank, step, name, reason, blocked_ns, gpu_op FROM sync ORDER BY blocked_ns DESC LIMIT 10""",
                headers=["rank", "step", "call", "why it blocks", "host blocked (ms)", "GPU op"], ms_cols=("blocked_ns",))
     rows = con.execute("""SELECT name, sum(total_ns) t FROM kernels GROUP BY name ORDER BY t DESC LIMIT 10""").fetchall()
@@ -200,9 +233,9 @@ def _build(con, database: str, f: dict) -> str:
                            SELECT *, row_number() OVER (PARTITION BY rank ORDER BY total_ns DESC) k FROM kernels) WHERE k <= 5
                        ORDER BY rank, total_ns DESC""",
                headers=["rank", "kernel", "category", "count", "total (ms)", "mean (ms)", "share of busy"], ms_cols=("total_ns", "mean_ns"))
-    sections.append(("launch", "Launch overhead, host syncs and top kernels",
-                     "<h3>Steps by GPU idle time spent waiting for launches</h3>" + t1 + "<h3>Launch overhead per kernel</h3>" + t2
-                     + "<h3>Blocking host calls</h3>" + t3 + p1 + "<h3>Top kernels per rank</h3>" + t4))
+    sections.append(Section("launch", "Launch overhead, host syncs and top kernels", [
+        Heading("Steps by GPU idle time spent waiting for launches"), t1, Heading("Launch overhead per kernel"), t2, n2,
+        Heading("Blocking host calls"), t3, p1, Heading("Top kernels per rank"), t4]))
 
     # 6. Inputs
     t1 = table(con, """SELECT rank, source_path, source_format, profiler_version, rank_source, hostname, device_name,
@@ -210,16 +243,21 @@ def _build(con, database: str, f: dict) -> str:
                headers=["rank", "file", "format", "profiler", "rank from", "host", "device", "clock offset (ms)", "clock spread (ms)"],
                ms_cols=("clock_offset_ns", "clock_spread_ns"))
     t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""")
-    sections.append(("inputs", "Inputs", t1 + "<h3>Warnings from ingest</h3>" + t2))
+    sections.append(Section("inputs", "Inputs", [t1, Heading("Warnings from ingest"), t2]))
+    return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
+                  specs=P.script_json())
 
-    nav = "".join(f'<a href="#{sid}">{html.escape(title.split(":")[0])}</a>' for sid, title, _ in sections)
-    body = "".join(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{content}</section>' for sid, title, content in sections)
-    tpl = resources.files(__package__).joinpath("page.html").read_text()
+
+def render(**values) -> str:
+    """page.html.j2 with autoescape; `specs` (JSON, already \\u-escaped) and Plotly's own code go in as they are."""
+    import jinja2
     import plotly.offline
-    return (tpl.replace("{{TITLE}}", _text(f"traceflow post-mortem: {os.path.basename(database)}"))
-               .replace("{{NAV}}", nav).replace("{{BODY}}", body)
-               .replace("{{SPECS}}", P.script_json())
-               .replace("{{PLOTLY}}", plotly.offline.get_plotlyjs().replace("</script", "<\\/script")))
+    from markupsafe import Markup
+    env = jinja2.Environment(loader=jinja2.PackageLoader(__package__, "."), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    values["specs"] = Markup(values["specs"])
+    values["plotly"] = Markup(plotly.offline.get_plotlyjs().replace("</script", "<\\/script"))
+    return env.get_template("page.html.j2").render(**values)
 
 
 def write_report(job: Job, output: str = "report.html", force: bool = False) -> str:
