@@ -1,6 +1,6 @@
 -- exposed_comm (pack `exposed-comm`): how much NCCL time each rank spent with no compute to hide it.
 --
--- Inputs: step_windows, gpu_state (gpu_busy.sql).
+-- Inputs: step_windows, gpu_state (gpu_state.sql).
 --
 -- One row per rank and step, inside the step's GPU window. Times in ns.
 --   rank, step

@@ -1,7 +1,7 @@
 -- idle_gaps (pack `idle-gaps`): every stretch inside a step's GPU window where the rank's GPU
 -- ran nothing, with its cause and what the host was doing meanwhile.
 --
--- Inputs: gpu_islands, step_windows (gpu_busy.sql), gpu_ops, host_ops, ranges.
+-- Inputs: gpu_islands (gpu_islands.sql), step_windows (traceflow/derive/), gpu_ops, host_ops, ranges.
 -- Parameters (DuckDB variables; defaults in brackets):
 --   tf_launch_threshold_ns  gaps shorter than this are launch latency when the next op was queued [5000 ns = 5 µs]
 --

@@ -1,9 +1,7 @@
 -- launch_overhead (pack `launch-overhead`): what launching each GPU op cost, and how much of it
 -- the GPU sat idle for.
 --
--- Inputs: gpu_ops (launch columns), gpu_islands, idle_gaps, step_breakdown.
--- Parameters: tf_launch_bound_share — a step is launch-bound when its exposed launch overhead is
---   at least this share of the step's GPU window [0.3], and larger than its compute time.
+-- Inputs: gpu_ops (launch columns), gpu_islands.
 --
 -- One row per launched GPU op (launch call found in the trace). Times in ns.
 --   rank, step, name, kind, stream, op_id
@@ -34,17 +32,7 @@
 --   total_latency_ns  sum of latency_ns, launch call start to kernel start: call and queue together (ns)
 --   mean_latency_ns, p50_latency_ns, p99_latency_ns  mean / median / 99th percentile of latency_ns (ns)
 --   total_api_ns      sum of api_ns (ns)
--- launch_bound_steps (pack `launch-bound`): per rank and step, how much GPU idle launching cost.
---   launches            launched GPU ops of the step
---   api_ns              time in launch calls (ns)
---   launch_exposed_ns   idle time inside the window during which the op that ended the idle gap was
---                       being issued ([issue_start, gpu_start] of that op; gaps are disjoint, so
---                       nothing is counted twice) (ns)
---   wall_ns, compute_ns  the step's GPU window and its compute time, as in step_breakdown (ns)
---   launch_exposed_pct  launch_exposed_ns in percent of wall_ns
---   launch_bound        launch_exposed_ns is at least tf_launch_bound_share of the window and more
---                       than the step's compute time
--- requires: gpu_islands, gpu_ops, idle_gaps, step_breakdown
+-- requires: gpu_islands, gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -77,24 +65,6 @@ SELECT rank, name, count(*) AS count, sum(exposed_ns)::BIGINT AS total_exposed_n
        quantile_disc(latency_ns, 0.5) AS p50_latency_ns, quantile_disc(latency_ns, 0.99) AS p99_latency_ns,
        sum(api_ns)::BIGINT AS total_api_ns
 FROM launch_overhead GROUP BY rank, name ORDER BY rank, total_exposed_ns DESC;
-
-CREATE OR REPLACE TABLE launch_bound_steps AS
-WITH ex AS (
-    SELECT rank, step,
-           sum(CASE WHEN next_issue_start_ns IS NOT NULL AND next_issue_start_ns < end_ns
-                    THEN end_ns - greatest(start_ns, next_issue_start_ns) ELSE 0 END)::BIGINT AS launch_exposed_ns
-    FROM idle_gaps GROUP BY rank, step
-), n AS (
-    SELECT rank, step, count(*) AS launches, sum(api_ns)::BIGINT AS api_ns FROM launch_overhead GROUP BY rank, step
-)
-SELECT s.rank, s.step, coalesce(n.launches, 0) AS launches, coalesce(n.api_ns, 0) AS api_ns,
-       coalesce(ex.launch_exposed_ns, 0) AS launch_exposed_ns, s.wall_ns, s.compute_ns,
-       round(100.0 * coalesce(ex.launch_exposed_ns, 0) / nullif(s.wall_ns, 0), 2) AS launch_exposed_pct,
-       coalesce(ex.launch_exposed_ns, 0) >= coalesce(getvariable('tf_launch_bound_share'), 0.3) * s.wall_ns
-           AND coalesce(ex.launch_exposed_ns, 0) > s.compute_ns AS launch_bound
-FROM step_breakdown s LEFT JOIN ex USING (rank, step) LEFT JOIN n USING (rank, step)
-WHERE s.part = 'step'
-ORDER BY s.rank, s.step;
 
 -- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
 SELECT * FROM launch_overhead LIMIT 20;

@@ -16,7 +16,7 @@ def build(ops: list[dict], calls: list[dict] = ()) -> Graph:
     launch call's start and thread), prev/dep (op_ids), grp (a collective across ranks).
     calls: rank, tid, start, end, op (node id), role (other/sync/launch), waited (an op_id)."""
     ops = sorted(ops, key=lambda o: o["op_id"])
-    col = lambda k, d=-1: [o.get(k, d) for o in ops]  # noqa: E731
+    col = lambda k, d=-1: [o.get(k, d) for o in ops]
     g = Graph(col("op_id"), col("rank"), col("start"), col("end"), col("cat", 0), col("api"), col("ltid"),
               col("prev"), col("dep"), col("grp"))
     names = dict(zip(HOST_COLUMNS, ("rank", "tid", "start", "end", "op", "role", "waited")))

@@ -49,3 +49,21 @@ def test_the_checker_catches_an_undeclared_dependency():
         run_order({"a": "-- requires: nowhere\nCREATE TABLE a AS SELECT 1"}, set())
     assert run_order({"b": "-- requires: a\nCREATE TABLE b AS SELECT * FROM a",
                       "a": "-- requires: (nothing)\nCREATE TABLE a AS SELECT 1"}, set()) == ["a", "b"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "queries").glob("*.sql")), ids=lambda p: p.name)
+def test_a_file_is_named_for_the_public_tables_it_creates(path):
+    """File name = pack name = the public table: `idle_gaps.sql` makes idle_gaps (and may add
+    idle_gaps_summary); helper tables live in schema tf_internal, out of a user's `.tables`."""
+    from traceflow.sqlmodules import creates_public
+    public = creates_public(path.read_text())
+    assert all(t.startswith(path.stem) for t in public), (path.name, public)
+    assert not public or public[0] == path.stem, (path.name, public)
+    assert packs.table_of(path.stem.replace("_", "-")) in (public[0] if public else None, None)
+
+
+def test_pack_names_are_the_tables_and_aliases_still_work():
+    assert packs.table_of("idle-gaps") == "idle_gaps" == packs.table_of("idle_gaps")
+    assert packs.table_of("steps") == "step_breakdown" == packs.table_of("step-breakdown")
+    assert packs.table_of("gpu-state") is None  # a helper, not a pack
+    assert {p.name for p in packs.listing()} == {t.replace("_", "-") for t in packs.public_tables()}

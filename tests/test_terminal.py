@@ -24,10 +24,10 @@ def _table_lines(text: str) -> list[str]:
     return [line for line in ANSI.sub("", text).splitlines() if line.startswith(("┃", "│"))]
 
 
-@pytest.mark.parametrize("pack", sorted(packs.PUBLIC))
+@pytest.mark.parametrize("pack", sorted(t.replace("_", "-") for t in packs.public_tables()) + sorted(packs.ALIASES))
 @pytest.mark.parametrize("columns", [80])
 def test_every_pack_reads_at_a_terminal(job, pack, columns):
-    table = packs.PUBLIC[pack]
+    table = packs.table_of(pack)
     cols = [r[0] for r in connect(job).execute(f"DESCRIBE {table}").fetchall()]
     args = ["--step", "4"] if "step" in cols else []
     out = ANSI.sub("", on_a_terminal("query", job, pack, *args, columns=columns))
@@ -77,7 +77,7 @@ def test_plurals_and_short_kernel_names(tmp_path):
 
 def test_every_user_table_and_column_is_documented(job):
     con = connect(job)
-    public = set(packs.PUBLIC.values()) | {"traces", "gpu_ops", "host_ops", "ranges", "steps", "collectives"}
+    public = set(packs.public_tables()) | {"traces", "gpu_ops", "host_ops", "ranges", "steps", "collectives"}
     rows = con.execute("""SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'main'""").fetchall()
     assert {t for t, _ in rows} == public  # helpers live in tf_internal
     assert all(c for t, c in rows), [t for t, c in rows if not c]

@@ -38,7 +38,7 @@ def _filters(rank, step, columns):
 
 
 def query_relation(con, name: str, rank=None, step=None):
-    table = packs.PUBLIC.get(name) or packs.PUBLIC.get(name.replace("_", "-"))
+    table = packs.table_of(name)
     if table is None:
         raise UsageError(f"no query pack named {name!r}; `traceflow query DB --list` lists them")
     exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()[0]

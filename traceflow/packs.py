@@ -6,6 +6,7 @@ table. Thresholds are DuckDB variables with defaults (`SET VARIABLE tf_... = ...
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -15,14 +16,24 @@ from pathlib import Path
 LOADED = {"traces", "gpu_ops", "host_ops", "ranges"}
 # Run by critical_path.compute, after the analyses (its walk runs between the two files).
 CRITICAL_PATH_FILES = ("cp_graph", "critical_path")
-# Pack name on the command line -> table it fills.
-PUBLIC = {
-    "steps": "step_breakdown", "step-coverage": "step_coverage", "idle-gaps": "idle_gaps", "idle-gaps-summary": "idle_gaps_summary",
-    "launch-overhead": "launch_overhead", "launch-overhead-summary": "launch_overhead_summary",
-    "launch-bound": "launch_bound_steps", "exposed-comm": "exposed_comm", "collective-waits": "collective_waits",
-    "stragglers": "stragglers", "stragglers-by-rank": "stragglers_by_rank", "kernels": "kernels", "sync": "sync",
-    "critical-path": "critical_path", "critical-path-summary": "critical_path_summary",
-}
+# A pack is a public table of queries/: its name on the command line is the table's, with dashes
+# (step-breakdown); a file creates only tables whose names start with the file's (tests/test_sql_modules.py).
+# Older names kept working:
+ALIASES = {"steps": "step_breakdown", "launch-bound": "launch_bound_steps"}
+
+
+@functools.cache
+def public_tables() -> tuple[str, ...]:
+    """The public tables the analyses create (helpers live in schema tf_internal), in run order."""
+    from .sqlmodules import creates_public
+    return tuple(t for f in run_order() + ["critical_path"] for t in creates_public(pack_sql(f)))
+
+
+def table_of(pack: str) -> str | None:
+    """The table a pack name (as typed: `idle-gaps`, `idle_gaps` or an alias) fills, or None."""
+    table = ALIASES.get(pack) or pack.replace("-", "_")
+    return table if table in public_tables() else None
+
 
 # How `traceflow query` sorts a pack's rows: a 40 ms gap must not hide under 2,500 gaps of 1 µs.
 DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank"}
@@ -76,9 +87,10 @@ def listing() -> list[PackInfo]:
         sql = pack_sql(f) if (queries_dir() / f"{f}.sql").exists() else ""
         for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql):
             table_to_file[t] = sql
-    for name, table in PUBLIC.items():
+    for table in public_tables():
+        name = table.replace("_", "-")
         sql = table_to_file.get(table, "")
-        m = re.search(rf"-- {re.escape(table)}:\s*(.+?)(?:\n--\s*\n|\n[^-])", sql, re.S)
+        m = re.search(rf"-- {re.escape(table)}(?: \(pack [^)]*\))?:\s*(.+?)(?:\n--\s*\n|\n--   |\n[^-])", sql, re.S)
         desc = " ".join(line.strip("- ").strip() for line in m.group(1).splitlines()) if m else describe(sql)
         out.append(PackInfo(name, table, desc.split(". ")[0].rstrip(".")))
     return out
@@ -86,7 +98,7 @@ def listing() -> list[PackInfo]:
 
 def compute_all(con):
     from . import comments
-    public = set(PUBLIC.values())
+    public = set(public_tables())
     for name in run_order():
         sql = pack_sql(name)
         con.execute(sql)

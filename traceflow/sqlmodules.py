@@ -25,6 +25,11 @@ def creates(sql: str) -> set[str]:
     return set(_CREATES.findall(_code(sql)))
 
 
+def creates_public(sql: str) -> list[str]:
+    """Tables and views the file creates outside schema tf_internal, in file order."""
+    return re.findall(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)\s+(?:main\.)?(\w+)\b(?!\.)", _code(sql), re.I)
+
+
 def requires(sql: str) -> set[str] | None:
     """The declared requirements, or None when the file has no `-- requires:` line."""
     m = _REQUIRES.search(sql)

@@ -1,6 +1,6 @@
--- step_breakdown (pack `steps`): where each rank's GPU time went in each step, and outside steps.
+-- step_breakdown (pack `step-breakdown`, also `steps`): where each rank's GPU time went in each step, and outside steps.
 --
--- Inputs: step_windows (traceflow/derive/), gpu_state (gpu_busy.sql), steps, gpu_ops.
+-- Inputs: step_windows (traceflow/derive/), gpu_state (gpu_state.sql), steps, gpu_ops.
 --
 -- One row per rank and step, plus a row per rank for GPU work before its first step's window and
 -- one for work after its last (step NULL): the rows of a rank tile its GPU timeline, so their
@@ -21,14 +21,6 @@
 --   exposed_memory_ns    memcpy/memset not overlapped by compute or communication
 --   idle_pct, compute_pct, exposed_comm_pct, exposed_memory_pct  the four parts in percent of wall_ns
 --   Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
---
--- step_coverage (pack `step-coverage`): per rank, what share of the capture's GPU time lies in steps.
---   gpu_busy_ns   union of all the rank's GPU ops (ns)
---   in_steps_ns   busy time inside step windows (ns)
---   before_ns     busy time before the first step's window (ns)
---   after_ns      busy time after the last step's window (ns)
---   coverage_pct  in_steps_ns / gpu_busy_ns (percent)
---   ops_outside   GPU ops with no step
 -- requires: gpu_ops, gpu_state, step_windows, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
@@ -77,15 +69,6 @@ SELECT a.rank, a.step, a.part, a.start_ns, a.end_ns, st.start_ns AS host_start_n
        round(100.0 * a.exposed_memory_ns / nullif(a.end_ns - a.start_ns, 0), 2) AS exposed_memory_pct
 FROM agg a LEFT JOIN steps st ON st.rank = a.rank AND st.step = a.step
 ORDER BY a.rank, a.start_ns, a.step NULLS FIRST;
-
-CREATE OR REPLACE TABLE step_coverage AS
-SELECT rank, sum(busy_ns)::BIGINT AS gpu_busy_ns,
-       coalesce(sum(busy_ns) FILTER (WHERE part = 'step'), 0)::BIGINT AS in_steps_ns,
-       coalesce(sum(busy_ns) FILTER (WHERE part = 'before'), 0)::BIGINT AS before_ns,
-       coalesce(sum(busy_ns) FILTER (WHERE part = 'after'), 0)::BIGINT AS after_ns,
-       round(100.0 * coalesce(sum(busy_ns) FILTER (WHERE part = 'step'), 0) / nullif(sum(busy_ns), 0), 2) AS coverage_pct,
-       coalesce(sum(n_ops) FILTER (WHERE part <> 'step'), 0)::BIGINT AS ops_outside
-FROM step_breakdown GROUP BY rank ORDER BY rank;
 
 -- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
 SELECT * FROM step_breakdown LIMIT 20;

@@ -1,8 +1,8 @@
--- gpu_busy: when each rank's GPU was busy, and with what; the base of the per-step figures.
+-- gpu_state: when each rank's GPU was busy, and with what; the base of the per-step figures.
 --
 -- Inputs: gpu_ops, step_windows (both from `traceflow ingest`, traceflow/derive/).
 --
--- gpu_state: the rank's timeline cut into elementary segments (at every op start/end and
+-- The rank's timeline cut into elementary segments (at every op start/end and
 -- window edge), so each segment has one set of running ops.
 --   rank, start_ns, end_ns (ns)
 --   has_compute / has_comm / has_memory BOOLEAN  a compute kernel / NCCL kernel / memcpy-memset runs
@@ -10,10 +10,6 @@
 --                  compute + exposed comm + exposed memory + idle = the window, exactly
 --   cum_compute, cum_exposed_comm, cum_exposed_memory, cum_idle, cum_comm, cum_comm_overlap BIGINT:
 --                  running totals (ns) of each from the rank's first segment to this one's end
---
--- gpu_islands: maximal busy intervals of each rank (union of all its GPU ops, all streams).
---   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
---   first_op_id: an op starting the island (the op that ended the idle gap before it)
 -- requires: gpu_ops, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
@@ -78,20 +74,5 @@ SELECT rank, start_ns, end_ns, has_compute, has_comm, has_memory, state,
        cum_comm_overlap
 FROM cum;
 
-CREATE OR REPLACE TABLE tf_internal.gpu_islands AS
-WITH o AS (
-    SELECT rank, start_ns, end_ns, op_id,
-           max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, end_ns, op_id
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM gpu_ops WHERE end_ns >= start_ns
-), n AS (
-    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY rank ORDER BY start_ns, end_ns, op_id ROWS UNBOUNDED PRECEDING) AS island
-    FROM o
-), i AS (
-    SELECT rank, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns, arg_min(op_id, start_ns) AS first_op_id
-    FROM n GROUP BY rank, island
-)
-SELECT *, coalesce(sum(end_ns - start_ns) OVER (PARTITION BY rank ORDER BY start_ns
-                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT AS busy_before_ns
-FROM i;
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM gpu_state LIMIT 20;
