@@ -1,4 +1,8 @@
-"""The `traceflow` command: a thin layer over the Python API."""
+"""The `traceflow` command: a thin layer over the Python API.
+
+Size: one click command per verb with its help text and examples (the help is most of it); tables
+and progress are terminal.py.
+"""
 from __future__ import annotations
 
 import os

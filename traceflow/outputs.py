@@ -9,6 +9,9 @@
   untouched. A second writer of the same path is refused while the first holds the lock.
 - `scratch_folder`: the reader's folder in $TMPDIR, carrying a marker file locked while in use;
   only folders with an unlocked marker (their process is gone) are ever cleaned.
+
+Size: everything about where traceflow may write (kinds of output, the atomic writer, locks,
+scratch folders) in one place: the safety rules are read together or not at all.
 """
 from __future__ import annotations
 

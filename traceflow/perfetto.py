@@ -4,6 +4,8 @@ Per rank one process holding its host threads, its GPU streams and traceflow's o
 steps, idle gaps (labelled with their cause), exposed communication and the critical path,
 whose rank changes are drawn as flow arrows. Slices on one track are made to nest (a child
 that outlives its parent is cut at the parent's end), so Perfetto shows every one of them.
+
+Size: one trace's tracks, slices and flows from SQL; the packet encoding is perfetto_packets.py.
 """
 from __future__ import annotations
 
@@ -117,6 +119,7 @@ def write_trace(job: Job, output: str = "job.perfetto-trace", ranks=None, steps=
 
 
 def _rank_tracks(con, w: _Writer, rank: int, tf: str, ranks: list[int]):
+    # Long because: one rank's tracks in the order Perfetto lists them (process, threads, streams, flows).
     info = con.execute("SELECT any_value(hostname), any_value(pid) FROM traces WHERE rank = ?", [rank]).fetchone()
     pid = 1000 + rank  # real pids repeat across hosts; Perfetto needs them unique
     proc = _uuid("rank", rank)

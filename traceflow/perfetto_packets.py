@@ -7,6 +7,8 @@ concatenated row by row. The wire format is protobuf's: Trace.packet (1) -> Trac
 {timestamp (8), trusted_packet_sequence_id (10), track_event (11) -> TrackEvent
 {debug_annotations (4), type (9), track_uuid (11), name (23), flow_ids (47, fixed64),
 terminating_flow_ids (48, fixed64)}}; DebugAnnotation {int_value (4), string_value (6), name (10)}.
+
+Size: one encoder per packet type, columnar; they share the interning tables.
 """
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`ingest`: rank files -> one DuckDB database (the readers per file in parallel, then the cross-rank phase)."""
+"""`ingest`: rank files -> one DuckDB database (the readers per file in parallel, then the cross-rank phase).
+
+Size: the ingest's phases in order (find, read in parallel, load, derive, analyse) with the
+memory settings and the one-job checks that sit between them.
+"""
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -17,6 +17,7 @@ def _ranks(rs: list[int]) -> str:
 
 def findings(con) -> dict:
     """Structured findings; `sentences` is the verdict in words."""
+    # Long because: the verdict's sentences in the order a reader gets them, each a query and a sentence.
     out: dict[str, Any] = {"sentences": []}
     steps = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS wall FROM step_windows GROUP BY step ORDER BY step""").fetchall()
     if not steps:

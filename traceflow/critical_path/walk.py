@@ -3,7 +3,11 @@ predecessor that finished last; each move emits a segment, so the segments tile 
 
 Where a GPU op waited for its launch, the host is charged only from the moment the GPU's own
 predecessor finished: earlier host time overlapped queued GPU work and was not on the path. At a
-collective's end the walk jumps to the rank that started it last (the others waited)."""
+collective's end the walk jumps to the rank that started it last (the others waited).
+
+Size: the walk's moves share one state; the numpy stretch is the loop's twin, kept beside it so that
+the two are read (and tested, tests/test_critical_path_walk.py) together.
+"""
 from __future__ import annotations
 
 from enum import Enum

@@ -106,6 +106,7 @@ class _Unit:
 def align(con, mode: str = "auto") -> tuple[list[str], bool]:
     """Estimates each rank's clock offset, stores it in `traces`, shifts the ranks found off.
     Returns the warnings for the user and whether any time was shifted."""
+    # Long because: one decision (estimate per host, choose, apply, warn) over shared per-host arrays.
     traces = con.execute("SELECT rank, nullif(hostname, '') FROM traces ORDER BY rank").fetchall()
     rows = con.execute(_ENDS_SQL).fetchnumpy()
     ranks = sorted({r for r, _ in traces})

@@ -7,6 +7,9 @@ nested object can never split an event. Memory is bounded by the batch size, not
 
 Times: absolute ns = baseTimeNanoseconds + ts * 1000 (ts in µs, with a fractional ns part);
 traces without baseTimeNanoseconds (older PyTorch) have ts in µs since the epoch.
+
+Size: Kineto's JSON in all its versions (event kinds, two clocks, flows, args) streamed into
+columns; one format, one module.
 """
 from __future__ import annotations
 
@@ -167,6 +170,7 @@ def read(path: str, sink, key: str = "p0") -> list[ProcessTrace]:
 
 
 def _read(path, sink, key):
+    # Long because: one pass over the file in its own order; most lines name the file in an error.
     try:
         raw, stream = open_stream(path)
     except OSError as e:

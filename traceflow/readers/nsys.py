@@ -4,6 +4,9 @@ Reads through the ADBC SQLite driver into DuckDB (columnar, no Python per row). 
 the fixtures is handled: 2.9 (nsys 2022, `EXPORT_META_DATA`, no ENUM tables) to 3.25
 (nsys 2026, `META_DATA_EXPORT`); optional tables (MEMSET, NVTX_EVENTS, OSRT_API, ...) may be
 absent. nsys stores times as ns since the session start; we add the session's UTC epoch time.
+
+Size: the nsys export schema across releases 2022-2026 (renamed tables and columns, string ids,
+missing tables) read through ADBC; one format, one module.
 """
 from __future__ import annotations
 
@@ -215,6 +218,7 @@ def read(path: str, sink, key: str = "p") -> list[ProcessTrace]:
 
 
 def _read(con, path, sink, key) -> list[ProcessTrace]:
+    # Long because: one pass over the export's tables in load order; most lines name the file in an error.
     src = _Src(con, path)
     if not src.n_tables:
         raise InputError(path, "SQLite file has no tables: not an Nsight Systems export")

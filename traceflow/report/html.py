@@ -6,6 +6,8 @@ HTML (readable without JavaScript); plots are Plotly, whose library is inlined, 
 offline. Every string that comes from a trace is escaped: table cells and text by the template,
 plot data inside a JSON block whose '<', '>' and '&' are \\u-escaped, and plot labels stripped
 of markup Plotly would otherwise interpret.
+
+Size: one function per section of the page, each a few queries; the layout is page.html.j2.
 """
 from __future__ import annotations
 
@@ -150,12 +152,14 @@ def _coverage(con) -> list:
 
 def _build(con, database: str, f: dict) -> str:
     P = _Plots()
-    sections = []
+    sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
+                _steps(con, P), _critical_path(con, P), _waits(con, P), _launch(con, P), _inputs(con, P)]
+    return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
+                  specs=P.script_json())
 
-    # 1. Verdict
-    sections.append(Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]))
 
-    # 2. Per-rank, per-step breakdown
+def _steps(con, P: _Plots) -> Section:
+    """Per-rank, per-step breakdown."""
     rows = con.execute("""SELECT rank, step, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns FROM step_breakdown
                           WHERE part = 'step' ORDER BY rank, step""").fetchall()
     key = {"compute": 2, "exposed comm": 3, "exposed memory": 4, "idle": 5}
@@ -166,14 +170,16 @@ def _build(con, database: str, f: dict) -> str:
                         FROM step_breakdown ORDER BY rank, start_ns""",
                 headers=["rank", "step", "wall (ms)", "compute (ms)", "exposed comm (ms)", "exposed memcpy (ms)", "idle (ms)", "idle %"],
                 ms_cols=("wall_ns", "compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns"))
-    sections.append(Section("steps", "Where each rank's GPU time went, per step", [
+    return Section("steps", "Where each rank's GPU time went, per step", [
         plot, Note("compute + exposed comm + exposed memcpy + idle = the step's GPU window, exactly. The window "
                    "starts at the end of the previous step's GPU work and ends at the last end of its own ops, or at "
                    "the next step's first op: windows never overlap, so every nanosecond of GPU time is counted once. "
                    'The rows "before steps" / "after steps" hold GPU work outside every step window.'),
-        *_coverage(con), tbl]))
+        *_coverage(con), tbl])
 
-    # 3. Critical path
+
+def _critical_path(con, P: _Plots) -> Section:
+    """Critical path."""
     rows = con.execute("SELECT step, kind, sum(total_ns) FROM critical_path_summary GROUP BY step, kind").fetchall()
     kinds = [k for k in KIND_COLORS if any(r[1] == k for r in rows)]
     p1 = P.add(_bars(rows, lambda r: r[0], kinds, KIND_COLORS, lambda r, s: dict(((r2[0], r2[1]), r2[2]) for r2 in rows).get((r[0], s))),
@@ -187,10 +193,12 @@ def _build(con, database: str, f: dict) -> str:
     tbl = table(con, """SELECT step, rank, kind, name, dur_ns FROM (
                            SELECT *, row_number() OVER (PARTITION BY step ORDER BY dur_ns DESC) k FROM critical_path) WHERE k <= 5
                         ORDER BY step, dur_ns DESC""", headers=["step", "rank", "kind", "what", "length (ms)"], ms_cols=("dur_ns",))
-    sections.append(Section("critical-path", "Critical path: what set each step's length",
-                            [p1, p2, Heading("Longest segments per step"), tbl]))
+    return Section("critical-path", "Critical path: what set each step's length",
+                            [p1, p2, Heading("Longest segments per step"), tbl])
 
-    # 4. Stragglers, collective waits, idle gaps
+
+def _waits(con, P: _Plots) -> Section:
+    """Stragglers, collective waits, idle gaps."""
     rows = con.execute("SELECT rank, wait_caused_ns FROM stragglers_by_rank ORDER BY rank").fetchall()
     p1 = P.add([{"type": "bar", "name": "peer wait caused", "x": [f"rank {r}" for r, _ in rows], "y": [round(w / 1e6, 3) for _, w in rows],
                  "marker": {"color": "#e45756"}}], "Peer wait each rank caused by starting collectives last",
@@ -206,10 +214,12 @@ def _build(con, database: str, f: dict) -> str:
     t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps WHERE step IS NOT NULL
                         ORDER BY dur_ns DESC LIMIT 15""",
                headers=["rank", "step", "idle (ms)", "cause", "host was doing", "GPU op that ended it"], ms_cols=("dur_ns",))
-    sections.append(Section("waits", "Stragglers, collective waits and idle gaps",
-                            [p1, Heading("Collectives with the most peer wait"), t1, p2, Heading("Longest idle gaps"), t2]))
+    return Section("waits", "Stragglers, collective waits and idle gaps",
+                            [p1, Heading("Collectives with the most peer wait"), t1, p2, Heading("Longest idle gaps"), t2])
 
-    # 5. Launch overhead, syncs, kernels
+
+def _launch(con, P: _Plots) -> Section:
+    """Launch overhead, syncs, kernels."""
     t1 = table(con, """SELECT rank, step, launches, launch_exposed_ns, launch_exposed_pct, launch_bound FROM launch_bound_steps
                        ORDER BY launch_exposed_pct DESC NULLS LAST LIMIT 12""",
                headers=["rank", "step", "launches", "GPU idle while launching (ms)", "% of window", "launch-bound"],
@@ -233,19 +243,19 @@ def _build(con, database: str, f: dict) -> str:
                            SELECT *, row_number() OVER (PARTITION BY rank ORDER BY total_ns DESC) k FROM kernels) WHERE k <= 5
                        ORDER BY rank, total_ns DESC""",
                headers=["rank", "kernel", "category", "count", "total (ms)", "mean (ms)", "share of busy"], ms_cols=("total_ns", "mean_ns"))
-    sections.append(Section("launch", "Launch overhead, host syncs and top kernels", [
+    return Section("launch", "Launch overhead, host syncs and top kernels", [
         Heading("Steps by GPU idle time spent waiting for launches"), t1, Heading("Launch overhead per kernel"), t2, n2,
-        Heading("Blocking host calls"), t3, p1, Heading("Top kernels per rank"), t4]))
+        Heading("Blocking host calls"), t3, p1, Heading("Top kernels per rank"), t4])
 
-    # 6. Inputs
+
+def _inputs(con, P: _Plots) -> Section:
+    """Inputs."""
     t1 = table(con, """SELECT rank, source_path, source_format, profiler_version, rank_source, hostname, device_name,
                               clock_offset_ns, clock_spread_ns FROM traces ORDER BY rank""",
                headers=["rank", "file", "format", "profiler", "rank from", "host", "device", "clock offset (ms)", "clock spread (ms)"],
                ms_cols=("clock_offset_ns", "clock_spread_ns"))
     t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""")
-    sections.append(Section("inputs", "Inputs", [t1, Heading("Warnings from ingest"), t2]))
-    return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
-                  specs=P.script_json())
+    return Section("inputs", "Inputs", [t1, Heading("Warnings from ingest"), t2])
 
 
 def render(**values) -> str:
