@@ -126,15 +126,20 @@ def _ingest_options(f):
                      "its size, the default, at least 256MB) or a size such as '4GB'. Also TRACEFLOW_MAX_INFLATE.")(f)
     f = click.option("--force", is_flag=True, help="Replace an existing output file even if traceflow did not write it "
                      "(never an input, never a device or folder).")(f)
+    f = click.option("--peak-tflops", type=float, metavar="TFLOPS", help="The GPUs' dense peak (TFLOP/s) for the roofline "
+                     "and MFU, for a device traceflow does not know (or to override its datasheet figure).")(f)
+    f = click.option("--peak-gbps", type=float, metavar="GBPS", help="The GPUs' peak memory bandwidth (GB/s), likewise.")(f)
     return f
 
 
-def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
+def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
+               peak_tflops=None, peak_gbps=None):
     from .pipeline import expand, ingest
     paths = expand(files)
     with Progress(len(paths)) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
-                     step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate)
+                     step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
+                     peak_tflops=peak_tflops, peak_gbps=peak_gbps)
     for w in res.warnings:
         say(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
@@ -146,7 +151,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
-def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
+def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps):
     """Read rank profiles into one DuckDB database.
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
@@ -160,7 +165,8 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest new/rank4.sqlite -o job.duckdb --append
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
     """
-    with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force) as job:
+    with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
+                    peak_tflops, peak_gbps) as job:
         rows = job.rank_summary()
     say(f"wrote {job.path}: {plural(len(rows), 'rank')}")
     for rank, fmt, n_gpu, n_steps, off in rows:
@@ -280,7 +286,8 @@ def annotate(database, output, ranks, steps, force):
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @_ingest_options
-def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force):
+def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
+               peak_gbps):
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
     \b
@@ -290,7 +297,8 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     from .pipeline import expand
     from .postmortem import finish, prepare
     db = prepare(outdir, expand(files), force=force)
-    with _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force) as job, \
+    with _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
+                    peak_tflops, peak_gbps) as job, \
             Progress(0) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])

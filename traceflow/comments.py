@@ -61,6 +61,11 @@ def apply(con, sql_text: str, tables: list[str]):
     _comment(con, {t: (docs.get(t), cols) for t in tables})
 
 
+def comment_table(con, table: str, text: str, columns: dict[str, str]):
+    """COMMENT ON a table Python makes (its docs kept beside its DDL)."""
+    _comment(con, {table: (text, columns)})
+
+
 def _comment(con, wanted: dict[str, tuple[str | None, dict[str, str]]]):
     """All the COMMENT statements as one batch: one statement per call cost 0.13 s of a small job's
     1.5 s ingest; one batch costs a few ms."""

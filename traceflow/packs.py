@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 # Tables that exist before any pack runs: loaded by ingest, or made by traceflow/derive/.
-LOADED = {"traces", "gpu_ops", "host_ops", "ranges"}
+LOADED = {"traces", "gpu_ops", "host_ops", "ranges", "device_peaks"}  # device_peaks: hardware.py
 # Run by critical_path.compute, after the analyses (its walk runs between the two files).
 CRITICAL_PATH_FILES = ("cp_graph", "critical_path")
 # A pack is a public table of queries/: its name on the command line is the table's, with dashes

@@ -210,13 +210,19 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
 
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
-           progress=None, force: bool = False, max_inflate: str | None = None) -> Job:
+           progress=None, force: bool = False, max_inflate: str | None = None,
+           peak_tflops: float | None = None, peak_gbps: float | None = None) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
     `output` is left as it was. `output` may only name a traceflow database, or a new file
     (`force`: any regular file that is not an input). Raises InputError (exit 3) naming the bad file.
+    `peak_tflops` / `peak_gbps` set the GPUs' peaks for the roofline and MFU (traceflow/hardware.py
+    knows the common data-centre GPUs by name).
     """
+    for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
+        if v is not None and not (v > 0 and v < 1e7):
+            raise UsageError(f"{flag} must be a positive number (TFLOP/s, GB/s), not {v}")
     if align not in ("off", "auto", "collectives"):
         raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
     if step_pattern is not None:
@@ -251,7 +257,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             # write) was most of the fixed cost of a small job's analyses.
             con.execute("BEGIN TRANSACTION")
             result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
-                                              phase=phase))
+                                              phase=phase, peak_tflops=peak_tflops, peak_gbps=peak_gbps))
             from .comments import apply_core
             apply_core(con)  # after derive, which rebuilds gpu_ops
             con.execute("COMMIT")
@@ -317,6 +323,12 @@ def _build(con, traces, scratch, result, append, rank_pattern, jobs=None):
             existing.add((h, pid))
             taken[rank] = path
             next_id = max(next_id, tid + 1)
+        from .schema import TABLES, duck_type
+        for table, sch in TABLES.items():  # a database from before a column existed: NULL in its rows
+            have = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+            for f in sch:
+                if f.name not in have:
+                    con.execute(f"ALTER TABLE {table} ADD COLUMN {f.name} {duck_type(f.type)}")
     else:
         for schema, name in con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal").fetchall():
             con.execute(f'DROP VIEW IF EXISTS "{schema}"."{name}"')

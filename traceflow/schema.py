@@ -15,6 +15,8 @@ HOST_OPS = pa.schema([
     ("trace_id", pa.int32()), ("rank", pa.int32()), ("pid", pa.int64()), ("tid", pa.int64()),
     ("kind", pa.string()), ("name", pa.string()), ("start_ns", pa.int64()), ("end_ns", pa.int64()),
     ("correlation_id", pa.int64()), ("external_id", pa.int64()),
+    # Kineto with record_shapes / with_flops: what the op was called on (JSON text, as recorded)
+    ("flops", pa.int64()), ("input_dims", pa.string()), ("input_types", pa.string()),
 ])
 
 RANGES = pa.schema([
@@ -59,6 +61,10 @@ DERIVED = {
 }
 
 
+def duck_type(t: pa.DataType) -> str:
+    return _DUCK[t]
+
+
 def ddl(table: str) -> str:
     cols = [f"{f.name} {_DUCK[f.type]}" for f in TABLES[table]] + [f"{n} {t}" for n, t in DERIVED[table]]
     return f"CREATE TABLE {table} ({', '.join(cols)})"
@@ -91,7 +97,10 @@ DOCS = {
         "issue_start_ns": "when the host began issuing it: the start of the CPU op around the launch call, else the launch call's"}),
     "host_ops": ("one row per host call: CPU ops, CUDA runtime and driver calls, OS runtime calls", {
         "pid": "the process id", "kind": "cpu_op | cuda_runtime | cuda_driver | osrt | ...",
-        "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op"}),
+        "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op",
+        "flops": "Kineto with_flops=True: the FLOPs PyTorch's profiler counted for this op (NULL: not recorded)",
+        "input_dims": "Kineto record_shapes=True: the inputs' shapes as recorded, JSON text (e.g. [[2048, 512], [512, 1536]])",
+        "input_types": "Kineto record_shapes=True: the inputs' dtypes as recorded, JSON text (e.g. [\"c10::BFloat16\", \"float\"])"}),
     "ranges": ("NVTX ranges and user annotations (record_function), host side and GPU side", {
         "domain": "the NVTX domain", "on_gpu": "TRUE for Kineto's GPU-side user annotations"}),
 }

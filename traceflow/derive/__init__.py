@@ -30,7 +30,8 @@ def derive_tables(con, step_pattern: str | None = None):
             comments.apply(con, text, [name])
 
 
-def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None) -> list[str]:
+def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None,
+               peak_tflops: float | None = None, peak_gbps: float | None = None) -> list[str]:
     """Everything after loading: returns warnings for the user. `phase(name)` is told as each part starts."""
     from . import clock, host_clock
     timings = {} if timings is None else timings
@@ -45,6 +46,8 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
         warnings.extend(notes)
         if moved:
             derive_tables(con, step_pattern)
+    from .. import hardware
+    warnings.extend(hardware.load_peaks(con, peak_tflops, peak_gbps))
     timings["derive"] = time.perf_counter() - t0
     from .. import packs
     t0 = time.perf_counter()

@@ -46,6 +46,10 @@ class Args(msgspec.Struct):
     in_nelems: Num = msgspec.field(default=None, name="In msg nelems")
     dtype: str | None = None
     name: Num = None            # process_name / thread_name metadata
+    flops: Num = None
+    # kept as JSON text, undecoded (a Raw cannot be in a union with None: empty means absent)
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
 
 
 class Event(msgspec.Struct):
@@ -73,6 +77,9 @@ class StrictArgs(msgspec.Struct, frozen=True, gc=False):
     in_nelems: Num = msgspec.field(default=None, name="In msg nelems")
     dtype: str | None = None
     name: Num = None
+    flops: int | None = None
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
 
 
 _NO_STRICT_ARGS = StrictArgs()
@@ -436,6 +443,9 @@ class _Converter:
             "correlation_id": col["correlation"].take(idx),
             # links a CUDA call to the CPU op that issued it
             "external_id": col["external_id"].take(idx),
+            "flops": col["flops"].take(idx),
+            "input_dims": col["input_dims"].take(idx),
+            "input_types": col["input_types"].take(idx),
         })
         return t.filter(pa.array(ok)) if not ok.all() else t
 
@@ -500,7 +510,16 @@ def _comm(pg):
 
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "external_id",
-                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name")}
+                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops",
+                                    "input_dims", "input_types")}
+
+
+def _raw_text(values: list) -> pa.Array:
+    """JSON kept undecoded (msgspec.Raw; empty: absent) as text; only the ops that carry it pay a Python call."""
+    out: list = [None] * len(values)
+    for i in np.flatnonzero(np.fromiter(map(len, values), np.int64, len(values))):
+        out[i] = bytes(values[i])
+    return pa.array(out, pa.binary()).cast(pa.string())
 
 
 def _where(test, values: list, obj) -> np.ndarray:
@@ -550,6 +569,9 @@ def _strict_columns(evs: list) -> dict:
         "bytes": pa.array(nbytes, pa.int64()),
         "collective": pa.array(coll, pa.string()),
         "comm": pa.array(comm, pa.string()),
+        "flops": pa.array(list(map(_get["flops"], args)), pa.int64()),
+        "input_dims": _raw_text(list(map(_get["input_dims"], args))),
+        "input_types": _raw_text(list(map(_get["input_types"], args))),
     }
 
 
@@ -572,4 +594,7 @@ def _loose_columns(evs: list) -> dict:
         "bytes": pa.array([_nbytes(_int_or_none(a.bytes), a.in_nelems, a.dtype) for a in args], pa.int64()),
         "collective": pa.array([_collective(a.collective) for a in args], pa.string()),
         "comm": pa.array([_comm(a.pg_name) for a in args], pa.string()),
+        "flops": pa.array([_int_or_none(a.flops) for a in args], pa.int64()),
+        "input_dims": _raw_text([a.input_dims for a in args]),
+        "input_types": _raw_text([a.input_types for a in args]),
     }

@@ -1,0 +1,43 @@
+-- roofline (pack `roofline`): per op class and op, where its kernels ran against the GPU's roofs, and
+-- the time they would save at the roof (docs/roofline.md).
+--
+-- Inputs: op_work.
+--
+--   rank         the rank (peaks are per device)
+--   op_class, op the class (op_work.op_class) and the CPU op's name
+--   ops          ops of this name; gpu_ns their kernels' summed time (ns)
+--   time_share_pct  gpu_ns in percent of all op work's GPU time on the rank
+--   known_pct    share of gpu_ns whose ops have known flops or bytes (percent)
+--   flops, bytes summed over the ops with known work
+--   median_intensity  median of the ops' flops / bytes (FLOP per byte)
+--   achieved_tflops, achieved_gbps  summed work over summed time of the ops with that work known
+--   roof_ns      the time the ops would take at the roof: Σ max(flops / peak FLOP/s, bytes / peak bandwidth) (ns)
+--   headroom_ns  gpu_ns of the ops with known work minus roof_ns: what running at the roof would save (ns)
+--   bound        the bound most of the time went to (op_work.bound)
+-- requires: op_work
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+CREATE OR REPLACE TABLE roofline AS
+WITH o AS (
+    SELECT *, greatest(coalesce(flops / (peak_tflops * 1e3), 0), coalesce(bytes / peak_gbps, 0)) AS at_roof_ns,
+           flops IS NOT NULL OR bytes IS NOT NULL AS known
+    FROM op_work
+)
+SELECT rank, op_class, name AS op, count(*) AS ops, sum(gpu_ns)::BIGINT AS gpu_ns,
+       round(100.0 * sum(gpu_ns) / sum(sum(gpu_ns)) OVER (PARTITION BY rank), 2) AS time_share_pct,
+       round(100.0 * sum(gpu_ns) FILTER (WHERE known) / sum(gpu_ns), 1) AS known_pct,
+       sum(flops)::BIGINT AS flops, sum(bytes)::BIGINT AS bytes,
+       round(median(intensity), 2) AS median_intensity,
+       round(sum(flops) / nullif(sum(gpu_ns) FILTER (WHERE flops IS NOT NULL), 0) / 1e3, 3) AS achieved_tflops,
+       round(sum(bytes) / nullif(sum(gpu_ns) FILTER (WHERE bytes IS NOT NULL), 0), 2) AS achieved_gbps,
+       sum(at_roof_ns) FILTER (WHERE known AND at_roof_ns > 0)::BIGINT AS roof_ns,
+       CASE WHEN bool_or(known AND at_roof_ns > 0) THEN greatest(sum(gpu_ns) FILTER (WHERE known AND at_roof_ns > 0)
+                                                          - sum(at_roof_ns) FILTER (WHERE known AND at_roof_ns > 0), 0) END::BIGINT
+           AS headroom_ns,
+       arg_max(bound, gpu_ns) AS bound
+FROM o GROUP BY rank, op_class, name
+ORDER BY rank, gpu_ns DESC;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM roofline LIMIT 20;
