@@ -9,8 +9,8 @@
 --   peak_tflops  the device's dense peak for that dtype (TFLOP/s)
 --   wall_ns, busy_ns  the step's GPU window and the time the GPU ran anything in it (step_breakdown)
 --   mfu_pct      flops / (wall_ns × peak): the share of the GPU's peak the step achieved (percent)
---   busy_hfu_pct flops / (busy_ns × peak): the same over the time the GPU was busy (percent);
---                the gap to mfu_pct is idle time
+--   busy_hfu_pct  flops / (busy_ns × peak): the same over the time the GPU was busy (percent);
+--                 the gap to mfu_pct is idle time
 --   known_pct    share of the step's compute-kernel time whose op has known FLOPs (percent): below
 --                100, MFU is a lower bound
 -- requires: device_peaks, gpu_ops, op_work, step_breakdown

@@ -80,9 +80,9 @@ def load_peaks(con, peak_tflops: float | None = None, peak_gbps: float | None = 
     warnings, rows = [], []
     for rank, name in con.execute("SELECT rank, device_name FROM traces ORDER BY rank").fetchall():
         p = lookup(name)
-        tf = [p.bf16, p.fp16, p.tf32, p.fp32, p.fp64] if p else [None] * 5
+        tf: list[float | None] = [p.bf16, p.fp16, p.tf32, p.fp32, p.fp64] if p else [None] * 5
         if peak_tflops is not None:
-            tf = [peak_tflops] * 5
+            tf = [peak_tflops] * 5  # one figure for every dtype: the user knows their device
         gbps = peak_gbps if peak_gbps is not None else (p.gbps if p else None)
         overridden = [w for w, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)) if v is not None]
         source = " + ".join(([p.source] if p and len(overridden) < 2 else []) + overridden) or None

@@ -92,7 +92,31 @@ def findings(con) -> dict:
     if cov:
         out["sentences"].append(f"Only {cov[1]:.0f}% of rank {cov[0]}'s GPU time lies inside steps ({_ms(cov[2])} before "
                                 f"the first step, {_ms(cov[3])} after the last): per-step figures leave the rest out.")
+    _mfu_sentence(con, out)
     return out
+
+
+def _mfu_sentence(con, out: dict):
+    """MFU of the median step (by time), where FLOPs and the device's peak are known."""
+    try:
+        m = con.execute("""SELECT step, median(mfu_pct), median(known_pct) FROM mfu WHERE mfu_pct IS NOT NULL
+                           GROUP BY step ORDER BY median(wall_ns), step""").fetchall()
+    except Exception:  # noqa: BLE001 - a database from before the mfu pack
+        return
+    if not m:
+        return
+    step, mfu, known = m[len(m) // 2]
+    mem = con.execute("""SELECT 100.0 * sum(gpu_ns) FILTER (WHERE bound = 'memory') / nullif(sum(gpu_ns) FILTER (WHERE bound IS NOT NULL), 0),
+                                (SELECT name FROM op_work WHERE step = $1 AND bound = 'memory'
+                                 GROUP BY name ORDER BY sum(gpu_ns) DESC, name LIMIT 1)
+                         FROM op_work WHERE step = $1""", [step]).fetchone()
+    s = f"Step {step} reaches {mfu:.1f}% MFU"
+    if known is not None and known < 90:
+        s += f" (FLOPs known for {known:.0f}% of its compute time: a lower bound)"
+    if mem and mem[0]:
+        s += f"; {mem[0]:.0f}% of its op time with known work is memory-bound, led by {mem[1]}"
+    out["mfu"] = {"step": step, "mfu_pct": mfu, "known_pct": known}
+    out["sentences"].append(s + ".")
 
 
 def _in_step(step) -> str:

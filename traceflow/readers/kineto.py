@@ -222,13 +222,14 @@ def _read(path, sink, key):
                 try:
                     with memoryview(buf) as whole, whole[:cut + 1] as piece:
                         events, bad = _decode_batch(piece)
+                        # converted while the view lives: the shapes (msgspec.Raw) point into it
+                        conv.add(events, sink, key)
+                        del events
                 except msgspec.DecodeError:
                     buf[cut] = 0x2C  # ',': the cut fell inside an event or a string: try an earlier one
                     end = cut
                     continue
                 dropped += bad
-                conv.add(events, sink, key)
-                del events
                 del buf[1:cut + 1]
                 break
             if len(buf) > 32 * BATCH_BYTES:

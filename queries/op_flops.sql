@@ -1,0 +1,97 @@
+-- op_flops (pack `op-flops`): per CPU op with recorded arguments (Kineto record_shapes / with_flops),
+-- the work its inputs imply, on the CPU or the GPU alike (docs/roofline.md). op_work adds the GPU time.
+--
+-- Inputs: host_ops (input_dims, input_types, flops).
+--
+-- Unknown stays NULL: an op kind without a formula here, a TensorList input, a missing shape.
+--   rank, op_id (host_ops), name
+--   op_class       matmul | attention | conv | norm | softmax | reduction | elementwise | copy | optimizer | other
+--   dtype          bf16 | fp16 | fp32 | fp64 of the op's first tensor input (NULL: not recorded)
+--   profiler_flops  the profiler's own count (with_flops=True), NULL where it recorded none
+--   shape_flops    from the input shapes: matmuls 2·m·k·n (per batch), attention 2·b·h·s_q·s_k·(d_qk + d_v)
+--                  forward and 2·b·h·s_q·s_k·(3·d_qk + 2·d_v) backward (PyTorch's FlopCounterMode conventions)
+--   out_elems      elements of the output where the formula gives it (matmul, attention)
+--   in_bytes       bytes of the tensor inputs (elements × dtype size)
+--   out_bytes      bytes written where the output's shape follows from the op: matmul and attention
+--                  (out_elems), element-wise, norm and softmax (the largest input); reductions 0 (a lower bound)
+-- requires: host_ops
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+CREATE OR REPLACE TABLE op_flops AS
+WITH shaped AS (
+    SELECT op_id, rank, name, flops AS profiler_flops, regexp_replace(name, '^aten::', '') AS op,
+           json_transform(input_dims, '["BIGINT[]"]') AS d, json_transform(input_types, '["VARCHAR"]') AS ty
+    FROM host_ops WHERE kind = 'cpu_op' AND (input_dims IS NOT NULL OR flops IS NOT NULL)
+), classed AS (
+    SELECT *,
+        CASE WHEN op IN ('mm', 'addmm', 'bmm', 'baddbmm', 'linear', 'matmul', 'addmv', 'mv', 'dot') THEN 'matmul'
+             WHEN op LIKE '%attention%' THEN 'attention'
+             WHEN op LIKE '%conv%' THEN 'conv'
+             WHEN op LIKE '%norm%' AND op NOT IN ('norm', 'linalg_vector_norm') THEN 'norm'
+             WHEN op LIKE '%softmax%' THEN 'softmax'
+             WHEN op IN ('sum', 'mean', 'amax', 'amin', 'max', 'min', 'norm', 'linalg_vector_norm', 'prod', 'argmax',
+                         'argmin', 'var', 'std', 'any', 'all', 'cumsum') THEN 'reduction'
+             WHEN op LIKE '\_foreach\_%' ESCAPE '\' OR op LIKE '\_fused\_%' ESCAPE '\' THEN 'optimizer'
+             WHEN op IN ('copy_', '_to_copy', 'to', 'clone', 'contiguous', 'cat', 'stack', 'index_select', 'gather',
+                         'scatter', 'embedding', 'index', 'fill_', 'zero_', 'zeros_like', 'ones_like') THEN 'copy'
+             WHEN regexp_matches(op, '^(add|sub|mul|div|neg|abs|exp|log|pow|sqrt|rsqrt|sigmoid|tanh|relu|gelu|silu|'
+                                     'threshold|where|clamp|lerp|addcmul|addcdiv|maximum|minimum|eq|ne|lt|gt|le|ge|'
+                                     'masked_fill|dropout|native_dropout|bernoulli|sin|cos|reciprocal|sign|'
+                                     'gelu_backward|silu_backward|threshold_backward|sigmoid_backward|tanh_backward|'
+                                     'native_dropout_backward)_?$') THEN 'elementwise'
+             ELSE 'other' END AS op_class,
+        CASE ty[CASE WHEN op IN ('addmm', 'baddbmm') THEN 2 ELSE 1 END]
+             WHEN 'c10::BFloat16' THEN 'bf16' WHEN 'c10::Half' THEN 'fp16' WHEN 'float' THEN 'fp32'
+             WHEN 'double' THEN 'fp64' END AS dtype,
+        -- inputs read: each tensor input's elements × its dtype's size (Scalars and lists carry no dims)
+        list_sum(list_transform(list_zip(d, ty), x -> CASE WHEN x[2] IN ('c10::BFloat16', 'c10::Half') THEN 2
+                 WHEN x[2] IN ('float', 'int') THEN 4 WHEN x[2] IN ('double', 'long int') THEN 8
+                 WHEN x[2] IN ('bool', 'unsigned char', 'signed char') THEN 1 END
+                 * CASE WHEN len(x[1]) > 0 THEN list_product(x[1]) END))::BIGINT AS in_bytes
+    FROM shaped
+), formulas AS (
+    SELECT *,
+        CASE
+            WHEN op = 'mm' AND len(d[1]) = 2 AND len(d[2]) = 2 THEN [2 * d[1][1] * d[1][2] * d[2][2], d[1][1] * d[2][2]]
+            WHEN op = 'addmm' AND len(d[2]) = 2 AND len(d[3]) = 2 THEN [2 * d[2][1] * d[2][2] * d[3][2], d[2][1] * d[3][2]]
+            WHEN op = 'bmm' AND len(d[1]) = 3 AND len(d[2]) = 3 THEN [2 * d[1][1] * d[1][2] * d[1][3] * d[2][3], d[1][1] * d[1][2] * d[2][3]]
+            WHEN op = 'baddbmm' AND len(d[2]) = 3 AND len(d[3]) = 3 THEN [2 * d[2][1] * d[2][2] * d[2][3] * d[3][3], d[2][1] * d[2][2] * d[3][3]]
+            WHEN op = 'linear' AND len(d[1]) >= 2 AND len(d[2]) = 2
+                 THEN [2 * list_product(d[1]) * d[2][1], list_product(d[1]) // d[1][-1] * d[2][1]]
+            -- [b, h, s, d] layout, forward: q, k, v first
+            WHEN op IN ('_scaled_dot_product_cudnn_attention', '_cudnn_attention_forward', '_scaled_dot_product_flash_attention',
+                        '_scaled_dot_product_efficient_attention', '_scaled_dot_product_flash_attention_for_cpu')
+                 AND len(d[1]) = 4 AND len(d[2]) = 4 AND len(d[3]) = 4
+                 THEN [2 * d[1][1] * d[1][2] * d[1][3] * d[2][3] * (d[1][4] + d[3][4]), d[1][1] * d[1][2] * d[1][3] * d[3][4]]
+            -- [b, s, h, d] layout (the kernels' own entry points), forward
+            WHEN op IN ('_flash_attention_forward', '_efficient_attention_forward')
+                 AND len(d[1]) = 4 AND len(d[2]) = 4 AND len(d[3]) = 4
+                 THEN [2 * d[1][1] * d[1][3] * d[1][2] * d[2][2] * (d[1][4] + d[3][4]), d[1][1] * d[1][2] * d[1][3] * d[3][4]]
+            -- backward: grad_out, q, k, v first; outputs are the grads of q, k, v
+            WHEN op IN ('_scaled_dot_product_cudnn_attention_backward', '_cudnn_attention_backward',
+                        '_scaled_dot_product_flash_attention_backward', '_scaled_dot_product_efficient_attention_backward',
+                        '_scaled_dot_product_flash_attention_for_cpu_backward')
+                 AND len(d[2]) = 4 AND len(d[3]) = 4 AND len(d[4]) = 4
+                 THEN [2 * d[2][1] * d[2][2] * d[2][3] * d[3][3] * (3 * d[2][4] + 2 * d[4][4]),
+                       list_product(d[2]) + list_product(d[3]) + list_product(d[4])]
+            WHEN op IN ('_flash_attention_backward', '_efficient_attention_backward')
+                 AND len(d[2]) = 4 AND len(d[3]) = 4 AND len(d[4]) = 4
+                 THEN [2 * d[2][1] * d[2][3] * d[2][2] * d[3][2] * (3 * d[2][4] + 2 * d[4][4]),
+                       list_product(d[2]) + list_product(d[3]) + list_product(d[4])]
+        END AS fo   -- [flops, output elements]
+    FROM classed
+)
+SELECT rank, op_id, name, op_class, dtype, profiler_flops, fo[1]::BIGINT AS shape_flops, fo[2]::BIGINT AS out_elems,
+       in_bytes,
+       CASE WHEN fo IS NOT NULL THEN fo[2] * CASE dtype WHEN 'bf16' THEN 2 WHEN 'fp16' THEN 2 WHEN 'fp32' THEN 4 WHEN 'fp64' THEN 8 END
+            WHEN op_class IN ('elementwise', 'norm', 'softmax')
+            THEN list_max(list_transform(list_zip(d, ty), x -> CASE WHEN x[2] IN ('c10::BFloat16', 'c10::Half') THEN 2
+                  WHEN x[2] IN ('float', 'int') THEN 4 WHEN x[2] IN ('double', 'long int') THEN 8 END
+                  * CASE WHEN len(x[1]) > 0 THEN list_product(x[1]) END))
+            WHEN op_class = 'reduction' THEN 0 END::BIGINT AS out_bytes
+FROM formulas
+ORDER BY rank, op_id;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM op_flops LIMIT 20;
