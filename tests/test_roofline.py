@@ -115,9 +115,8 @@ def _record_cpu(torch, tmp_path):
     with FlopCounterMode(display=False) as counter:
         step()
     acts = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=acts, record_shapes=True, with_flops=True) as prof:
-        with torch.profiler.record_function("ProfilerStep#1"):
-            step()
+    with torch.profiler.profile(activities=acts, record_shapes=True, with_flops=True) as prof, torch.profiler.record_function("ProfilerStep#1"):
+        step()
     path = str(tmp_path / "rank0.json")
     prof.export_chrome_trace(path)
     counted = {str(k).replace("aten.", "aten::"): v for k, v in counter.get_flop_counts()["Global"].items()}
