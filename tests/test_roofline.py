@@ -137,3 +137,21 @@ def test_flops_from_shapes_equal_flop_counter_and_profiler_on_a_cpu_trace(tmp_pa
         if name in ours:
             assert ours[name] == pytest.approx(flops, rel=0.01), name
     assert any(n in profiler for n in ("aten::mm", "aten::addmm"))
+
+
+def test_the_bundled_gpt_job_lands_on_its_analytic_flops(tmp_path):
+    """fixtures/ddp4_sync_stall: GPT-style, 6 layers, d=768, seq 512 (fixtures' README); batch 8 and
+    vocab 8192 as its embedding and head shapes show; 2 micro-steps per step. Analytic training
+    FLOPs per step: 6·N·T for the matmul weights N = 12·L·d² + V·d (the head), plus attention
+    12·L·s·d·T (3× a forward of 4·s·d per token and layer); within 10 % (PyTorch's counter takes an
+    attention backward as 2.5 forwards, not 2: +1.5 % here)."""
+    L, d, s, b, V, micro = 6, 768, 512, 8, 8192, 2
+    T = b * s * micro
+    analytic = 6 * (12 * L * d * d + V * d) * T + 12 * L * s * d * T
+    out = tmp_path / "job.duckdb"
+    files = sorted(str(p) for p in (ROOT / "fixtures" / "ddp4_sync_stall").glob("rank-*.json.gz"))
+    assert run_cli("ingest", *files, "-o", str(out)).returncode == 0
+    rows = connect(out).execute("SELECT rank, step, flops FROM mfu").fetchall()
+    assert len(rows) == 12
+    for rank, step, flops in rows:
+        assert flops == pytest.approx(analytic, rel=0.10), (rank, step, flops / analytic)

@@ -220,16 +220,21 @@ def _read(path, sink, key):
                     break
                 buf[cut] = 0x5D  # ']'
                 try:
-                    with memoryview(buf) as whole, whole[:cut + 1] as piece:
-                        events, bad = _decode_batch(piece)
-                        # converted while the view lives: the shapes (msgspec.Raw) point into it
-                        conv.add(events, sink, key)
-                        del events
+                    if buf.find(b'"Input ', 1, cut) >= 0:
+                        # shapes are kept as msgspec.Raw, which points into what it decoded: a copy
+                        # of the batch, so that no view of `buf` outlives this block (an exception's
+                        # frames would hold them, and `buf` could not be released or shrunk)
+                        events, bad = _decode_batch(buf[:cut + 1])
+                    else:
+                        with memoryview(buf) as whole, whole[:cut + 1] as piece:
+                            events, bad = _decode_batch(piece)
                 except msgspec.DecodeError:
                     buf[cut] = 0x2C  # ',': the cut fell inside an event or a string: try an earlier one
                     end = cut
                     continue
                 dropped += bad
+                conv.add(events, sink, key)
+                del events
                 del buf[1:cut + 1]
                 break
             if len(buf) > 32 * BATCH_BYTES:
