@@ -14,8 +14,13 @@ from pathlib import Path
 
 # Tables that exist before any pack runs: loaded by ingest, or made by traceflow/derive/.
 LOADED = {"traces", "gpu_ops", "host_ops", "ranges", "device_peaks"}  # device_peaks: hardware.py
-# Run by critical_path.compute, after the analyses (its walk runs between the two files).
-CRITICAL_PATH_FILES = ("cp_graph", "critical_path")
+# Analyses written in Python: name -> (tables they create, tables they require). The critical
+# path's walk runs between queries/cp_graph.sql (the graph) and queries/critical_path.sql (naming).
+PYTHON_ANALYSES: dict[str, tuple[set[str], set[str]]] = {
+    "critical_path_walk": ({"critical_path_raw"}, {"cp_gpu_preds", "cp_host_nodes", "collectives", "gpu_ops",
+                                                    "step_windows"}),
+}
+CRITICAL_PATH_MODULES = ("cp_graph", "critical_path_walk", "critical_path")  # timed together
 # A pack is a public table of queries/: its name on the command line is the table's, with dashes
 # (step-breakdown); a file creates only tables whose names start with the file's (tests/test_sql_modules.py).
 # Older names kept working:
@@ -26,7 +31,7 @@ ALIASES = {"steps": "step_breakdown", "launch-bound": "launch_bound_steps"}
 def public_tables() -> tuple[str, ...]:
     """The public tables the analyses create (helpers live in schema tf_internal), in run order."""
     from .sqlmodules import creates_public
-    return tuple(t for f in run_order() + ["critical_path"] for t in creates_public(pack_sql(f)))
+    return tuple(t for f in run_order() if f not in PYTHON_ANALYSES for t in creates_public(pack_sql(f)))
 
 
 def table_of(pack: str) -> str | None:
@@ -53,11 +58,12 @@ def pack_sql(name: str) -> str:
 
 
 def run_order() -> list[str]:
-    """The analyses in an order computed from their `-- requires:` headers (sqlmodules)."""
+    """The analyses (queries/*.sql and PYTHON_ANALYSES) in an order computed from their declared
+    dependencies (sqlmodules)."""
     from .derive import derived_tables
     from .sqlmodules import run_order as order
-    modules = {f.stem: f.read_text() for f in sorted(queries_dir().glob("*.sql")) if f.stem not in CRITICAL_PATH_FILES}
-    return order(modules, LOADED | derived_tables())
+    modules = {f.stem: f.read_text() for f in sorted(queries_dir().glob("*.sql"))}
+    return order(modules, LOADED | derived_tables(), PYTHON_ANALYSES, late=set(CRITICAL_PATH_MODULES))
 
 
 
@@ -83,8 +89,8 @@ def describe(sql_text: str) -> str:
 def listing() -> list[PackInfo]:
     out = []
     table_to_file = {}
-    for f in run_order() + ["critical_path"]:
-        sql = pack_sql(f) if (queries_dir() / f"{f}.sql").exists() else ""
+    for f in run_order():
+        sql = pack_sql(f) if f not in PYTHON_ANALYSES else ""
         for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql):
             table_to_file[t] = sql
     for table in public_tables():
@@ -96,10 +102,34 @@ def listing() -> list[PackInfo]:
     return out
 
 
-def compute_all(con):
+def compute_all(con, timings: dict | None = None, phase=None, **walk_options):
+    """Every analysis in dependency order; seconds spent go to timings["packs"] and, for the
+    critical path's three modules, timings["critical_path"]. phase(name) is told as each phase
+    starts. walk_options: critical_path.walk's."""
+    import time
+
     from . import comments
+    from .duck import use_internal_schema
+    timings = {} if timings is None else timings
+    timings.setdefault("packs", 0.0)
+    timings.setdefault("critical_path", 0.0)
     public = set(public_tables())
+    use_internal_schema(con, create=True)
+    # databases written before cp_edges became a view hold it as a table (ingest --append keeps them)
+    for schema, table in con.execute("SELECT schema_name, table_name FROM duckdb_tables() WHERE table_name = 'cp_edges'").fetchall():
+        con.execute(f'DROP TABLE "{schema}"."{table}"')
+    said = None
     for name in run_order():
-        sql = pack_sql(name)
-        con.execute(sql)
-        comments.apply(con, sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public])
+        now = "computing the critical path" if name in CRITICAL_PATH_MODULES else "running the analyses"
+        if phase and now != said:
+            phase(now)
+            said = now
+        t0 = time.perf_counter()
+        if name == "critical_path_walk":
+            from .critical_path import walk
+            timings["walk_batches"] = walk(con, **walk_options)
+        else:
+            sql = pack_sql(name)
+            con.execute(sql)
+            comments.apply(con, sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public])
+        timings["critical_path" if name in CRITICAL_PATH_MODULES else "packs"] += time.perf_counter() - t0

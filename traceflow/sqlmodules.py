@@ -45,16 +45,29 @@ def referenced(sql: str) -> set[str]:
     return used - set(_CTE.findall(code)) - creates(sql)
 
 
-def run_order(modules: dict[str, str], available: set[str]) -> list[str]:
+def run_order(modules: dict[str, str], available: set[str],
+              python: dict[str, tuple[set[str], set[str]]] | None = None, late: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """Module names (name -> SQL text) in an order where each runs after the modules making what it
-    requires; `available` are tables made before any of them (loaded, derived)."""
-    maker = {t: name for name, sql in modules.items() for t in creates(sql)}
+    requires; `available` are tables made before any of them (loaded, derived); `python` are
+    analyses written in Python, name -> (tables it creates, tables it requires). Modules in `late`
+    wait while any other module can run (so that they run together, as one phase)."""
+    decl = {name: (creates(sql), requires(sql) or set()) for name, sql in modules.items()}
+    decl.update(python or {})
+    maker = {t: name for name, (made, _) in decl.items() for t in made}
     graph = {}
-    for name, sql in sorted(modules.items()):
-        needs = requires(sql) or set()
+    for name, (_, needs) in sorted(decl.items()):
         missing = needs - available - set(maker)
         if missing:
-            raise ValueError(f"{name}.sql requires {', '.join(sorted(missing))}, which nothing makes")
+            raise ValueError(f"{name} requires {', '.join(sorted(missing))}, which nothing makes")
         graph[name] = {maker[t] for t in needs if t in maker and maker[t] != name}
     ts = TopologicalSorter(graph)
-    return [n for n in ts.static_order()]
+    ts.prepare()
+    out: list[str] = []
+    ready: list[str] = []
+    while ts.is_active():
+        ready += ts.get_ready()
+        ready.sort(key=lambda n: (n in late, n))
+        name = ready.pop(0)
+        out.append(name)
+        ts.done(name)
+    return out

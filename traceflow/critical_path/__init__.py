@@ -24,20 +24,29 @@ from .graph import Graph
 from .segments import KINDS, Writer
 from .walk import SCALAR_HOST_CALLS, Position, State, Walk
 
-__all__ = ["KINDS", "Graph", "Position", "State", "Walk", "compute"]
+__all__ = ["KINDS", "Graph", "Position", "State", "Walk", "compute", "walk"]
 
 HOST_CALLS_PER_BATCH = 4_000_000  # ~30 bytes each in arrays: more calls than this load a few steps at a time
 
 
 def compute(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH,
             scalar_host_calls: int = SCALAR_HOST_CALLS) -> list[list[int]]:
-    """Write critical_path and critical_path_summary; returns the batches of steps (indexes in
-    step order) whose host calls were loaded together."""
+    """The critical path's three modules again (graph, walk, naming) on an analysed database;
+    returns the walk's batches of steps. Ingest runs them in packs.compute_all's order."""
     use_internal_schema(con, create=True)
-    # databases written before cp_edges became a view hold it as a table (ingest --append keeps them)
-    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'cp_edges'").fetchone()[0]:
-        con.execute("DROP TABLE cp_edges")
     con.execute(pack_sql("cp_graph"))
+    batches = walk(con, host_calls_per_batch=host_calls_per_batch, scalar_host_calls=scalar_host_calls)
+    sql = pack_sql("critical_path")
+    con.execute(sql)
+    from .. import comments
+    comments.apply(con, sql, ["critical_path", "critical_path_summary"])
+    return batches
+
+
+def walk(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH,
+         scalar_host_calls: int = SCALAR_HOST_CALLS) -> list[list[int]]:
+    """Walk every step of the graph (queries/cp_graph.sql) into tf_internal.critical_path_raw;
+    returns the batches of steps (indexes in step order) whose host calls were loaded together."""
     # per step: where it starts across ranks, and the op that ends last (the walk starts there)
     extents = con.execute("""
         SELECT w.step, w.t0, l.last_op FROM
@@ -61,10 +70,6 @@ def compute(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH,
                 writer.add(step, Walk(graph, t0, scalar_host_calls).run(idx))
         del graph
     writer.flush()
-    sql = pack_sql("critical_path")
-    con.execute(sql)
-    from .. import comments
-    comments.apply(con, sql, ["critical_path", "critical_path_summary"])
     return batches
 
 

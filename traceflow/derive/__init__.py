@@ -50,13 +50,6 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     warnings.extend(hardware.load_peaks(con, peak_tflops, peak_gbps))
     timings["derive"] = time.perf_counter() - t0
     from .. import packs
-    t0 = time.perf_counter()
-    phase("running the analyses")
-    packs.compute_all(con)
-    timings["packs"] = time.perf_counter() - t0
-    from .. import critical_path
-    t0 = time.perf_counter()
-    phase("computing the critical path")
-    critical_path.compute(con)
-    timings["critical_path"] = time.perf_counter() - t0
+    packs.compute_all(con, timings, phase)
+    timings.pop("walk_batches", None)
     return warnings
