@@ -155,3 +155,29 @@ def test_the_bundled_gpt_job_lands_on_its_analytic_flops(tmp_path):
     assert len(rows) == 12
     for rank, step, flops in rows:
         assert flops == pytest.approx(analytic, rel=0.10), (rank, step, flops / analytic)
+
+
+def test_the_mfu_waterfall_tiles_each_window_and_finds_the_stall(tmp_path):
+    """The slices add up to the window (ns) and, with MFU, to 100 points. On the job recorded with a
+    40 ms host stall on rank 1 (truth file), that step's loss is rank 1's idle and rank 0's wait for
+    it, and the critical path runs through rank 1's host."""
+    stall = DDP2.parent / "stall"
+    out = tmp_path / "job.duckdb"
+    assert run_cli("ingest", *sorted(map(str, stall.glob("rank-*.json.gz"))), "-o", str(out)).returncode == 0
+    db = connect(out)
+    cols = ("ideal_ns", "idle_ns", "straggler_wait_ns", "exposed_transfer_ns", "exposed_memory_ns",
+            "no_flops_compute_ns", "below_roof_ns")
+    rows = db.execute(f"SELECT rank, step, wall_ns, mfu_pct, {', '.join(cols)}, "
+                      f"{', '.join(c.replace('_ns', '_pts') for c in cols[1:])} FROM mfu_waterfall").fetchall()
+    assert len(rows) == 6
+    for r in rows:
+        assert sum(r[4:11]) == r[2], r
+        assert all(v >= 0 for v in r[4:11]), r
+        assert r[3] + sum(r[11:]) == pytest.approx(100, abs=0.05)
+    t = next(x for x in json.loads((stall / "truth-rank1.json").read_text()) if x["kind"] == "host_stall")
+    idle, path_host = db.execute("SELECT idle_ns, path_host_ns FROM mfu_waterfall WHERE rank = 1 AND step = ?",
+                                 [t["step"]]).fetchone()
+    wait = db.execute("SELECT straggler_wait_ns FROM mfu_waterfall WHERE rank = 0 AND step = ?", [t["step"]]).fetchone()[0]
+    others = db.execute("SELECT max(straggler_wait_ns) FROM mfu_waterfall WHERE rank = 0 AND step <> ?", [t["step"]]).fetchone()[0]
+    assert idle >= 0.9 * t["dur_ns"] and path_host >= 0.9 * t["dur_ns"]
+    assert wait >= 0.9 * t["dur_ns"] > 5 * others

@@ -11,131 +11,16 @@ Size: one function per section of the page, each a few queries; the layout is pa
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..outputs import atomic_output, check_output
 from ..text import printable
+from . import roofline
+from .blocks import CAUSE_COLORS, KIND_COLORS, STATE_COLORS, Heading, Items, Note, Plots, Section, bars, label, table
 
 if TYPE_CHECKING:
     from ..job import Job
-
-KIND_COLORS = {"gpu_compute": "#4c78a8", "gpu_comm": "#f58518", "gpu_memory": "#54a24b", "peer_wait": "#e45756",
-               "launch": "#b279a2", "host_cpu": "#9d755d", "host_sync": "#ff9da6", "idle": "#bab0ac"}
-STATE_COLORS = {"compute": "#4c78a8", "exposed comm": "#f58518", "exposed memory": "#54a24b", "idle": "#bab0ac"}
-CAUSE_COLORS = {"host_late": "#e45756", "dependency": "#72b7b2", "launch_latency": "#b279a2"}
-
-
-def _label(s, n=60) -> str:
-    """A trace string made safe for a Plotly label (Plotly reads a few HTML tags in labels)."""
-    s = "" if s is None else printable(s)
-    s = s.replace("<", "‹").replace(">", "›").replace("&", "＆")
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-# What the template lays out. A block is one of: Heading, Note, Items, Table, Plot.
-@dataclass
-class Heading:
-    text: str
-    kind: str = "heading"
-
-
-@dataclass
-class Note:
-    text: str
-    kind: str = "note"
-
-
-@dataclass
-class Items:
-    items: list[str]
-    cls: str
-    kind: str = "items"
-
-
-@dataclass
-class Cell:
-    text: str
-    num: bool = False  # right-aligned, tabular figures
-
-
-@dataclass
-class Table:
-    headers: list[str]
-    rows: list[list[Cell]]
-    kind: str = "table"
-
-
-@dataclass
-class Plot:
-    id: str
-    kind: str = "plot"
-
-
-@dataclass
-class Section:
-    id: str
-    title: str
-    blocks: list = field(default_factory=list)
-
-
-def _cell(v) -> str:
-    """A value as the page shows it; trace text with control characters shown as escapes (the
-    template escapes HTML)."""
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:,.2f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, (list, tuple)):
-        return printable(", ".join(map(str, v)))
-    return printable(v)
-
-
-def table(con, sql, params=None, headers=None, ms_cols=()) -> Table:
-    rel = con.execute(sql, params or [])
-    cols = [d[0] for d in rel.description]
-    rows = [[Cell(f"{v / 1e6:,.3f}", True) if c in ms_cols and v is not None
-             else Cell(_cell(v), isinstance(v, (int, float)) and not isinstance(v, bool)) for c, v in zip(cols, r)]
-            for r in rel.fetchall()]
-    return Table([printable(h) for h in (headers or cols)], rows)
-
-
-class _Plots:
-    def __init__(self):
-        self.specs = []
-
-    def add(self, data, title: str, x: str, y: str, **layout) -> Plot:
-        """A chart: its title and both axis titles (with units) are required. Plotly.js 2+ reads a title
-        only as {"text": ...}; the plain-string form that older versions took is silently ignored."""
-        pid = f"plot{len(self.specs)}"
-        base = {"margin": {"l": 70, "r": 20, "t": 50, "b": 60}, "height": 360, "barmode": "stack",
-                "legend": {"orientation": "h", "y": -0.25}, "font": {"size": 12}, "title": {"text": title}}
-        for axis, text in (("xaxis", x), ("yaxis", y)):
-            base[axis] = {**layout.pop(axis, {}), "title": {"text": text}, "automargin": True}
-        base.update(layout)
-        self.specs.append({"id": pid, "data": data, "layout": base})
-        return Plot(pid)
-
-    def script_json(self) -> str:
-        text = json.dumps(self.specs, default=str)
-        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _bars(rows, x_of, series, colors, value_of):
-    xs = sorted({x_of(r) for r in rows}, key=lambda x: (len(str(x)), str(x)))
-    data = []
-    for s in series:
-        vals = {x_of(r): value_of(r, s) for r in rows}
-        data.append({"type": "bar", "name": s, "x": [str(x) for x in xs], "y": [round((vals.get(x) or 0) / 1e6, 3) for x in xs],
-                     "marker": {"color": colors.get(s)}})
-    return data
-
 
 def build(job: Job) -> str:
     """The page's HTML for a Job (its connection and its findings, computed once)."""
@@ -151,19 +36,20 @@ def _coverage(con) -> list:
 
 
 def _build(con, database: str, f: dict) -> str:
-    P = _Plots()
+    P = Plots()
     sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
-                _steps(con, P), _critical_path(con, P), _waits(con, P), _launch(con, P), _inputs(con, P)]
+                _steps(con, P), _critical_path(con, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
+                _inputs(con, P)]
     return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
                   specs=P.script_json())
 
 
-def _steps(con, P: _Plots) -> Section:
+def _steps(con, P: Plots) -> Section:
     """Per-rank, per-step breakdown."""
     rows = con.execute("""SELECT rank, step, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns FROM step_breakdown
                           WHERE part = 'step' ORDER BY rank, step""").fetchall()
     key = {"compute": 2, "exposed comm": 3, "exposed memory": 4, "idle": 5}
-    plot = P.add(_bars(rows, lambda r: f"r{r[0]} s{r[1]}", list(key), STATE_COLORS, lambda r, s: r[key[s]]),
+    plot = P.add(bars(rows, lambda r: f"r{r[0]} s{r[1]}", list(key), STATE_COLORS, lambda r, s: r[key[s]]),
                  "GPU window per rank and step", x="rank r, step s", y="GPU time (ms)")
     tbl = table(con, """SELECT rank, coalesce(step::VARCHAR, part || ' steps') AS step, wall_ns, compute_ns, exposed_comm_ns,
                                exposed_memory_ns, idle_ns, idle_pct
@@ -178,11 +64,11 @@ def _steps(con, P: _Plots) -> Section:
         *_coverage(con), tbl])
 
 
-def _critical_path(con, P: _Plots) -> Section:
+def _critical_path(con, P: Plots) -> Section:
     """Critical path."""
     rows = con.execute("SELECT step, kind, sum(total_ns) FROM critical_path_summary GROUP BY step, kind").fetchall()
     kinds = [k for k in KIND_COLORS if any(r[1] == k for r in rows)]
-    p1 = P.add(_bars(rows, lambda r: r[0], kinds, KIND_COLORS, lambda r, s: dict(((r2[0], r2[1]), r2[2]) for r2 in rows).get((r[0], s))),
+    p1 = P.add(bars(rows, lambda r: r[0], kinds, KIND_COLORS, lambda r, s: dict(((r2[0], r2[1]), r2[2]) for r2 in rows).get((r[0], s))),
                "Critical path per step, by kind", x="step", y="time on the critical path (ms)", xaxis={"type": "category"})
     rows = con.execute("SELECT step, rank, sum(total_ns) FROM critical_path_summary GROUP BY step, rank").fetchall()
     ranks = sorted({r[1] for r in rows})
@@ -197,7 +83,7 @@ def _critical_path(con, P: _Plots) -> Section:
                             [p1, p2, Heading("Longest segments per step"), tbl])
 
 
-def _waits(con, P: _Plots) -> Section:
+def _waits(con, P: Plots) -> Section:
     """Stragglers, collective waits, idle gaps."""
     rows = con.execute("SELECT rank, wait_caused_ns FROM stragglers_by_rank ORDER BY rank").fetchall()
     p1 = P.add([{"type": "bar", "name": "peer wait caused", "x": [f"rank {r}" for r, _ in rows], "y": [round(w / 1e6, 3) for _, w in rows],
@@ -209,7 +95,7 @@ def _waits(con, P: _Plots) -> Section:
     rows = con.execute("SELECT rank, cause, sum(total_ns) FROM idle_gaps_summary WHERE step IS NOT NULL GROUP BY rank, cause").fetchall()
     causes = [c for c in CAUSE_COLORS if any(r[1] == c for r in rows)]
     lk = {(r[0], r[1]): r[2] for r in rows}
-    p2 = P.add(_bars(rows, lambda r: f"rank {r[0]}", causes, CAUSE_COLORS, lambda r, s: lk.get((r[0], s))),
+    p2 = P.add(bars(rows, lambda r: f"rank {r[0]}", causes, CAUSE_COLORS, lambda r, s: lk.get((r[0], s))),
                "GPU idle time by cause, all steps", x="rank", y="GPU idle (ms)")
     t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps WHERE step IS NOT NULL
                         ORDER BY dur_ns DESC LIMIT 15""",
@@ -218,7 +104,7 @@ def _waits(con, P: _Plots) -> Section:
                             [p1, Heading("Collectives with the most peer wait"), t1, p2, Heading("Longest idle gaps"), t2])
 
 
-def _launch(con, P: _Plots) -> Section:
+def _launch(con, P: Plots) -> Section:
     """Launch overhead, syncs, kernels."""
     t1 = table(con, """SELECT rank, step, launches, launch_exposed_ns, launch_exposed_pct, launch_bound FROM launch_bound_steps
                        ORDER BY launch_exposed_pct DESC NULLS LAST LIMIT 12""",
@@ -235,7 +121,7 @@ def _launch(con, P: _Plots) -> Section:
     t3 = table(con, """SELECT rank, step, name, reason, blocked_ns, gpu_op FROM sync ORDER BY blocked_ns DESC LIMIT 10""",
                headers=["rank", "step", "call", "why it blocks", "host blocked (ms)", "GPU op"], ms_cols=("blocked_ns",))
     rows = con.execute("""SELECT name, sum(total_ns) t FROM kernels GROUP BY name ORDER BY t DESC LIMIT 10""").fetchall()
-    p1 = P.add([{"type": "bar", "orientation": "h", "name": "total", "y": [_label(n) for n, _ in rows][::-1],
+    p1 = P.add([{"type": "bar", "orientation": "h", "name": "total", "y": [label(n) for n, _ in rows][::-1],
                  "x": [round(t / 1e6, 3) for _, t in rows][::-1], "marker": {"color": "#4c78a8"}}],
                "Top kernels, all ranks", x="total GPU time (ms)", y="kernel", height=420,
                margin={"l": 380, "r": 20, "t": 50, "b": 50})
@@ -248,7 +134,7 @@ def _launch(con, P: _Plots) -> Section:
         Heading("Blocking host calls"), t3, p1, Heading("Top kernels per rank"), t4])
 
 
-def _inputs(con, P: _Plots) -> Section:
+def _inputs(con, P: Plots) -> Section:
     """Inputs."""
     t1 = table(con, """SELECT rank, source_path, source_format, profiler_version, rank_source, hostname, device_name,
                               clock_offset_ns, clock_spread_ns FROM traces ORDER BY rank""",
