@@ -14,6 +14,8 @@
 --          Otherwise host_cpu is named by what the thread was doing: the innermost CPU op at the
 --          segment's midpoint, else the innermost range.
 --   start_ns, end_ns (ns since epoch); dur_ns = end_ns - start_ns (ns); tid: host thread, op_id
+--   bound  for GPU kernels: the bound of the op that launched them (op_work: compute | memory |
+--          latency), NULL where its work is unknown or the segment is not a kernel
 --
 -- critical_path_summary (pack `critical-path-summary`): per step, rank and kind, the time on the critical path.
 --   total_ns      time of the step's critical path in segments of this rank and kind (ns)
@@ -21,7 +23,7 @@
 --   share_pct     total_ns / step_wall_ns (percent)
 --   step_wall_ns  the step's span across ranks: the length of its critical path (ns)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
--- requires: critical_path_raw, gpu_ops, host_ops, ranges
+-- requires: critical_path_raw, gpu_ops, host_ops, op_work, op_work_kernels, ranges
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -57,12 +59,15 @@ WITH unnamed AS (
 )
 SELECT c.step, c.ordinal, c.rank, c.kind,
        coalesce(CASE WHEN c.kind = 'launch' THEN g.api_name ELSE g.name END, h.name, b.name) AS name,
-       c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns, c.tid, c.op_id
+       c.start_ns, c.end_ns, c.end_ns - c.start_ns AS dur_ns, c.tid, c.op_id,
+       CASE WHEN c.kind IN ('gpu_compute', 'gpu_memory') THEN w.bound END AS bound
 FROM critical_path_raw c
 LEFT JOIN best b USING (step, ordinal)
 -- plain equi-joins: an extra ON condition would make DuckDB loop
 LEFT JOIN gpu_ops g ON g.op_id = c.op_id
 LEFT JOIN host_names h ON h.op_id = c.op_id
+LEFT JOIN op_work_kernels k ON k.gpu_op_id = c.op_id
+LEFT JOIN op_work w ON w.op_id = k.op_id
 ORDER BY c.step, c.ordinal;
 
 CREATE OR REPLACE TABLE critical_path_summary AS

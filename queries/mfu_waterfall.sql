@@ -19,8 +19,8 @@
 --   no_flops_compute_ns  compute time of ops with no known FLOPs (element-wise, norms, optimizer; or
 --                        unknown to traceflow), at most what compute has left above ideal_ns (ns)
 --   below_roof_ns        the rest of the compute time: kernels with known FLOPs running below the peak (ns)
---   idle_pts, straggler_wait_pts, exposed_transfer_pts, exposed_memory_pts, no_flops_compute_pts,
---   below_roof_pts       each slice in MFU points (percent of the window); with mfu_pct they add up to 100
+--   idle_pts, straggler_wait_pts, exposed_transfer_pts  each slice in MFU points (percent of the window)
+--   exposed_memory_pts, no_flops_compute_pts, below_roof_pts  likewise; with mfu_pct, the points add up to 100
 --   path_ns              critical-path time that ran on this rank in the step (ns)
 --   path_idle_ns, path_comm_ns, path_host_ns, path_compute_ns  of it: idle; NCCL kernels and peer
 --                        waits; host code, syncs and launches; compute and memory kernels (ns)

@@ -27,13 +27,15 @@
 --                (bytes-only ops: achieved_gbps / peak_gbps), in percent
 --   bound        compute (intensity at or past the ridge point) | memory | latency (ran under
 --                tf_roofline_min_ns) | NULL (no work known)
+--
+-- op_work_kernels (helper): gpu_op_id -> op_id of the CPU op that launched it, with rank, step, dur_ns.
 -- requires: device_peaks, gpu_ops, host_ops, op_flops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
-CREATE OR REPLACE TABLE op_work AS
+CREATE OR REPLACE TABLE tf_internal.op_work_kernels AS
 WITH launched AS (
-    SELECT g.rank, g.step, g.start_ns, g.end_ns, h.trace_id, h.external_id
+    SELECT g.op_id AS gpu_op_id, g.rank, g.step, g.end_ns - g.start_ns AS dur_ns, h.trace_id, h.external_id
     FROM gpu_ops g JOIN host_ops h ON h.op_id = g.launch_op_id
     WHERE g.category <> 'communication' AND h.external_id IS NOT NULL
 ), cpu AS (
@@ -41,10 +43,13 @@ WITH launched AS (
     SELECT trace_id, external_id, arg_max(op_id, start_ns) AS op_id
     FROM host_ops WHERE kind = 'cpu_op' AND (trace_id, external_id) IN (SELECT trace_id, external_id FROM launched)
     GROUP BY ALL
-), per_op AS (
-    SELECT c.op_id, any_value(l.rank) AS rank, min(l.step) AS step, count(*) AS kernels,
-           sum(l.end_ns - l.start_ns)::BIGINT AS gpu_ns
-    FROM launched l JOIN cpu c USING (trace_id, external_id) GROUP BY c.op_id
+)
+SELECT l.gpu_op_id, c.op_id, l.rank, l.step, l.dur_ns FROM launched l JOIN cpu c USING (trace_id, external_id);
+
+CREATE OR REPLACE TABLE op_work AS
+WITH per_op AS (
+    SELECT op_id, any_value(rank) AS rank, min(step) AS step, count(*) AS kernels, sum(dur_ns)::BIGINT AS gpu_ns
+    FROM op_work_kernels GROUP BY op_id
 ), work AS (
     SELECT p.rank, p.step, p.op_id, f.name, f.op_class, f.dtype, p.kernels, p.gpu_ns,
            coalesce(f.profiler_flops, f.shape_flops) AS flops,

@@ -181,3 +181,17 @@ def test_the_mfu_waterfall_tiles_each_window_and_finds_the_stall(tmp_path):
     others = db.execute("SELECT max(straggler_wait_ns) FROM mfu_waterfall WHERE rank = 0 AND step <> ?", [t["step"]]).fetchone()[0]
     assert idle >= 0.9 * t["dur_ns"] and path_host >= 0.9 * t["dur_ns"]
     assert wait >= 0.9 * t["dur_ns"] > 5 * others
+
+
+def test_critical_path_kernels_carry_their_ops_bound(ddp2):
+    db = connect(ddp2)
+    rows = db.execute("""SELECT c.bound, w.intensity, w.peak_tflops * 1e3 / w.peak_gbps AS ridge, w.gpu_ns
+                         FROM critical_path c JOIN tf_internal.op_work_kernels k ON k.gpu_op_id = c.op_id
+                         JOIN op_work w ON w.op_id = k.op_id WHERE c.kind = 'gpu_compute'""").fetchall()
+    assert any(b == "compute" for b, *_ in rows) and any(b == "memory" for b, *_ in rows)
+    for bound, intensity, ridge, ns in rows:
+        if bound == "compute":
+            assert intensity >= ridge
+        elif bound == "memory" and intensity is not None:
+            assert intensity < ridge and ns >= 5000
+    assert db.execute("SELECT count(*) FROM critical_path WHERE bound IS NOT NULL AND kind NOT LIKE 'gpu_%'").fetchone()[0] == 0
