@@ -1,7 +1,9 @@
--- op_flops (pack `op-flops`): per CPU op with recorded arguments (Kineto record_shapes / with_flops),
--- the work its inputs imply, on the CPU or the GPU alike (docs/roofline.md). op_work adds the GPU time.
+-- op_flops (pack `op-flops`): per CPU op with recorded arguments (Kineto record_shapes / with_flops)
+-- whose work traceflow counts (matmul, attention, element-wise, norm, softmax, reduction, or any op
+-- the profiler counted FLOPs for), the work its inputs imply, on the CPU or the GPU alike
+-- (docs/roofline.md). op_work adds the GPU time.
 --
--- Inputs: host_ops (input_dims, input_types, flops).
+-- Inputs: host_ops (input_dims, input_types, flops), op_classes.
 --
 -- Unknown stays NULL: an op kind without a formula here, a TensorList input, a missing shape.
 --   rank, op_id (host_ops), name
@@ -14,33 +16,20 @@
 --   in_bytes       bytes of the tensor inputs (elements × dtype size)
 --   out_bytes      bytes written where the output's shape follows from the op: matmul and attention
 --                  (out_elems), element-wise, norm and softmax (the largest input); reductions 0 (a lower bound)
--- requires: host_ops
+-- requires: host_ops, op_classes
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE op_flops AS
 WITH shaped AS (
-    SELECT op_id, rank, name, flops AS profiler_flops, regexp_replace(name, '^aten::', '') AS op,
-           json_transform(input_dims, '["BIGINT[]"]') AS d, json_transform(input_types, '["VARCHAR"]') AS ty
-    FROM host_ops WHERE kind = 'cpu_op' AND (input_dims IS NOT NULL OR flops IS NOT NULL)
+    -- only the classes whose work is counted: views, allocations and copies are most ops and count none
+    SELECT h.op_id, h.rank, h.name, h.flops AS profiler_flops, c.op, c.op_class,
+           json_transform(h.input_dims, '["BIGINT[]"]') AS d, json_transform(h.input_types, '["VARCHAR"]') AS ty
+    FROM host_ops h JOIN op_classes c USING (name)
+    WHERE h.kind = 'cpu_op' AND (h.input_dims IS NOT NULL OR h.flops IS NOT NULL)
+          AND (c.op_class IN ('matmul', 'attention', 'elementwise', 'norm', 'softmax', 'reduction') OR h.flops IS NOT NULL)
 ), classed AS (
     SELECT *,
-        CASE WHEN op IN ('mm', 'addmm', 'bmm', 'baddbmm', 'linear', 'matmul', 'addmv', 'mv', 'dot') THEN 'matmul'
-             WHEN op LIKE '%attention%' THEN 'attention'
-             WHEN op LIKE '%conv%' THEN 'conv'
-             WHEN op LIKE '%norm%' AND op NOT IN ('norm', 'linalg_vector_norm') THEN 'norm'
-             WHEN op LIKE '%softmax%' THEN 'softmax'
-             WHEN op IN ('sum', 'mean', 'amax', 'amin', 'max', 'min', 'norm', 'linalg_vector_norm', 'prod', 'argmax',
-                         'argmin', 'var', 'std', 'any', 'all', 'cumsum') THEN 'reduction'
-             WHEN op LIKE '\_foreach\_%' ESCAPE '\' OR op LIKE '\_fused\_%' ESCAPE '\' THEN 'optimizer'
-             WHEN op IN ('copy_', '_to_copy', 'to', 'clone', 'contiguous', 'cat', 'stack', 'index_select', 'gather',
-                         'scatter', 'embedding', 'index', 'fill_', 'zero_', 'zeros_like', 'ones_like') THEN 'copy'
-             WHEN regexp_matches(op, '^(add|sub|mul|div|neg|abs|exp|log|pow|sqrt|rsqrt|sigmoid|tanh|relu|gelu|silu|'
-                                     'threshold|where|clamp|lerp|addcmul|addcdiv|maximum|minimum|eq|ne|lt|gt|le|ge|'
-                                     'masked_fill|dropout|native_dropout|bernoulli|sin|cos|reciprocal|sign|'
-                                     'gelu_backward|silu_backward|threshold_backward|sigmoid_backward|tanh_backward|'
-                                     'native_dropout_backward)_?$') THEN 'elementwise'
-             ELSE 'other' END AS op_class,
         CASE ty[CASE WHEN op IN ('addmm', 'baddbmm') THEN 2 ELSE 1 END]
              WHEN 'c10::BFloat16' THEN 'bf16' WHEN 'c10::Half' THEN 'fp16' WHEN 'float' THEN 'fp32'
              WHEN 'double' THEN 'fp64' END AS dtype,
@@ -90,8 +79,7 @@ SELECT rank, op_id, name, op_class, dtype, profiler_flops, fo[1]::BIGINT AS shap
                   WHEN x[2] IN ('float', 'int') THEN 4 WHEN x[2] IN ('double', 'long int') THEN 8 END
                   * CASE WHEN len(x[1]) > 0 THEN list_product(x[1]) END))
             WHEN op_class = 'reduction' THEN 0 END::BIGINT AS out_bytes
-FROM formulas
-ORDER BY rank, op_id;
+FROM formulas;  -- in scan order: a sort of every op cost a third of this pack
 
 -- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
 SELECT * FROM op_flops LIMIT 20;

@@ -1,7 +1,8 @@
 -- op_work (pack `op-work`): per CPU op that launched GPU work, the work it did (FLOPs, bytes moved)
 -- and how close its kernels ran to the GPU's roofs (docs/roofline.md).
 --
--- Inputs: gpu_ops (launch links), host_ops, op_flops (the work from the op's arguments), device_peaks.
+-- Inputs: gpu_ops (cpu_op_id: the CPU op that launched each kernel), host_ops, op_classes, op_flops
+-- (the work from the op's arguments), device_peaks.
 -- Parameters: tf_roofline_min_ns — an op whose kernels ran shorter than this is 'latency' bound:
 --   too short to judge against a roof [5000 ns].
 --
@@ -29,33 +30,24 @@
 --                tf_roofline_min_ns) | NULL (no work known)
 --
 -- op_work_kernels (helper): gpu_op_id -> op_id of the CPU op that launched it, with rank, step, dur_ns.
--- requires: device_peaks, gpu_ops, host_ops, op_flops
+-- requires: device_peaks, gpu_ops, host_ops, op_classes, op_flops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE tf_internal.op_work_kernels AS
-WITH launched AS (
-    SELECT g.op_id AS gpu_op_id, g.rank, g.step, g.end_ns - g.start_ns AS dur_ns, h.trace_id, h.external_id
-    FROM gpu_ops g JOIN host_ops h ON h.op_id = g.launch_op_id
-    WHERE g.category <> 'communication' AND h.external_id IS NOT NULL
-), cpu AS (
-    -- an External id names one CPU op; were it repeated, the latest-starting (innermost) one
-    SELECT trace_id, external_id, arg_max(op_id, start_ns) AS op_id
-    FROM host_ops WHERE kind = 'cpu_op' AND (trace_id, external_id) IN (SELECT trace_id, external_id FROM launched)
-    GROUP BY ALL
-)
-SELECT l.gpu_op_id, c.op_id, l.rank, l.step, l.dur_ns FROM launched l JOIN cpu c USING (trace_id, external_id);
+SELECT op_id AS gpu_op_id, cpu_op_id AS op_id, rank, step, end_ns - start_ns AS dur_ns
+FROM gpu_ops WHERE cpu_op_id IS NOT NULL AND category <> 'communication';
 
 CREATE OR REPLACE TABLE op_work AS
 WITH per_op AS (
     SELECT op_id, any_value(rank) AS rank, min(step) AS step, count(*) AS kernels, sum(dur_ns)::BIGINT AS gpu_ns
     FROM op_work_kernels GROUP BY op_id
 ), work AS (
-    SELECT p.rank, p.step, p.op_id, f.name, f.op_class, f.dtype, p.kernels, p.gpu_ns,
+    SELECT p.rank, p.step, p.op_id, h.name, c.op_class, f.dtype, p.kernels, p.gpu_ns,
            coalesce(f.profiler_flops, f.shape_flops) AS flops,
            CASE WHEN f.profiler_flops IS NOT NULL THEN 'profiler' WHEN f.shape_flops IS NOT NULL THEN 'shapes' END AS flops_source,
            f.in_bytes + f.out_bytes AS bytes
-    FROM per_op p LEFT JOIN op_flops f USING (op_id)
+    FROM per_op p JOIN host_ops h USING (op_id) LEFT JOIN op_classes c USING (name) LEFT JOIN op_flops f USING (op_id)
 ), j AS (
     SELECT w.*, pk.gbps AS peak_gbps,
            CASE w.dtype WHEN 'bf16' THEN pk.bf16_tflops WHEN 'fp16' THEN pk.fp16_tflops
@@ -77,8 +69,7 @@ SELECT rank, step, op_id, name, op_class, dtype, kernels, gpu_ns, flops::BIGINT 
                  AND flops / bytes >= peak_tflops * 1e3 / peak_gbps THEN 'compute'
             WHEN bytes IS NOT NULL THEN 'memory'
        END AS bound
-FROM j
-ORDER BY rank, op_id;
+FROM j;  -- in scan order: op_work is as long as the launching ops, and a sort of it was a third of its cost
 
 
 -- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):

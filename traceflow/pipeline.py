@@ -323,12 +323,12 @@ def _build(con, traces, scratch, result, append, rank_pattern, jobs=None):
             existing.add((h, pid))
             taken[rank] = path
             next_id = max(next_id, tid + 1)
-        from .schema import TABLES, duck_type
+        from .schema import DERIVED, TABLES, duck_type
         for table, sch in TABLES.items():  # a database from before a column existed: NULL in its rows
             have = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
-            for f in sch:
-                if f.name not in have:
-                    con.execute(f"ALTER TABLE {table} ADD COLUMN {f.name} {duck_type(f.type)}")
+            for name, typ in [(f.name, duck_type(f.type)) for f in sch] + DERIVED[table]:
+                if name not in have:
+                    con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ}")
     else:
         for schema, name in con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal").fetchall():
             con.execute(f'DROP VIEW IF EXISTS "{schema}"."{name}"')

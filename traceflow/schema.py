@@ -55,7 +55,7 @@ _DUCK = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.string(): "VARCHAR", pa
 DERIVED = {
     "gpu_ops": [("op_id", "BIGINT"), ("api_name", "VARCHAR"), ("api_start_ns", "BIGINT"), ("api_end_ns", "BIGINT"),
                 ("launch_tid", "BIGINT"), ("launch_op_id", "BIGINT"), ("issue_start_ns", "BIGINT"),
-                ("step", "INTEGER")],
+                ("cpu_op_id", "BIGINT"), ("step", "INTEGER")],
     "host_ops": [("op_id", "BIGINT")],
     "ranges": [],
 }
@@ -94,7 +94,8 @@ DOCS = {
         "api_name": "the launch call (cudaLaunchKernel, ...); NULL when the launch is outside the trace",
         "api_start_ns": "when the launch call started (ns since epoch)", "api_end_ns": "when it returned (ns since epoch)",
         "launch_tid": "the host thread that launched it", "launch_op_id": "host_ops.op_id of the launch call",
-        "issue_start_ns": "when the host began issuing it: the start of the CPU op around the launch call, else the launch call's"}),
+        "issue_start_ns": "when the host began issuing it: the start of the CPU op around the launch call, else the launch call's",
+        "cpu_op_id": "Kineto: host_ops.op_id of the CPU op that made the launch call (External id), e.g. aten::mm"}),
     "host_ops": ("one row per host call: CPU ops, CUDA runtime and driver calls, OS runtime calls", {
         "pid": "the process id", "kind": "cpu_op | cuda_runtime | cuda_driver | osrt | ...",
         "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op",

@@ -10,6 +10,7 @@
 --              correlation id that enqueued the op (NULL when the launch is outside the trace)
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the
 --              launch call (Kineto links them by External id), else the launch call's start
+--   cpu_op_id  host_ops.op_id of that CPU op (the innermost one the launch call's External id names)
 --   step       the step whose host range holds the launch call's start; for a rank with no
 --              launch calls at all, or whose only step is the whole trace, the step holding the
 --              op's own start. Ops still without a step (launch not in the capture, or launched
@@ -33,10 +34,11 @@ WITH launch AS (
     GROUP BY trace_id, correlation_id
 ), issuer AS (
     -- only the CPU ops that made a launch call: most CPU ops never do
-    SELECT trace_id, external_id, max(start_ns) AS issue_start_ns
+    SELECT trace_id, external_id, arg_max(op_id, start_ns) AS cpu_op_id,
+           -- CPU ops on a clock of their own that no offset reconciles (host_clock.py): no time from them
+           max(start_ns) FILTER (WHERE trace_id NOT IN (SELECT trace_id FROM traces WHERE cpu_clock_consistent IS FALSE))
+               AS issue_start_ns
     FROM host_ops WHERE kind = 'cpu_op' AND (trace_id, external_id) IN (SELECT trace_id, external_id FROM launch)
-          -- CPU ops on a clock of their own that no offset reconciles (host_clock.py): not used
-          AND trace_id NOT IN (SELECT trace_id FROM traces WHERE cpu_clock_consistent IS FALSE)
     GROUP BY trace_id, external_id
 ), ops AS (
     SELECT g.rowid AS rid, g.trace_id, g.rank, g.correlation_id, g.start_ns, g.end_ns,
@@ -57,7 +59,8 @@ WITH launch AS (
     SELECT o.rid, o.rank, o.start_ns, o.category, o.collective, o.copy_kind,
         row_number() OVER (ORDER BY o.trace_id, o.start_ns, o.end_ns) AS op_id,
         l.api_name, l.api_start_ns, l.api_end_ns, l.launch_tid, l.launch_op_id,
-        CASE WHEN i.issue_start_ns <= l.api_start_ns THEN i.issue_start_ns ELSE l.api_start_ns END AS issue_start_ns
+        CASE WHEN i.issue_start_ns <= l.api_start_ns THEN i.issue_start_ns ELSE l.api_start_ns END AS issue_start_ns,
+        i.cpu_op_id
     FROM ops o LEFT JOIN launch l USING (trace_id, correlation_id)
     LEFT JOIN issuer i ON i.trace_id = l.trace_id AND i.external_id = l.external_id
 ), ranks_with_launches AS (
@@ -70,14 +73,14 @@ WITH launch AS (
     FROM joined
 )
 SELECT k.rid, k.category, CASE WHEN k.category = 'communication' THEN k.collective END AS collective, k.copy_kind,
-       k.op_id, k.api_name, k.api_start_ns, k.api_end_ns, k.launch_tid, k.launch_op_id, k.issue_start_ns,
+       k.op_id, k.api_name, k.api_start_ns, k.api_end_ns, k.launch_tid, k.launch_op_id, k.issue_start_ns, k.cpu_op_id,
        CASE WHEN k.step_key < s.end_ns THEN s.step END AS step
 FROM keyed k ASOF LEFT JOIN steps s ON k.rank = s.rank AND k.step_key >= s.start_ns
 ORDER BY k.rid;
 
 CREATE OR REPLACE TABLE gpu_ops AS
 SELECT g.* EXCLUDE (category, collective, copy_kind, op_id, api_name, api_start_ns, api_end_ns,
-                    launch_tid, launch_op_id, issue_start_ns, step),
+                    launch_tid, launch_op_id, issue_start_ns, cpu_op_id, step),
        d.* EXCLUDE (rid)
 FROM gpu_ops g POSITIONAL JOIN gpu_ops_derived d;
 

@@ -521,11 +521,9 @@ _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur
 
 
 def _raw_text(values: list) -> pa.Array:
-    """JSON kept undecoded (msgspec.Raw; empty: absent) as text; only the ops that carry it pay a Python call."""
-    out: list = [None] * len(values)
-    for i in np.flatnonzero(np.fromiter(map(len, values), np.int64, len(values))):
-        out[i] = bytes(values[i])
-    return pa.array(out, pa.binary()).cast(pa.string())
+    """JSON kept undecoded (msgspec.Raw; empty: absent) as text, by C loops only."""
+    text = pa.array(list(map(bytes, values)), pa.string())
+    return pc.if_else(pc.equal(pc.binary_length(text), 0), pa.scalar(None, pa.string()), text)
 
 
 def _where(test, values: list, obj) -> np.ndarray:
