@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import connect, run_cli
+from conftest import connect, needs_shared, run_cli
 
 from traceflow import hardware
 
@@ -195,3 +195,13 @@ def test_critical_path_kernels_carry_their_ops_bound(ddp2):
         elif bound == "memory" and intensity is not None:
             assert intensity < ridge and ns >= 5000
     assert db.execute("SELECT count(*) FROM critical_path WHERE bound IS NOT NULL AND kind NOT LIKE 'gpu_%'").fetchone()[0] == 0
+
+
+@needs_shared
+def test_an_nsys_job_says_why_it_has_no_flops(ingested):
+    """nsys traces carry no shapes traceflow reads: kernels get no FLOPs, and the verdict says so."""
+    import traceflow
+    with traceflow.open(ingested("h100/nsys/ddp4_sync_stall")) as job:
+        assert job.sql("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").item() == 0
+        assert job.sql("SELECT count(*), count(mfu_pct) FROM mfu").row(0) == (24, 0)
+        assert any("no op in the traces has known FLOPs" in s for s in job.findings()["sentences"])

@@ -104,6 +104,13 @@ def _mfu_sentence(con, out: dict):
     except Exception:  # noqa: BLE001 - a database from before the mfu pack
         return
     if not m:
+        if con.execute("SELECT count(*) FROM mfu").fetchone()[0]:
+            peaks = con.execute("SELECT count(*) FROM device_peaks WHERE bf16_tflops IS NOT NULL OR fp32_tflops IS NOT NULL").fetchone()[0]
+            flops = con.execute("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").fetchone()[0]
+            out["sentences"].append(
+                "MFU and the roofline are empty: " + ("no op in the traces has known FLOPs (they need the PyTorch "
+                "profiler's record_shapes=True; Nsight Systems traces carry no shapes traceflow reads)." if not flops
+                else "the GPU's peak is unknown (--peak-tflops / --peak-gbps set it)."))
         return
     step, mfu, known = m[len(m) // 2]
     mem = con.execute("""SELECT 100.0 * sum(gpu_ns) FILTER (WHERE bound = 'memory') / nullif(sum(gpu_ns) FILTER (WHERE bound IS NOT NULL), 0),
