@@ -5,11 +5,12 @@
     job = traceflow.open("job.duckdb")                      # the verbs: job.query(...), job.write_report(...)
     traceflow.query("job.duckdb", "idle-gaps", rank=1)      # polars DataFrame
     con = traceflow.connect("job.duckdb")                   # DuckDB connection
+    d = traceflow.diff("before.duckdb", "after.duckdb")     # what changed, and why
 """
 from .errors import InputError, OutputError, UsageError
 
-__all__ = ["InputError", "Job", "OutputError", "UsageError", "annotate", "connect", "ingest", "open", "postmortem", "query",
-           "report", "sql"]
+__all__ = ["InputError", "Job", "OutputError", "UsageError", "annotate", "connect", "diff", "ingest", "open", "postmortem",
+           "query", "report", "sql"]
 __version__ = "0.1.0"
 
 
@@ -19,6 +20,9 @@ def __getattr__(name):
     if name in ("connect", "query", "sql"):
         from . import api
         return getattr(api, name)
+    if name == "diff":
+        from .compare import diff
+        return diff
     if name == "ingest":
         from .pipeline import ingest
         return ingest

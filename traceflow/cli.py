@@ -21,13 +21,14 @@ _AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "tracef
 if _AS_COMMAND:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
+import json
 import tempfile
 
 import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
-from .terminal import Progress, critical_path_lines, empty_message, plural, print_rows, say
+from .terminal import Progress, critical_path_lines, empty_message, plural, print_frame, print_rows, say
 from .text import printable
 
 EXIT_INPUT = 3
@@ -303,6 +304,69 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])
     say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
+
+
+@main.command("diff")
+@click.argument("a", type=click.Path())
+@click.argument("b", type=click.Path())
+@click.option("--step-a", type=int, help="The step of run a to compare (default: the steps both runs have).")
+@click.option("--step-b", type=int, help="The step of run b to compare.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("--table", "which", type=click.Choice(["steps", "critical_path", "kernels", "collectives", "idle"]),
+              default="steps", show_default=True, help="With --format csv: the comparison to write.")
+@click.option("--limit", type=int, default=12, show_default=True, help="Rows per table in table format (0: all).")
+@click.option("-o", "--output", help="Also write the diff as one HTML page (e.g. diff.html).")
+@click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
+def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
+    """What changed between two runs, and why: matched steps side by side, the change in step time
+    split along the critical path, kernels, collectives and idle gaps, with changes inside the runs'
+    own step-to-step variation marked as noise.
+
+    A and B are traceflow databases, or trace files / folders (ingested first).
+
+    \b
+    Examples:
+      traceflow diff before.duckdb after.duckdb
+      traceflow diff before.duckdb after.duckdb --step-a 4 --step-b 7 -o diff.html
+      traceflow diff runs/old/ runs/new/ --format json
+      traceflow diff a.duckdb b.duckdb --format csv --table kernels > kernels.csv
+    """
+    from .compare import diff
+    if output:
+        from .outputs import check_output
+        check_output(output, "report", inputs=[a, b], force=force)  # before the work
+    d = diff(a, b, step_a=step_a, step_b=step_b)
+    if fmt == "json":
+        click.echo(json.dumps(d.to_json(), default=str, indent=1))
+    elif fmt == "csv":
+        import csv
+        t = d.tables[which]
+        w = csv.writer(sys.stdout)
+        w.writerow(t.columns)
+        w.writerows(t.rows())
+    else:
+        for r in d.comparability:
+            say(f"{r['what']:<14} a: {r['a']:<40} b: {r['b']}" + ("" if r["same"] else "   (differs)"))
+        for warning in d.warnings:
+            say(f"traceflow: warning: {warning}", err=True)
+        say("")
+        for sentence in d.sentences:
+            say(sentence)
+        n = None if limit == 0 else limit
+        steps = d.tables["steps"]
+        shown = {
+            "step breakdown (job rows, and rank rows that changed beyond noise)":
+                steps.filter(steps["rank"].is_null() | ~steps["noise"]),
+            "critical path: the change by kind and rank": d.tables["critical_path"].filter(d.tables["critical_path"]["delta_ns"] != 0),
+            "kernels: the biggest changes per matched step": d.tables["kernels"],
+            "collectives by kind and size, per matched step": d.tables["collectives"],
+            "GPU idle by cause": d.tables["idle"].filter(d.tables["idle"]["delta_ns"] != 0),
+        }
+        for title, t in shown.items():
+            say(f"\n{title}")
+            print_frame(t, n)
+    if output:
+        say(f"wrote {d.write_html(output, force=force)}")
 
 
 @main.command()

@@ -88,6 +88,17 @@ def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
             say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
 
 
+def print_frame(df, limit: int | None):
+    """A polars DataFrame as a terminal table (at most `limit` rows, with a line for the rest)."""
+    if df.is_empty():
+        say("  (no rows)")
+        return
+    rows = df.rows()
+    print_table(list(df.columns), rows if limit is None else rows[:limit])
+    if limit is not None and len(rows) > limit:
+        say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format json/csv for machines)")
+
+
 def print_table(cols: list[str], rows: list[tuple]):
     """For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns);
     numbers right-aligned and never folded or cut; kernel names shortened; as many columns as the

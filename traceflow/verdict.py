@@ -105,7 +105,6 @@ def _mfu_sentence(con, out: dict):
         return
     if not m:
         if con.execute("SELECT count(*) FROM mfu").fetchone()[0]:
-            peaks = con.execute("SELECT count(*) FROM device_peaks WHERE bf16_tflops IS NOT NULL OR fp32_tflops IS NOT NULL").fetchone()[0]
             flops = con.execute("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").fetchone()[0]
             out["sentences"].append(
                 "MFU and the roofline are empty: " + ("no op in the traces has known FLOPs (they need the PyTorch "

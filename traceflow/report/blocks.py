@@ -85,11 +85,15 @@ def _cell(v) -> str:
 
 def table(con, sql, params=None, headers=None, ms_cols=()) -> Table:
     rel = con.execute(sql, params or [])
-    cols = [d[0] for d in rel.description]
-    rows = [[Cell(f"{v / 1e6:,.3f}", True) if c in ms_cols and v is not None
+    return rows_table([d[0] for d in rel.description], rel.fetchall(), headers, ms_cols)
+
+
+def rows_table(cols: list[str], rows: list, headers=None, ms_cols=()) -> Table:
+    """A Table from column names and rows (ns columns named in ms_cols shown in ms)."""
+    cells = [[Cell(f"{v / 1e6:,.3f}", True) if c in ms_cols and v is not None
              else Cell(_cell(v), isinstance(v, (int, float)) and not isinstance(v, bool)) for c, v in zip(cols, r)]
-            for r in rel.fetchall()]
-    return Table([printable(h) for h in (headers or cols)], rows)
+            for r in rows]
+    return Table([printable(h) for h in (headers or cols)], cells)
 
 
 class Plots:

@@ -1,0 +1,43 @@
+-- diff kernels: kernels by name across all ranks, per matched step (the mean over the pairs):
+-- time, count, mean duration in each run; the gainers and losers, new and vanished kernels.
+--
+-- Inputs (attached as `a` and `b`): gpu_ops; `pairs` (step_a, step_b).
+--
+--   name, category
+--   a_ns, b_ns, delta_ns   GPU time per matched step (ns); delta b - a
+--   a_count, b_count       launches per matched step
+--   a_mean_ns, b_mean_ns   mean duration (ns)
+--   status                 changed | new (only in b) | vanished (only in a)
+--   noise_ns, noise        as in diff steps: 3 × 1.4826 × the MAD of the name's per-step time, pooled over both runs
+CREATE OR REPLACE TEMP TABLE diff_kernels AS
+WITH ka AS (
+    SELECT name, any_value(category) AS category, step, sum(end_ns - start_ns) AS ns, count(*) AS n
+    FROM a.gpu_ops WHERE kind = 'kernel' AND step IS NOT NULL GROUP BY name, step
+), kb AS (
+    SELECT name, any_value(category) AS category, step, sum(end_ns - start_ns) AS ns, count(*) AS n
+    FROM b.gpu_ops WHERE kind = 'kernel' AND step IS NOT NULL GROUP BY name, step
+), sa AS (
+    SELECT name, any_value(category) AS category, sum(ns) / (SELECT count(*) FROM pairs) AS ns,
+           sum(n) / (SELECT count(*) FROM pairs) AS n
+    FROM ka WHERE step IN (SELECT step_a FROM pairs) GROUP BY name
+), sb AS (
+    SELECT name, any_value(category) AS category, sum(ns) / (SELECT count(*) FROM pairs) AS ns,
+           sum(n) / (SELECT count(*) FROM pairs) AS n
+    FROM kb WHERE step IN (SELECT step_b FROM pairs) GROUP BY name
+), spread AS (
+    -- per name: the per-step time's distances from its run's median, pooled over both runs
+    SELECT name, median(d) AS mad FROM (
+        SELECT name, abs(ns - median(ns) OVER (PARTITION BY name)) AS d FROM ka
+        UNION ALL
+        SELECT name, abs(ns - median(ns) OVER (PARTITION BY name)) FROM kb) GROUP BY name
+)
+SELECT name, coalesce(sa.category, sb.category) AS category,
+       coalesce(sa.ns, 0)::BIGINT AS a_ns, coalesce(sb.ns, 0)::BIGINT AS b_ns,
+       (coalesce(sb.ns, 0) - coalesce(sa.ns, 0))::BIGINT AS delta_ns,
+       round(coalesce(sa.n, 0), 1) AS a_count, round(coalesce(sb.n, 0), 1) AS b_count,
+       (sa.ns / sa.n)::BIGINT AS a_mean_ns, (sb.ns / sb.n)::BIGINT AS b_mean_ns,
+       CASE WHEN sa.name IS NULL THEN 'new' WHEN sb.name IS NULL THEN 'vanished' ELSE 'changed' END AS status,
+       (3 * 1.4826 * coalesce(s.mad, 0))::BIGINT AS noise_ns,
+       abs(coalesce(sb.ns, 0) - coalesce(sa.ns, 0)) <= 3 * 1.4826 * coalesce(s.mad, 0) AS noise
+FROM sa FULL JOIN sb USING (name) LEFT JOIN spread s USING (name)
+ORDER BY abs(coalesce(sb.ns, 0) - coalesce(sa.ns, 0)) DESC, name;
