@@ -10,7 +10,7 @@
 from .errors import InputError, OutputError, UsageError
 
 __all__ = ["InputError", "Job", "OutputError", "UsageError", "annotate", "connect", "diff", "ingest", "open", "postmortem",
-           "query", "report", "sql"]
+           "query", "report", "scaling", "sql"]
 __version__ = "0.1.0"
 
 
@@ -20,6 +20,9 @@ def __getattr__(name):
     if name in ("connect", "query", "sql"):
         from . import api
         return getattr(api, name)
+    if name == "scaling":
+        from .scaling_study import scaling
+        return scaling
     if name == "diff":
         from .compare import diff
         return diff

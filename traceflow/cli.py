@@ -369,6 +369,45 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
         say(f"wrote {d.write_html(output, force=force)}")
 
 
+@main.command("scaling")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--mode", type=click.Choice(["strong", "weak"]), default="strong", show_default=True,
+              help="strong: the same global batch on more ranks; weak: the same batch per rank.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option("-o", "--output", help="Also write the study as one HTML page (e.g. scaling.html).")
+@click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
+def scaling_cmd(runs, mode, fmt, output, force):
+    """How a job's step time scales with its rank count: runs of one model at several rank counts
+    (databases, or trace folders), with speedup, parallel efficiency, the serial fraction by the
+    Karp–Flatt metric, and how exposed communication and waits grow.
+
+    \b
+    Examples:
+      traceflow scaling r8.duckdb r16.duckdb r32.duckdb r64.duckdb
+      traceflow scaling r8.duckdb r16.duckdb --mode weak -o scaling.html
+    """
+    from .scaling_study import scaling
+    if output:
+        from .outputs import check_output
+        check_output(output, "report", inputs=list(runs), force=force)
+    s = scaling(list(runs), mode=mode)
+    if fmt == "json":
+        click.echo(json.dumps(s.to_json(), default=str, indent=1))
+    elif fmt == "csv":
+        import csv
+        w = csv.writer(sys.stdout)
+        w.writerow(s.table.columns)
+        w.writerows(s.table.rows())
+    else:
+        for warning in s.warnings:
+            say(f"traceflow: warning: {warning}", err=True)
+        print_frame(s.table.drop("run"), None)
+        for sentence in s.sentences:
+            say(sentence)
+    if output:
+        say(f"wrote {s.write_html(output, force=force)}")
+
+
 @main.command()
 @click.argument("name")
 @click.argument("files", nargs=-1, required=True, type=click.Path())

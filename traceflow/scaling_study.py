@@ -1,0 +1,104 @@
+"""`traceflow scaling`: how one model's step time scales with its rank count, from runs at several.
+
+    s = traceflow.scaling(["r4.duckdb", "r8.duckdb", "r16.duckdb"], mode="strong")
+    s.table        # one row per run: step time, speedup, efficiency, Karp–Flatt serial fraction, comm share
+    s.sentences
+
+Each database is attached to an in-memory DuckDB; queries/scaling/run_summary.sql reduces each run to
+one row, queries/scaling/scaling.sql computes the figures (definitions beside them there).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import InputError, UsageError, one_line
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+@dataclass
+class Scaling:
+    mode: str
+    table: pl.DataFrame
+    warnings: list[str]
+    sentences: list[str]
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "warnings": self.warnings, "sentences": self.sentences, "runs": self.table.to_dicts()}
+
+    def write_html(self, output: str = "scaling.html", force: bool = False) -> str:
+        from .report.scaling_page import write
+        return write(self, output, force=force)
+
+
+def scaling(paths: list[str], mode: str = "strong") -> Scaling:
+    """Runs of one model at different rank counts (traceflow databases, or trace folders, ingested
+    first). mode: 'strong' (the same global batch) or 'weak' (the same batch per rank)."""
+    import duckdb
+    import polars as pl
+
+    from .compare import _database
+    from .outputs import scratch_folder
+    from .packs import queries_dir
+    if mode not in ("strong", "weak"):
+        raise UsageError(f"--mode must be strong or weak, not {mode!r}")
+    if len(paths) < 2:
+        raise UsageError("scaling needs at least two runs")
+    folder = queries_dir() / "scaling"
+    with scratch_folder() as scratch:
+        dbs = [_database(p, scratch, f"run{i}") for i, p in enumerate(paths)]
+        con = duckdb.connect()
+        try:
+            con.execute("""CREATE TEMP TABLE runs (run INTEGER, path VARCHAR, ranks INTEGER, steps INTEGER, step_ns BIGINT,
+                           compute_ns BIGINT, exposed_comm_ns BIGINT, idle_ns BIGINT, wait_ns BIGINT)""")
+            summary = (folder / "run_summary.sql").read_text()
+            for i, (db, path) in enumerate(zip(dbs, paths)):
+                try:
+                    con.execute(f"ATTACH '{db.replace(chr(39), chr(39) * 2)}' AS r{i} (READ_ONLY)")
+                    con.execute(f"USE r{i}")
+                    con.execute("SET VARIABLE tf_run = ?", [i])
+                    con.execute("SET VARIABLE tf_path = ?", [str(path)])
+                    con.execute(summary)
+                except duckdb.Error as e:
+                    raise InputError(db, f"not a traceflow database, or one from an older traceflow "
+                                         f"({one_line(e, 160)}): ingest it again") from None
+            con.execute("USE memory")
+            con.execute("SET VARIABLE tf_mode = ?", [mode])
+            con.execute((folder / "scaling.sql").read_text())
+            table = pl.from_arrow(con.execute("SELECT * FROM scaling").to_arrow_table())
+            devices = con.execute(" UNION ".join(f"SELECT DISTINCT device_name FROM r{i}.traces" for i in range(len(dbs)))).fetchall()
+        finally:
+            con.close()
+    assert isinstance(table, pl.DataFrame)
+    warnings = []
+    if len({r[0] for r in devices}) > 1:
+        warnings.append("the runs used different GPUs (" + ", ".join(sorted(str(r[0]) for r in devices)) + "): "
+                        "their step times do not measure scaling alone")
+    if table["ranks"].n_unique() < table.height:
+        warnings.append("two runs have the same rank count: each is compared with the base run on its own")
+    return Scaling(mode=mode, table=table, warnings=warnings, sentences=_sentences(table, mode))
+
+
+def _sentences(t: pl.DataFrame, mode: str) -> list[str]:
+    base = t.row(0, named=True)
+    out = []
+    for r in t.iter_rows(named=True):
+        if r["karp_flatt"] is None:
+            continue
+        out.append(f"{r['ranks']} ranks ({mode} scaling from {base['ranks']}): step {r['step_ns'] / 1e6:.1f} ms, "
+                   f"parallel efficiency {r['efficiency_pct']:.0f}%, serial fraction (Karp–Flatt) {r['karp_flatt']:.3f}; "
+                   f"exposed communication {r['exposed_comm_pct']:.0f}% of the step (base {base['exposed_comm_pct']:.0f}%), "
+                   f"waits for peers {r['wait_pct']:.0f}% (base {base['wait_pct']:.0f}%).")
+    kf = [r["karp_flatt"] for r in t.iter_rows(named=True) if r["karp_flatt"] is not None]
+    if kf and min(kf) >= 0.9 and mode == "strong":
+        out.append("More ranks did not shorten the step (serial fraction near 1): if each rank kept its own batch, "
+                   "this is weak scaling (--mode weak).")
+    elif len(kf) >= 2:
+        trend = "grows" if kf[-1] > kf[0] * 1.1 else "shrinks" if kf[-1] < kf[0] * 0.9 else "stays flat"
+        out.append(f"The serial fraction {trend} with the rank count ({kf[0]:.3f} → {kf[-1]:.3f}): "
+                   + ("overhead that grows with ranks (communication, stragglers), not a fixed serial part."
+                      if trend == "grows" else "a fixed serial part, as Amdahl's law assumes."
+                      if trend == "stays flat" else "superlinear effects (caches, smaller per-rank work)."))
+    return out
