@@ -346,6 +346,8 @@ def main():
             run(f"traceflow {fmt} x{s}: report", [*TRACEFLOW, "report", str(db), "-o", str(work / f"report-{fmt}.html")])
             run(f"traceflow {fmt} x{s}: annotate (Perfetto trace)",
                 [*TRACEFLOW, "annotate", str(db), "-o", str(work / f"job-{fmt}.perfetto-trace")])
+            # issue 19's target: a diff of two long4 databases in under 1 s
+            run(f"traceflow {fmt} x{s}: diff against itself", [*TRACEFLOW, "diff", str(db), str(db), "--format", "json"])
 
     # Peers on the x1 inputs
     if not args.skip_peers:

@@ -116,3 +116,9 @@ def test_the_diff_page_renders_offline_in_a_browser(bundled, tmp_path):
     res = render(page, tmp_path)
     check_page(res, n_expected_min=1)
     assert "Why the step time changed" in res["dom"] and "Slower or new" in res["dom"]
+
+
+def test_trace_folders_are_ingested_first(bundled):
+    d = traceflow.diff(str(BUNDLED / "ddp4_sync_stall"), str(bundled))
+    assert d.pairs == [(3, 3), (4, 4), (5, 5)]
+    assert d.tables["steps"]["delta_ns"].abs().max() == 0
