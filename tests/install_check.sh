@@ -21,8 +21,24 @@ for n in names:
     importlib.import_module(n)
 print(f"install-check: imported {len(names)} modules")
 PY
+"$work/venv/bin/python" - "$OLDPWD" <<'PY'
+# every module and SQL file of the source tree is in the wheel (a package left out of pyproject.toml
+# imports nowhere above, since walk_packages only sees what was installed)
+import pathlib, sys, traceflow
+src, inst = pathlib.Path(sys.argv[1]), pathlib.Path(traceflow.__file__).parent
+want = {p.relative_to(src / "traceflow") for p in (src / "traceflow").rglob("*.py")}
+want |= {pathlib.Path("queries") / p.relative_to(src / "queries") for p in (src / "queries").rglob("*.sql")}
+have = {p.relative_to(inst) for p in inst.rglob("*") if p.suffix in (".py", ".sql")}
+missing = sorted(map(str, want - have))
+if missing:
+    sys.exit(f"install-check: the wheel lacks {missing}")
+print(f"install-check: the wheel holds all {len(want)} modules and SQL files")
+PY
 "$work/venv/bin/traceflow" postmortem "$OLDPWD"/fixtures/ddp4_sync_stall/rank-*.pt.trace.json.gz -o "$work/pm-kineto" >/dev/null
 test -s "$work/pm-kineto/report.html"
+"$work/venv/bin/traceflow" diff "$work/pm-kineto/job.duckdb" "$work/pm-kineto/job.duckdb" -o "$work/diff.html" >/dev/null
+"$work/venv/bin/traceflow" scaling "$work/pm-kineto/job.duckdb" "$work/pm-kineto/job.duckdb" >/dev/null
+test -s "$work/diff.html"
 nsys="$OLDPWD/$SHARED/fixtures/h100/nsys/ddp4_sync_stall"
 case "$SHARED" in /*) nsys="$SHARED/fixtures/h100/nsys/ddp4_sync_stall";; esac
 if [ -d "$nsys" ]; then
