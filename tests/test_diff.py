@@ -28,6 +28,12 @@ def test_a_job_against_itself_changes_nothing(bundled):
     assert d.tables["kernels"]["delta_ns"].abs().max() == 0
     assert d.tables["critical_path"]["delta_ns"].abs().max() == 0
     assert all("no change beyond" in s for s in d.sentences) and len(d.sentences) == 3
+    c = d.tables["collectives"]
+    assert c["delta_exposed_ns"].abs().max() == 0 and c["b_exposed_ns"].sum() > 0
+    # a collective's exposed time lies inside it: at most its ranks' time in it (wait + transfer)
+    assert (c["b_exposed_ns"] <= c["b_wait_ns"] + c["b_transfer_ns"]).all()
+    oc = d.tables["op_classes"]
+    assert {"matmul", "attention"} <= set(oc["op_class"].to_list()) and oc["a_ns"].sum() == d.tables["kernels"]["a_ns"].sum()
 
 
 def test_a_stretched_kernel_tops_the_losers_by_its_stretch(bundled, tmp_path):
@@ -84,7 +90,7 @@ def test_cli_tables_json_csv_and_page(bundled, tmp_path):
     wall = next(x for x in out["steps"] if x["rank"] is None and x["metric"] == "wall")
     assert path_delta == wall["delta_ns"]  # the path's kinds add up to the change in step time
     r = run_cli("diff", str(bundled), str(bundled), "--format", "csv", "--table", "kernels")
-    assert r.stdout.splitlines()[0].startswith("name,category,a_ns,b_ns,delta_ns")
+    assert r.stdout.splitlines()[0].startswith("name,category,op_class,a_ns,b_ns,delta_ns")
     page = tmp_path / "diff.html"
     r = run_cli("diff", str(bundled), str(bundled), "-o", str(page))
     assert r.returncode == 0 and page.exists() and 'name="generator" content="traceflow"' in page.read_text()

@@ -312,7 +312,7 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
 @click.option("--step-a", type=int, help="The step of run a to compare (default: the steps both runs have).")
 @click.option("--step-b", type=int, help="The step of run b to compare.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--table", "which", type=click.Choice(["steps", "critical_path", "kernels", "collectives", "idle"]),
+@click.option("--table", "which", type=click.Choice(["steps", "critical_path", "kernels", "op_classes", "collectives", "idle"]),
               default="steps", show_default=True, help="With --format csv: the comparison to write.")
 @click.option("--limit", type=int, default=12, show_default=True, help="Rows per table in table format (0: all).")
 @click.option("-o", "--output", help="Also write the diff as one HTML page (e.g. diff.html).")
@@ -359,6 +359,7 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
                 steps.filter(steps["rank"].is_null() | ~steps["noise"]),
             "critical path: the change by kind and rank": d.tables["critical_path"].filter(d.tables["critical_path"]["delta_ns"] != 0),
             "kernels: the biggest changes per matched step": d.tables["kernels"],
+            "kernels by the class of op that launched them": d.tables["op_classes"],
             "collectives by kind and size, per matched step": d.tables["collectives"],
             "GPU idle by cause": d.tables["idle"].filter(d.tables["idle"]["delta_ns"] != 0),
         }

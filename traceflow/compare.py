@@ -20,7 +20,7 @@ from .errors import InputError, UsageError, one_line
 if TYPE_CHECKING:
     import polars as pl
 
-COMPARISONS = ("steps", "critical_path", "kernels", "collectives", "idle")
+COMPARISONS = ("steps", "critical_path", "kernels", "op_classes", "collectives", "idle")  # in run order
 _DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
 
 

@@ -1,16 +1,25 @@
 -- diff kernels: kernels by name across all ranks, per matched step (the mean over the pairs):
 -- time, count, mean duration in each run; the gainers and losers, new and vanished kernels.
 --
--- Inputs (attached as `a` and `b`): gpu_ops; `pairs` (step_a, step_b).
+-- Inputs (attached as `a` and `b`): gpu_ops, host_ops, tf_internal.op_classes; `pairs` (step_a, step_b).
 --
 --   name, category
+--   op_class               the class of the CPU ops that launched it (queries/op_classes.sql; the most
+--                          frequent one), NULL where the trace links no CPU op (nsys)
 --   a_ns, b_ns, delta_ns   GPU time per matched step (ns); delta b - a
 --   a_count, b_count       launches per matched step
 --   a_mean_ns, b_mean_ns   mean duration (ns)
 --   status                 changed | new (only in b) | vanished (only in a)
 --   noise_ns, noise        as in diff steps: 3 × 1.4826 × the MAD of the name's per-step time, pooled over both runs
 CREATE OR REPLACE TEMP TABLE diff_kernels AS
-WITH ka AS (
+WITH cls AS (
+    SELECT g.name, arg_max(c.op_class, n) AS op_class FROM (
+        SELECT g.name, h.name AS op, count(*) AS n FROM a.gpu_ops g JOIN a.host_ops h ON h.op_id = g.cpu_op_id GROUP BY ALL
+        UNION ALL
+        SELECT g.name, h.name, count(*) FROM b.gpu_ops g JOIN b.host_ops h ON h.op_id = g.cpu_op_id GROUP BY ALL) g
+    JOIN (SELECT * FROM a.tf_internal.op_classes UNION SELECT * FROM b.tf_internal.op_classes) c ON c.name = g.op
+    GROUP BY g.name
+), ka AS (
     SELECT name, any_value(category) AS category, step, sum(end_ns - start_ns) AS ns, count(*) AS n
     FROM a.gpu_ops WHERE kind = 'kernel' AND step IS NOT NULL GROUP BY name, step
 ), kb AS (
@@ -31,7 +40,7 @@ WITH ka AS (
         UNION ALL
         SELECT name, abs(ns - median(ns) OVER (PARTITION BY name)) FROM kb) GROUP BY name
 )
-SELECT name, coalesce(sa.category, sb.category) AS category,
+SELECT name, coalesce(sa.category, sb.category) AS category, cls.op_class,
        coalesce(sa.ns, 0)::BIGINT AS a_ns, coalesce(sb.ns, 0)::BIGINT AS b_ns,
        (coalesce(sb.ns, 0) - coalesce(sa.ns, 0))::BIGINT AS delta_ns,
        round(coalesce(sa.n, 0), 1) AS a_count, round(coalesce(sb.n, 0), 1) AS b_count,
@@ -39,5 +48,5 @@ SELECT name, coalesce(sa.category, sb.category) AS category,
        CASE WHEN sa.name IS NULL THEN 'new' WHEN sb.name IS NULL THEN 'vanished' ELSE 'changed' END AS status,
        (3 * 1.4826 * coalesce(s.mad, 0))::BIGINT AS noise_ns,
        abs(coalesce(sb.ns, 0) - coalesce(sa.ns, 0)) <= 3 * 1.4826 * coalesce(s.mad, 0) AS noise
-FROM sa FULL JOIN sb USING (name) LEFT JOIN spread s USING (name)
+FROM sa FULL JOIN sb USING (name) LEFT JOIN spread s USING (name) LEFT JOIN cls USING (name)
 ORDER BY abs(coalesce(sb.ns, 0) - coalesce(sa.ns, 0)) DESC, name;

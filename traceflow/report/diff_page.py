@@ -49,14 +49,21 @@ def build(d: Diff) -> str:
     kcols = ["name", "status", "a_ns", "b_ns", "delta_ns", "a_count", "b_count", "a_mean_ns", "b_mean_ns", "noise"]
     kheads = ["kernel", "status", "a (ms)", "b (ms)", "change (ms)", "a count", "b count", "a mean (ms)", "b mean (ms)", "noise"]
     kms = ("a_ns", "b_ns", "delta_ns", "a_mean_ns", "b_mean_ns")
+    oc = d.tables["op_classes"]
     sections.append(Section("kernels", "Kernels, per matched step", [
+        Heading("By the class of op that launched them"),
+        _frame(oc, ["op_class", "a_ns", "b_ns", "delta_ns", "kernels"], ["op class", "a (ms)", "b (ms)", "change (ms)", "kernel names"],
+               ("a_ns", "b_ns", "delta_ns")),
         Heading("Slower or new"), _frame(k.filter(k["delta_ns"] > 0), kcols, kheads, kms, limit=15),
         Heading("Faster or vanished"), _frame(k.filter(k["delta_ns"] < 0), kcols, kheads, kms, limit=15)]))
     c = d.tables["collectives"]
     sections.append(Section("collectives", "Collectives by kind and size, per matched step", [
-        _frame(c, ["op", "bytes", "a_count", "b_count", "a_transfer_ns", "b_transfer_ns", "a_wait_ns", "b_wait_ns", "delta_wait_ns"],
+        _frame(c, ["op", "bytes", "a_count", "b_count", "a_transfer_ns", "b_transfer_ns", "a_wait_ns", "b_wait_ns", "delta_wait_ns",
+                   "a_exposed_ns", "b_exposed_ns", "delta_exposed_ns"],
                ["collective", "bytes", "a count", "b count", "a transfer (ms)", "b transfer (ms)", "a wait (ms)", "b wait (ms)",
-                "change in wait (ms)"], ("a_transfer_ns", "b_transfer_ns", "a_wait_ns", "b_wait_ns", "delta_wait_ns"), limit=20)]))
+                "change in wait (ms)", "a exposed (ms)", "b exposed (ms)", "change in exposed (ms)"],
+               ("a_transfer_ns", "b_transfer_ns", "a_wait_ns", "b_wait_ns", "delta_wait_ns", "a_exposed_ns", "b_exposed_ns",
+                "delta_exposed_ns"), limit=20)]))
     i = d.tables["idle"]
     sections.append(Section("idle", "GPU idle by cause", [
         _frame(i, ["step_a", "step_b", "rank", "cause", "a_ns", "b_ns", "delta_ns", "a_gaps", "b_gaps"],
