@@ -28,7 +28,7 @@ import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
-from .terminal import Progress, critical_path_lines, empty_message, plural, print_frame, print_rows, say
+from .terminal import Progress, critical_path_lines, empty_message, plural, print_frame, print_rows, print_table, say
 from .text import printable
 
 EXIT_INPUT = 3
@@ -304,6 +304,51 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])
     say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
+
+
+@main.command("whatif")
+@click.argument("database", type=click.Path())
+@click.option("--step", "steps", type=int, multiple=True, help="The step(s) to replay (repeatable; default: all).")
+@click.option("--scale-kernels", multiple=True, metavar="REGEX=FACTOR", help="Kernels whose name matches run FACTOR times as long.")
+@click.option("--scale-kind", multiple=True, metavar="KIND=FACTOR", help="compute, comm or memory run FACTOR times as long.")
+@click.option("--remove-host-stall", type=int, multiple=True, metavar="RANK",
+              help="That rank's host time between CUDA calls shrinks to its median per step.")
+@click.option("--no-launch-overhead", is_flag=True, help="Kernels start as soon as their stream and dependencies allow.")
+@click.option("--overlap-comm", is_flag=True, help="Collectives no longer wait behind compute on their stream.")
+@click.option("--no-stragglers", is_flag=True, help="Every rank's compute in a step scaled to the median rank's.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm,
+               no_stragglers, fmt):
+    """What would a fix gain? Replays each step's dependency graph across ranks (streams, launches,
+    syncs, cross-stream waits, collectives) with edited durations and predicts the step time. The
+    replay of the unedited graph is checked against the measured step first: beyond 2 % off, the
+    prediction is refused.
+
+    \b
+    Examples:
+      traceflow whatif job.duckdb --step 4 --remove-host-stall 3
+      traceflow whatif job.duckdb --scale-kernels '.*flash.*=0.5' --scale-kind comm=0.8
+      traceflow whatif job.duckdb --no-launch-overhead --format json
+    """
+    from .whatif import parse_scenario, whatif
+    scenario = parse_scenario(scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm, no_stragglers)
+    from .job import open as open_job
+    with open_job(database) as job:
+        have = [r[0] for r in job.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]
+        missing = [s for s in steps if s not in have]
+        if missing:
+            raise UsageError(f"--step {missing[0]}: the job has steps {', '.join(map(str, have)) or 'none'}")
+        rows = whatif(job.con, list(steps) or have, scenario)
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=1))
+        return
+    say(f"scenario: {scenario.describe()}")
+    table = [(r["step"], r["measured_ns"], r["replayed_ns"], r["replay_error_pct"], r["predicted_ns"], r["gain_ns"],
+              None if r["gain_ns"] is None else round(100 * r["gain_ns"] / r["measured_ns"], 1)) for r in rows]
+    print_table(["step", "measured_ns", "replayed_ns", "replay_error_pct", "predicted_ns", "gain_ns", "gain_pct"], table)
+    for r in rows:
+        if r["refused"]:
+            say(f"step {r['step']}: no prediction: {r['refused']}")
 
 
 @main.command("diff")

@@ -121,6 +121,19 @@ class Job:
     def verdict(self) -> str:
         return " ".join(self.findings()["sentences"])
 
+    def whatif(self, steps: list[int] | None = None, **scenario) -> list[dict]:
+        """Predicted step times after a fix, by replaying each step's dependency graph (docs/whatif.md).
+
+        scenario: scale_kernels=[(regex, factor)], scale_kind={"compute"|"comm"|"memory": factor},
+        remove_host_stall=[rank], no_launch_overhead, overlap_comm, no_stragglers (booleans).
+        Returns one dict per step: measured_ns, replayed_ns, replay_error_pct, predicted_ns, gain_ns,
+        and the same per rank under "ranks"; predicted_ns is None (with "refused") where the replay
+        of the measured graph is more than 2 % off."""
+        from .whatif import Scenario, whatif
+        if steps is None:
+            steps = [r[0] for r in self.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]
+        return whatif(self.con, steps, Scenario(**scenario))
+
     def write_report(self, output: str = "report.html", force: bool = False) -> str:
         """The post-mortem HTML page: one self-contained file that opens offline."""
         from .report.html import write_report

@@ -1,0 +1,280 @@
+"""`traceflow whatif`: replay a step's cross-rank dependency graph with edited durations to predict
+the step time after a fix (docs/whatif.md).
+
+The graph is the critical path's (queries/cp_graph.sql): each GPU op follows the op before it on
+its stream, a cross-stream dependency, and its launch on the host; a collective ends when its last
+member has started plus its own transfer. The host is replayed as far as the GPU moves it: a
+synchronizing call returns when the op it waited for ends, so every later call of that thread
+moves with that op. Each op keeps the lag it had beyond its latest constraint (queueing, launch
+latency), so the replay of the unedited graph reproduces the measured times; its error is reported
+and bounds every prediction.
+
+Size: the replay and its scenarios share the step's arrays; one concept, one module.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import UsageError
+
+MAX_ERROR_PCT = 2.0  # a replay of the unedited graph further than this from the measured step refuses predictions
+KINDS = {"compute": 0, "comm": 1, "memory": 2}
+
+
+@dataclass
+class Scenario:
+    """What to change. Combinable; the empty scenario is the replay of the measured graph."""
+    scale_kernels: list[tuple[str, float]] = field(default_factory=list)   # (regex on the kernel name, factor)
+    scale_kind: dict[str, float] = field(default_factory=dict)             # compute | comm | memory -> factor
+    remove_host_stall: list[int] = field(default_factory=list)             # ranks
+    no_launch_overhead: bool = False
+    overlap_comm: bool = False
+    no_stragglers: bool = False
+
+    def describe(self) -> str:
+        parts = [f"kernels /{p}/ x{f:g}" for p, f in self.scale_kernels]
+        parts += [f"{k} x{f:g}" for k, f in self.scale_kind.items()]
+        parts += [f"no host stall on rank {r}" for r in self.remove_host_stall]
+        parts += [n for n, on in (("no launch overhead", self.no_launch_overhead), ("comm overlapped", self.overlap_comm),
+                                  ("no stragglers", self.no_stragglers)) if on]
+        return ", ".join(parts) or "as measured"
+
+
+class StepGraph:
+    """One step's GPU ops (in measured start order) with their constraints, and the host calls of
+    their launching threads that can move them."""
+
+    def __init__(self, con, step: int):
+        g = con.execute("""
+            SELECT g.op_id, g.rank, g.start_ns, g.end_ns, g.name,
+                   CASE g.category WHEN 'communication' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END AS kind,
+                   coalesce(g.api_start_ns, -1) AS api, coalesce(g.launch_tid, -1) AS tid,
+                   coalesce(p.stream_prev, -1) AS sp, coalesce(p.dep_op_id, -1) AS dep, c.comm, c.seq
+            FROM gpu_ops g JOIN tf_internal.cp_gpu_preds p USING (op_id)
+            LEFT JOIN collectives c USING (op_id)
+            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step]).fetchall()
+        if not g:
+            raise UsageError(f"step {step} has no GPU ops")
+        self.step, self.con = step, con
+        (self.op_id, self.rank, self.start, self.end, self.name, self.kind, self.api, self.tid, sp, dep,
+         comm, seq) = (list(c) for c in zip(*g))
+        # times relative to the step's start: ns since the epoch are 1.8e18, where a float64 steps by 256 ns
+        self.t0 = con.execute("SELECT min(start_ns) FROM tf_internal.step_windows WHERE step = ?", [step]).fetchone()[0]
+        base = self.t0
+        self.start = [x - base for x in self.start]
+        self.end = [x - base for x in self.end]
+        self.api = [x - base if x >= 0 else -1 for x in self.api]
+        pos = {o: i for i, o in enumerate(self.op_id)}
+        self.pos = pos
+        # predecessors outside the step keep their measured end
+        ends = dict(con.execute("""SELECT op_id, end_ns - ? FROM gpu_ops WHERE op_id IN (SELECT unnest(?))""",
+                                [base, [x for x in sp + dep if x >= 0 and x not in pos]]).fetchall())
+        self.preds = [[(pos[x], 0) if x in pos else (-1, ends[x]) for x in (a, b) if x >= 0 and (x in pos or x in ends)]
+                      for a, b in zip(sp, dep)]
+        self.stream_pred_kind = [self.kind[pos[a]] if a in pos else None for a in sp]
+        groups: dict = {}
+        for i, (cm, sq) in enumerate(zip(comm, seq)):
+            if cm is not None and sq is not None:
+                groups.setdefault((cm, sq), []).append(i)
+        self.group = [-1] * len(g)
+        self.members = [m for m in groups.values() if len({self.rank[i] for i in m}) >= 2]
+        for k, m in enumerate(self.members):
+            for i in m:
+                self.group[i] = k
+        # host calls of the launching threads in the step's span: syncs move the thread with the GPU
+        lo, hi = min(self.start), max(self.end)
+        rows = con.execute("""SELECT rank, tid, start_ns, end_ns, role, coalesce(waited_op_id, -1)
+                              FROM tf_internal.cp_host_nodes WHERE role IN ('sync', 'launch', 'other')
+                                AND end_ns >= ? AND start_ns <= ? ORDER BY rank, tid, start_ns""",
+                            [lo + base - 10**9, hi + base]).fetchall()
+        self.calls: dict[tuple[int, int], list] = {}
+        for r, t, s, e, role, w in rows:
+            self.calls.setdefault((r, t), []).append((s - base, e - base, role, w))
+
+    def measured(self) -> tuple[int, dict[int, int]]:
+        return self._spans(self.end)
+
+    def _spans(self, end) -> tuple[int, dict[int, int]]:
+        per_rank: dict[int, int] = {}
+        for r, e in zip(self.rank, end):
+            per_rank[r] = max(per_rank.get(r, 0), e)
+        return max(end), dict(sorted(per_rank.items()))
+
+    # -- the replay ---------------------------------------------------------------------------
+    def replay(self, sc: Scenario) -> tuple[int, dict[int, int]]:
+        n = len(self.op_id)
+        dur = np.array(self.end, dtype=np.float64) - np.array(self.start, dtype=np.float64)
+        factor = np.ones(n)
+        for pat, f in sc.scale_kernels:
+            rx = re.compile(pat)
+            factor *= np.array([f if rx.search(nm or "") else 1.0 for nm in self.name])
+        for kind, f in sc.scale_kind.items():
+            factor *= np.where(np.array(self.kind) == KINDS[kind], f, 1.0)
+        if sc.no_stragglers:
+            factor *= self._straggler_factors()
+        host_cut = {r: self._stall(r) for r in sc.remove_host_stall}
+        start2, end2 = [0.0] * n, [0.0] * n
+        shift: dict[tuple[int, int], list] = {}  # thread -> [index of next sync, current shift]
+        for i in range(n):
+            meas = [self.end[p] if p >= 0 else e for p, e in self.preds[i]]
+            new = [end2[p] if p >= 0 else e for p, e in self.preds[i]]
+            if sc.overlap_comm and self.kind[i] == 1:  # a collective waits for comm only, not for compute
+                keep = [k for k, (p, _) in enumerate(self.preds[i]) if p >= 0 and self.kind[p] == 1]
+                meas, new = [meas[k] for k in keep], [new[k] for k in keep]
+            host_m = host_n = None
+            if self.api[i] >= 0:
+                host_m = self.api[i]
+                host_n = self.api[i] + self._host_shift(i, end2, shift, host_cut)
+            bind_m = max(meas + ([host_m] if host_m is not None else []), default=None)
+            if bind_m is None:
+                start2[i] = self.start[i]  # nothing in the trace explains when it started: as measured
+            else:
+                lag = max(0, self.start[i] - bind_m)
+                if sc.no_launch_overhead:
+                    host_n = None
+                    if host_m is not None and host_m >= max(meas, default=-1):
+                        lag = 0  # the launch was what it waited for
+                bind_n = max(new + ([host_n] if host_n is not None else []), default=self.start[i] - lag)
+                start2[i] = bind_n + lag
+            end2[i] = start2[i] + dur[i] * factor[i]
+            g = self.group[i]
+            if g >= 0 and i == max(self.members[g]):  # the last member to start (in measured order)
+                m = self.members[g]
+                last_m, last_n = max(self.start[k] for k in m), max(start2[k] for k in m)
+                for k in m:  # the collective ends when its last member started, plus its own transfer
+                    end2[k] = last_n + max(0, self.end[k] - last_m) * factor[k]
+        return self._spans(end2)
+
+    def _host_shift(self, i, end2, shift, host_cut) -> float:
+        """How far the launch thread of op i has moved by its api time: syncs return when the op
+        they waited for ends in the replay; a removed stall moves every later call."""
+        key = (self.rank[i], self.tid[i])
+        calls = self.calls.get(key, [])
+        st = shift.setdefault(key, [0, 0.0])
+        t = self.api[i]
+        while st[0] < len(calls) and calls[st[0]][1] <= t:
+            s, e, role, w = calls[st[0]]
+            if role == "sync" and w in self.pos:
+                wi = self.pos[w]
+                release = max(s + st[1], end2[wi])
+                st[1] = release + (e - max(s, self.end[wi])) - e
+            st[0] += 1
+        cut = host_cut.get(self.rank[i])
+        extra = -cut[1] if cut and t >= cut[0] else 0.0
+        return st[1] + extra
+
+    def _stall(self, rank: int) -> tuple[float, float]:
+        """The rank's host stall in this step: on each of its launching threads, the time between
+        CUDA calls inside the step's host range, beyond that thread's median over the job's steps;
+        on the thread with the most, it is cut from its longest gap (at most the gap), and every
+        later call comes that much earlier. Returns (the gap's end, relative; how much is removed)."""
+        rows = self.con.execute("""
+            WITH threads AS (SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE rank = $1 AND launch_tid IS NOT NULL),
+            c AS (
+                SELECT h.tid, h.start_ns, max(h.end_ns) OVER (PARTITION BY h.tid ORDER BY h.start_ns, h.end_ns
+                                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
+                WHERE h.rank = $1 AND h.kind IN ('cuda_runtime', 'cuda_driver')
+            ), g AS (
+                SELECT s.step, c.tid, greatest(c.start_ns - c.prev_end, 0) AS gap, c.start_ns
+                FROM c JOIN steps s ON s.rank = $1 AND c.start_ns >= s.start_ns AND c.start_ns < s.end_ns
+                WHERE c.prev_end IS NOT NULL
+            ), per AS (
+                SELECT step, tid, sum(gap) AS total, max(gap) AS longest, arg_max(start_ns, gap) AS at_ns FROM g GROUP BY ALL
+            )
+            SELECT * FROM (SELECT step, tid, total - median(total) OVER (PARTITION BY tid) AS excess, longest, at_ns FROM per)
+            WHERE step = $2 ORDER BY excess DESC LIMIT 1""", [rank, self.step]).fetchone()
+        if not rows or rows[2] is None or rows[2] <= 0:
+            return (0.0, 0.0)
+        _, _, excess, longest, at = rows
+        return (float(at - self.t0), float(min(excess, longest)))
+
+    def _straggler_factors(self) -> np.ndarray:
+        """Every rank's compute in the step scaled down to the median rank's."""
+        kinds, ranks = np.array(self.kind), np.array(self.rank)
+        dur = np.array(self.end) - np.array(self.start)
+        totals = {r: float(dur[(ranks == r) & (kinds == 0)].sum()) for r in set(self.rank)}
+        med = float(np.median(list(totals.values())))
+        f = np.ones(len(ranks))
+        for r, tot in totals.items():
+            if tot > med > 0:
+                f[(ranks == r) & (kinds == 0)] = med / tot
+        return f
+
+
+def whatif(con, steps: list[int], scenario: Scenario) -> list[dict]:
+    """Per step: measured, replayed (unedited graph) and predicted step time for the job and per
+    rank (ns), the replay's error, and whether the prediction stands (error within MAX_ERROR_PCT)."""
+    return [_one(StepGraph(con, step), scenario) for step in steps]
+
+
+def _one(g: StepGraph, scenario: Scenario, replayed: tuple | None = None) -> dict:
+    measured, m_ranks = g.measured()
+    replayed_ns, r_ranks = replayed or g.replay(Scenario())
+    predicted, p_ranks = g.replay(scenario)
+    err = 100.0 * abs(replayed_ns - measured) / measured if measured else 0.0
+    ok = err <= MAX_ERROR_PCT
+    return {"step": g.step, "scenario": scenario.describe(), "measured_ns": int(measured),
+            "replayed_ns": int(replayed_ns), "replay_error_pct": round(err, 3),
+            "predicted_ns": int(predicted) if ok else None,
+            "gain_ns": int(measured - predicted) if ok else None,
+            "refused": None if ok else f"the replay of the measured graph is {err:.1f}% off the measured step "
+                                        f"(bound {MAX_ERROR_PCT}%): the trace lacks records the graph needs",
+            "ranks": [{"rank": r, "measured_ns": int(m_ranks[r]), "replayed_ns": int(r_ranks[r]),
+                       "predicted_ns": int(p_ranks[r]) if ok else None} for r in m_ranks]}
+
+
+def best_fixes(con, top: int = 3) -> list[dict]:
+    """The fixed set of scenarios on the slowest and the median step, ranked by predicted gain
+    (the mean over the two steps): what the report's "what if" section shows."""
+    walls = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS w FROM tf_internal.step_windows
+                           GROUP BY step ORDER BY w, step""").fetchall()
+    if not walls:
+        return []
+    steps = sorted({walls[-1][0], walls[len(walls) // 2][0]})
+    graphs = [StepGraph(con, s) for s in steps]
+    base = [g.replay(Scenario()) for g in graphs]
+    stalls = [max(((g._stall(r)[1], r) for r in sorted(set(g.rank))), default=(0.0, None)) for g in graphs]
+    stall_rank = max(stalls)[1] if stalls and max(stalls)[0] > 0 else None
+    candidates = [Scenario(no_launch_overhead=True), Scenario(overlap_comm=True), Scenario(no_stragglers=True),
+                  Scenario(scale_kind={"compute": 0.5})]
+    if stall_rank is not None:
+        candidates.insert(0, Scenario(remove_host_stall=[stall_rank]))
+    out = []
+    for sc in candidates:
+        rows = [_one(g, sc, b) for g, b in zip(graphs, base)]
+        if any(r["predicted_ns"] is None for r in rows):
+            continue
+        gain = sum(r["gain_ns"] for r in rows) / len(rows)
+        out.append({"scenario": sc.describe(), "gain_ns": int(gain), "steps": rows,
+                    "gain_pct": round(100.0 * gain / (sum(r["measured_ns"] for r in rows) / len(rows)), 1)})
+    return sorted(out, key=lambda r: -r["gain_ns"])[:top]
+
+
+def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,
+                   overlap_comm=False, no_stragglers=False) -> Scenario:
+    """A Scenario from the command line's strings: 'PATTERN=FACTOR', 'compute=0.5'."""
+    def pair(text: str, flag: str) -> tuple[str, float]:
+        key, sep, value = text.rpartition("=")
+        try:
+            f = float(value)
+        except ValueError:
+            f = -1.0
+        if not sep or not key or not f >= 0:
+            raise UsageError(f"{flag} {text!r}: expected NAME=FACTOR with a factor >= 0, e.g. '.*flash.*=0.5'")
+        return key, f
+    kernels = [pair(t, "--scale-kernels") for t in scale_kernels]
+    for pat, _ in kernels:
+        try:
+            re.compile(pat)
+        except re.error as e:
+            raise UsageError(f"--scale-kernels {pat!r}: not a regular expression ({e})") from None
+    kinds = dict(pair(t, "--scale-kind") for t in scale_kind)
+    bad = set(kinds) - set(KINDS)
+    if bad:
+        raise UsageError(f"--scale-kind {sorted(bad)[0]!r}: one of compute, comm, memory")
+    return Scenario(scale_kernels=kernels, scale_kind=kinds, remove_host_stall=list(remove_host_stall),
+                    no_launch_overhead=no_launch_overhead, overlap_comm=overlap_comm, no_stragglers=no_stragglers)
