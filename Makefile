@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SHARED ?= ../shared
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: demo test test-all fuzz bench venv dev chromium install-check peers lint clean
+.PHONY: demo test test-all fuzz bench bench-cluster venv dev chromium install-check peers lint clean
 
 # The demo's venv holds only what the package declares (versions pinned by the lock as constraints);
 # the test venv adds the dev set (pytest, hypothesis, torch for recording real traces in tests).
@@ -71,6 +71,10 @@ fuzz: dev
 
 bench: dev
 	$(BIN)/python bench/run.py --shared $(SHARED)
+
+# Dask LocalCluster against the local ingest at 16 and 64 ranks (not in make test; docs/scale-out.md)
+bench-cluster: dev
+	$(BIN)/python bench/cluster.py --shared $(SHARED) --ranks 16 64
 
 clean:
 	rm -rf $(VENV) $(PEERS) out bench/work .pytest_cache

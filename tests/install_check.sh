@@ -39,6 +39,12 @@ test -s "$work/pm-kineto/report.html"
 "$work/venv/bin/traceflow" diff "$work/pm-kineto/job.duckdb" "$work/pm-kineto/job.duckdb" -o "$work/diff.html" >/dev/null
 "$work/venv/bin/traceflow" scaling "$work/pm-kineto/job.duckdb" "$work/pm-kineto/job.duckdb" >/dev/null
 test -s "$work/diff.html"
+# Dask is an extra: without it, --cluster says how to get it (one line), and nothing else changes
+if "$work/venv/bin/traceflow" ingest "$OLDPWD"/fixtures/ddp4_sync_stall/rank-0.pt.trace.json.gz -o "$work/c.duckdb" \
+     --cluster local:2 2>"$work/cluster.err"; then
+  echo "install-check: --cluster ran without the cluster extra"; exit 1
+fi
+grep -q "traceflow\[cluster\]" "$work/cluster.err" || { cat "$work/cluster.err"; exit 1; }
 nsys="$OLDPWD/$SHARED/fixtures/h100/nsys/ddp4_sync_stall"
 case "$SHARED" in /*) nsys="$SHARED/fixtures/h100/nsys/ddp4_sync_stall";; esac
 if [ -d "$nsys" ]; then

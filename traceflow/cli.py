@@ -130,17 +130,20 @@ def _ingest_options(f):
     f = click.option("--peak-tflops", type=float, metavar="TFLOPS", help="The GPUs' dense peak (TFLOP/s) for the roofline "
                      "and MFU, for a device traceflow does not know (or to override its datasheet figure).")(f)
     f = click.option("--peak-gbps", type=float, metavar="GBPS", help="The GPUs' peak memory bandwidth (GB/s), likewise.")(f)
+    f = click.option("--cluster", metavar="ADDRESS", help="Read the rank files as Dask tasks: 'local:N' (N worker processes "
+                     "here) or a scheduler, 'tcp://host:8786'; the output's folder must be on storage the workers share. "
+                     "Needs pip install 'traceflow[cluster]'.")(f)
     return f
 
 
 def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-               peak_tflops=None, peak_gbps=None):
+               peak_tflops=None, peak_gbps=None, cluster=None):
     from .pipeline import expand, ingest
     paths = expand(files)
     with Progress(len(paths)) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
-                     peak_tflops=peak_tflops, peak_gbps=peak_gbps)
+                     peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster)
     for w in res.warnings:
         say(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
@@ -152,7 +155,8 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
-def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps):
+def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps,
+           cluster):
     """Read rank profiles into one DuckDB database.
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
@@ -165,9 +169,10 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest traces/rank-*.pt.trace.json.gz -o job.duckdb
       traceflow ingest new/rank4.sqlite -o job.duckdb --append
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
+      traceflow ingest /shared/runs/rank*.sqlite -o /shared/job.duckdb --cluster tcp://scheduler:8786
     """
     with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                    peak_tflops, peak_gbps) as job:
+                    peak_tflops, peak_gbps, cluster) as job:
         rows = job.rank_summary()
     say(f"wrote {job.path}: {plural(len(rows), 'rank')}")
     for rank, fmt, n_gpu, n_steps, off in rows:
@@ -288,7 +293,7 @@ def annotate(database, output, ranks, steps, force):
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @_ingest_options
 def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
-               peak_gbps):
+               peak_gbps, cluster):
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
     \b
@@ -299,7 +304,7 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     from .postmortem import finish, prepare
     db = prepare(outdir, expand(files), force=force)
     with _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                    peak_tflops, peak_gbps) as job, \
+                    peak_tflops, peak_gbps, cluster) as job, \
             Progress(0) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])

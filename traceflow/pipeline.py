@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -211,14 +214,15 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
            progress=None, force: bool = False, max_inflate: str | None = None,
-           peak_tflops: float | None = None, peak_gbps: float | None = None) -> Job:
+           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
     `output` is left as it was. `output` may only name a traceflow database, or a new file
     (`force`: any regular file that is not an input). Raises InputError (exit 3) naming the bad file.
     `peak_tflops` / `peak_gbps` set the GPUs' peaks for the roofline and MFU (traceflow/hardware.py
-    knows the common data-centre GPUs by name).
+    knows the common data-centre GPUs by name). `cluster` ('local:N', a Dask scheduler address, or a
+    dask.distributed.Client) reads the rank files as Dask tasks (traceflow/cluster.py).
     """
     for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
         if v is not None and not (v > 0 and v < 1e7):
@@ -238,9 +242,15 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     progress = progress or (lambda *_: None)
     result = IngestInfo()
     with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
-            scratch_folder() as scratch:
+            scratch_folder() as scratch, _shard_folder(output, cluster) as shards:
         t0 = time.perf_counter()
-        traces = _read_all(inputs, scratch, jobs, nsys, progress)
+        if cluster is None:
+            traces = _read_all(inputs, scratch, jobs, nsys, progress)
+        else:
+            from .cluster import client_for, read_all
+            with client_for(cluster) as client:
+                traces = read_all(client, inputs, shards, nsys, progress)
+            scratch = shards  # the shards are loaded from where the workers wrote them
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
@@ -265,6 +275,21 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         finally:
             con.close()
     return Job(str(Path(output)), result)
+
+
+@contextmanager
+def _shard_folder(output: str, cluster):
+    """With a cluster, the folder the workers write their shards into: beside the output (which
+    must be on shared storage), hidden, removed afterwards whatever happens."""
+    if cluster is None:
+        yield None
+        return
+    out = Path(output).resolve()
+    folder = tempfile.mkdtemp(prefix=f".{out.name}.traceflow-shards-", dir=out.parent)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _check_step_pattern(pattern: str):

@@ -1,0 +1,106 @@
+"""Issue 21: the per-rank map on a real Dask cluster (LocalCluster, worker processes): the same
+database as a local ingest, a worker killed mid-map changes nothing, a bad rank file is the same
+one-line error."""
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import BUNDLED, connect, fixture_files, needs_shared, run_cli
+
+import traceflow
+
+distributed = pytest.importorskip("distributed", reason="Dask is the optional extra traceflow[cluster]")
+KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as lc, distributed.Client(lc) as c:
+        yield c
+
+
+def _tables(path) -> dict[str, list]:
+    con = connect(path)
+    names = [(s, t) for s, t in con.execute("SELECT schema_name, table_name FROM duckdb_tables()").fetchall()]
+    return {f"{s}.{t}": con.execute(f'SELECT * FROM "{s}"."{t}"').fetchall() for s, t in names}
+
+
+def _same(a, b):
+    """Every table, row for row, as multisets (EXCEPT ALL both ways)."""
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
+    con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
+    tables = con.execute("SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'a'").fetchall()
+    assert len(tables) > 20
+    for s, t in tables:
+        for x, y in (("a", "b"), ("b", "a")):
+            n = con.execute(f'SELECT count(*) FROM (SELECT * FROM {x}."{s}"."{t}" EXCEPT ALL SELECT * FROM {y}."{s}"."{t}")').fetchone()[0]
+            assert n == 0, (s, t, x, y, n)
+
+
+def test_a_cluster_ingest_is_the_local_ingest(client, tmp_path):
+    traceflow.ingest(KINETO, str(tmp_path / "local.duckdb"))
+    traceflow.ingest(KINETO, str(tmp_path / "cluster.duckdb"), cluster=client)
+    _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
+    assert not [p for p in os.listdir(tmp_path) if "shards" in p]  # the shard folder is gone
+
+
+@needs_shared
+def test_a_cluster_ingest_of_nsys_exports_is_the_local_ingest(client, tmp_path):
+    files = fixture_files("h100/nsys/ddp4_sync_stall")
+    traceflow.ingest(files, str(tmp_path / "local.duckdb"))
+    traceflow.ingest(files, str(tmp_path / "cluster.duckdb"), cluster=client)
+    _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
+
+
+def test_a_worker_killed_during_the_map_changes_nothing(tmp_path):
+    """SIGKILL to the worker process running a read, while it runs: Dask runs the task again on
+    the other worker (the nanny starts a new one) and the database is the same."""
+    traceflow.ingest(KINETO, str(tmp_path / "local.duckdb"))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as lc, distributed.Client(lc) as c:
+        pids = c.run(os.getpid)
+        killed: list = []
+
+        def killer():
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not killed:
+                busy = [w for w, tasks in c.processing().items() if tasks]
+                if busy:
+                    time.sleep(0.05)  # inside the read
+                    os.kill(pids[busy[0]], signal.SIGKILL)
+                    killed.append(busy[0])
+                time.sleep(0.005)
+        t = threading.Thread(target=killer)
+        t.start()
+        traceflow.ingest(KINETO, str(tmp_path / "cluster.duckdb"), cluster=c)
+        t.join()
+    assert killed
+    _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
+
+
+def test_a_bad_rank_file_is_one_line_and_leaves_nothing(tmp_path):
+    bad = tmp_path / "rank-9.pt.trace.json.gz"
+    raw = gzip.decompress(Path(KINETO[0]).read_bytes())
+    bad.write_bytes(gzip.compress(raw[: len(raw) // 3]))
+    out = tmp_path / "job.duckdb"
+    r = run_cli("ingest", *KINETO[:2], str(bad), "-o", str(out), "--cluster", "local:2")
+    assert r.returncode == 3, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "rank-9.pt.trace.json.gz" in r.stderr
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["rank-9.pt.trace.json.gz"]
+
+
+def test_cluster_addresses_are_checked(tmp_path):
+    r = run_cli("ingest", KINETO[0], "-o", str(tmp_path / "j.duckdb"), "--cluster", "local:zero")
+    assert r.returncode != 0 and "local:N" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("ingest", KINETO[0], "-o", str(tmp_path / "j.duckdb"), "--cluster", "tcp://127.0.0.1:9")
+    assert r.returncode != 0 and "cannot reach the Dask scheduler" in r.stderr and len(r.stderr.strip().splitlines()) == 1
