@@ -224,19 +224,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     knows the common data-centre GPUs by name). `cluster` ('local:N', a Dask scheduler address, or a
     dask.distributed.Client) reads the rank files as Dask tasks (traceflow/cluster.py).
     """
-    for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
-        if v is not None and not (v > 0 and v < 1e7):
-            raise UsageError(f"{flag} must be a positive number (TFLOP/s, GB/s), not {v}")
-    if align not in ("off", "auto", "collectives"):
-        raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
-    if step_pattern is not None:
-        _check_step_pattern(step_pattern)
-    if rank_pattern is not None:
-        ranks.rank_from_name("", rank_pattern)  # a bad regex fails here, before any work
-    if max_inflate:
-        from .readers.compressed import parse_limit
-        parse_limit(max_inflate)  # a bad value fails here, before any work
-        os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
+    _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
     paths = expand(files)
     inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
     progress = progress or (lambda *_: None)
@@ -275,6 +263,23 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         finally:
             con.close()
     return Job(str(Path(output)), result)
+
+
+def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps):
+    """Every option checked before any work, so a typo costs nothing."""
+    for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
+        if v is not None and not (v > 0 and v < 1e7):
+            raise UsageError(f"{flag} must be a positive number (TFLOP/s, GB/s), not {v}")
+    if align not in ("off", "auto", "collectives"):
+        raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
+    if step_pattern is not None:
+        _check_step_pattern(step_pattern)
+    if rank_pattern is not None:
+        ranks.rank_from_name("", rank_pattern)
+    if max_inflate:
+        from .readers.compressed import parse_limit
+        parse_limit(max_inflate)
+        os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
 
 
 @contextmanager
