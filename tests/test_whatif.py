@@ -124,6 +124,8 @@ def test_cli_json_table_and_errors(bundled):
     assert [x["step"] for x in out] == [4]
     assert {"step", "measured_ns", "replayed_ns", "predicted_ns"} <= set(out[0])
     assert {x["rank"] for x in out[0]["ranks"]} == {0, 1, 2, 3}
+    # the predicted critical path tiles the predicted step
+    assert sum(out[0]["critical_path"]["by_kind_ns"].values()) == pytest.approx(out[0]["predicted_ns"], abs=4)
     assert all({"measured_ns", "replayed_ns", "predicted_ns"} <= set(x) for x in out[0]["ranks"])
     r = run_cli("whatif", db, "--no-launch-overhead")
     assert r.returncode == 0 and "no launch overhead" in r.stdout and "replay_error" in r.stdout

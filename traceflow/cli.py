@@ -354,6 +354,9 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
     for r in rows:
         if r["refused"]:
             say(f"step {r['step']}: no prediction: {r['refused']}")
+        elif r["critical_path"]:
+            parts = [f"{ns / 1e6:.1f} ms {kind}" for kind, ns in list(r["critical_path"]["by_kind_ns"].items())[:4]]
+            say(f"step {r['step']}: predicted critical path: " + ", ".join(parts))
 
 
 @main.command("diff")

@@ -117,13 +117,15 @@ class StepGraph:
             factor *= self._straggler_factors()
         host_cut = {r: self._stall(r) for r in sc.remove_host_stall}
         start2, end2 = [0.0] * n, [0.0] * n
+        why: list[tuple] = [("measured", None)] * n  # what each op's start waited for in the replay
+        last_of: dict[int, int] = {}  # a collective member -> the member whose start ended it
         shift: dict[tuple[int, int], list] = {}  # thread -> [index of next sync, current shift]
         for i in range(n):
-            meas = [self.end[p] if p >= 0 else e for p, e in self.preds[i]]
-            new = [end2[p] if p >= 0 else e for p, e in self.preds[i]]
+            preds = self.preds[i]
             if sc.overlap_comm and self.kind[i] == 1:  # a collective waits for comm only, not for compute
-                keep = [k for k, (p, _) in enumerate(self.preds[i]) if p >= 0 and self.kind[p] == 1]
-                meas, new = [meas[k] for k in keep], [new[k] for k in keep]
+                preds = [(q, e) for q, e in preds if q >= 0 and self.kind[q] == 1]
+            meas = [self.end[q] if q >= 0 else e for q, e in preds]
+            new = [(end2[q], ("op", q)) if q >= 0 else (e, ("before", None)) for q, e in preds]
             host_m = host_n = None
             if self.api[i] >= 0:
                 host_m = self.api[i]
@@ -137,16 +139,58 @@ class StepGraph:
                     host_n = None
                     if host_m is not None and host_m >= max(meas, default=-1):
                         lag = 0  # the launch was what it waited for
-                bind_n = max(new + ([host_n] if host_n is not None else []), default=self.start[i] - lag)
+                cands = new + ([(host_n, ("host", host_n))] if host_n is not None else [])
+                if cands:
+                    bind_n, why[i] = max(cands, key=lambda c: c[0])
+                else:
+                    bind_n = self.start[i] - lag
                 start2[i] = bind_n + lag
             end2[i] = start2[i] + dur[i] * factor[i]
             g = self.group[i]
             if g >= 0 and i == max(self.members[g]):  # the last member to start (in measured order)
                 m = self.members[g]
-                last_m, last_n = max(self.start[k] for k in m), max(start2[k] for k in m)
+                last_m = max(self.start[k] for k in m)
+                j = max(m, key=lambda k: start2[k])
                 for k in m:  # the collective ends when its last member started, plus its own transfer
-                    end2[k] = last_n + max(0, self.end[k] - last_m) * factor[k]
+                    end2[k] = start2[j] + max(0, self.end[k] - last_m) * factor[k]
+                    last_of[k] = j
+        self._last = (start2, end2, why, last_of)
         return self._spans(end2)
+
+    def predicted_path(self, limit: int = 5) -> dict:
+        """The critical path of the last replay, walked back from the op that ends last through what
+        each start waited for: its time by kind, and its longest segments. It stops where the host
+        released a launch (host time itself is not replayed) or where the step began."""
+        start2, end2, why, last_of = self._last
+        names = ("gpu_compute", "gpu_comm", "gpu_memory")
+        first = int(np.argmax(end2))
+        i: int | None = first
+        t, segs = end2[first], []
+        while i is not None and t > 0:
+            j = last_of.get(i, i)
+            if j != i:  # a collective: it ended when member j started
+                segs.append((self.rank[j], "gpu_comm", self.name[i], start2[j], t))
+                i, t = j, start2[j]
+                continue
+            segs.append((self.rank[i], names[self.kind[i]], self.name[i], start2[i], t))
+            kind, ref = why[i]
+            if kind == "op":
+                segs.append((self.rank[i], "queued", self.name[i], end2[ref], start2[i]))
+                i, t = ref, end2[ref]
+            elif kind == "host":
+                segs.append((self.rank[i], "launch", self.name[i], ref, start2[i]))
+                segs.append((self.rank[i], "host", None, 0, ref))
+                i = None
+            else:
+                segs.append((self.rank[i], "before", None, 0, start2[i]))
+                i = None
+        segs = [(r, k, nm, max(a, 0), b) for r, k, nm, a, b in segs if b > max(a, 0)]
+        by_kind: dict[str, int] = {}
+        for _, k, _, a, b in segs:
+            by_kind[k] = by_kind.get(k, 0) + int(b - a)
+        top = sorted(segs, key=lambda x: x[3] - x[4])[:limit]
+        return {"by_kind_ns": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+                "longest": [{"rank": r, "kind": k, "name": nm, "dur_ns": int(b - a)} for r, k, nm, a, b in top]}
 
     def _host_shift(self, i, end2, shift, host_cut) -> float:
         """How far the launch thread of op i has moved by its api time: syncs return when the op
@@ -215,6 +259,7 @@ def _one(g: StepGraph, scenario: Scenario, replayed: tuple | None = None) -> dic
     measured, m_ranks = g.measured()
     replayed_ns, r_ranks = replayed or g.replay(Scenario())
     predicted, p_ranks = g.replay(scenario)
+    path = g.predicted_path()
     err = 100.0 * abs(replayed_ns - measured) / measured if measured else 0.0
     ok = err <= MAX_ERROR_PCT
     return {"step": g.step, "scenario": scenario.describe(), "measured_ns": int(measured),
@@ -223,6 +268,7 @@ def _one(g: StepGraph, scenario: Scenario, replayed: tuple | None = None) -> dic
             "gain_ns": int(measured - predicted) if ok else None,
             "refused": None if ok else f"the replay of the measured graph is {err:.1f}% off the measured step "
                                         f"(bound {MAX_ERROR_PCT}%): the trace lacks records the graph needs",
+            "critical_path": path if ok else None,
             "ranks": [{"rank": r, "measured_ns": int(m_ranks[r]), "replayed_ns": int(r_ranks[r]),
                        "predicted_ns": int(p_ranks[r]) if ok else None} for r in m_ranks]}
 
