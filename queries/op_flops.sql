@@ -28,17 +28,22 @@ WITH shaped AS (
     FROM host_ops h JOIN op_classes c USING (name)
     WHERE h.kind = 'cpu_op' AND (h.input_dims IS NOT NULL OR h.flops IS NOT NULL)
           AND (c.op_class IN ('matmul', 'attention', 'elementwise', 'norm', 'softmax', 'reduction') OR h.flops IS NOT NULL)
+), tensors AS (
+    -- one row per tensor input: its bytes (elements × dtype size; Scalars and lists carry no dims)
+    SELECT op_id, CASE WHEN t IN ('c10::BFloat16', 'c10::Half') THEN 2 WHEN t IN ('float', 'int') THEN 4
+                       WHEN t IN ('double', 'long int') THEN 8 WHEN t IN ('bool', 'unsigned char', 'signed char') THEN 1 END
+                  * CASE WHEN len(dims) > 0 THEN list_product(dims) END AS b,
+           t IN ('c10::BFloat16', 'c10::Half', 'float', 'int', 'double', 'long int') AS sized
+    FROM (SELECT op_id, unnest(d) AS dims, unnest(ty) AS t FROM shaped)
+), bytes AS (
+    -- unnesting beats list lambdas over each op's inputs: 38 -> 26 ms on the bundled job, 78 -> 50 ms on long4
+    SELECT op_id, sum(b)::BIGINT AS in_bytes, max(b) FILTER (WHERE sized)::BIGINT AS largest FROM tensors GROUP BY op_id
 ), classed AS (
-    SELECT *,
+    SELECT s.*, b.in_bytes, b.largest,
         CASE ty[CASE WHEN op IN ('addmm', 'baddbmm') THEN 2 ELSE 1 END]
              WHEN 'c10::BFloat16' THEN 'bf16' WHEN 'c10::Half' THEN 'fp16' WHEN 'float' THEN 'fp32'
-             WHEN 'double' THEN 'fp64' END AS dtype,
-        -- inputs read: each tensor input's elements × its dtype's size (Scalars and lists carry no dims)
-        list_sum(list_transform(list_zip(d, ty), x -> CASE WHEN x[2] IN ('c10::BFloat16', 'c10::Half') THEN 2
-                 WHEN x[2] IN ('float', 'int') THEN 4 WHEN x[2] IN ('double', 'long int') THEN 8
-                 WHEN x[2] IN ('bool', 'unsigned char', 'signed char') THEN 1 END
-                 * CASE WHEN len(x[1]) > 0 THEN list_product(x[1]) END))::BIGINT AS in_bytes
-    FROM shaped
+             WHEN 'double' THEN 'fp64' END AS dtype
+    FROM shaped s LEFT JOIN bytes b USING (op_id)
 ), formulas AS (
     SELECT *,
         CASE
@@ -74,10 +79,7 @@ WITH shaped AS (
 SELECT rank, op_id, name, op_class, dtype, profiler_flops, fo[1]::BIGINT AS shape_flops, fo[2]::BIGINT AS out_elems,
        in_bytes,
        CASE WHEN fo IS NOT NULL THEN fo[2] * CASE dtype WHEN 'bf16' THEN 2 WHEN 'fp16' THEN 2 WHEN 'fp32' THEN 4 WHEN 'fp64' THEN 8 END
-            WHEN op_class IN ('elementwise', 'norm', 'softmax')
-            THEN list_max(list_transform(list_zip(d, ty), x -> CASE WHEN x[2] IN ('c10::BFloat16', 'c10::Half') THEN 2
-                  WHEN x[2] IN ('float', 'int') THEN 4 WHEN x[2] IN ('double', 'long int') THEN 8 END
-                  * CASE WHEN len(x[1]) > 0 THEN list_product(x[1]) END))
+            WHEN op_class IN ('elementwise', 'norm', 'softmax') THEN largest
             WHEN op_class = 'reduction' THEN 0 END::BIGINT AS out_bytes
 FROM formulas;  -- in scan order: a sort of every op cost a third of this pack
 

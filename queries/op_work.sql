@@ -34,7 +34,8 @@
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
-CREATE OR REPLACE TABLE tf_internal.op_work_kernels AS
+-- a view: one filter over gpu_ops, read by op_work and critical_path.sql (a table of it cost a write per ingest)
+CREATE OR REPLACE VIEW tf_internal.op_work_kernels AS
 SELECT op_id AS gpu_op_id, cpu_op_id AS op_id, rank, step, end_ns - start_ns AS dur_ns
 FROM gpu_ops WHERE cpu_op_id IS NOT NULL AND category <> 'communication';
 
