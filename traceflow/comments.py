@@ -57,8 +57,19 @@ def _quote(text: str) -> str:
 
 def apply(con, sql_text: str, tables: list[str]):
     """COMMENT ON the tables (and their columns) that `sql_text` documents."""
+    apply_docs(con, docs_for(sql_text, tables))
+
+
+def docs_for(sql_text: str, tables: list[str]) -> dict[str, tuple[str | None, dict[str, str]]]:
+    """What `sql_text` says about `tables`, to apply later with others in one batch (apply_docs)."""
     docs, cols = parse(sql_text)
-    _comment(con, {t: (docs.get(t), cols) for t in tables})
+    return {t: (docs.get(t), cols) for t in tables}
+
+
+def apply_docs(con, wanted: dict[str, tuple[str | None, dict[str, str]]]):
+    """The COMMENT statements of many tables as one batch: each batch costs ~4 ms whatever its size
+    (a query of the catalog first), and a call per pack was 0.1 s of a small job's 1.3 s ingest."""
+    _comment(con, wanted)
 
 
 def comment_table(con, table: str, text: str, columns: dict[str, str]):

@@ -120,6 +120,7 @@ def compute_all(con, timings: dict | None = None, phase=None, **walk_options):
                                         WHERE table_name IN ('cp_edges', 'op_work_kernels')""").fetchall():
         con.execute(f'DROP TABLE "{schema}"."{table}"')
     said = None
+    docs: dict = {}
     for name in run_order():
         now = "computing the critical path" if name in CRITICAL_PATH_MODULES else "running the analyses"
         if phase and now != said:
@@ -132,5 +133,8 @@ def compute_all(con, timings: dict | None = None, phase=None, **walk_options):
         else:
             sql = pack_sql(name)
             con.execute(sql)
-            comments.apply(con, sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public])
+            docs.update(comments.docs_for(sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public]))
         timings["critical_path" if name in CRITICAL_PATH_MODULES else "packs"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    comments.apply_docs(con, docs)
+    timings["packs"] += time.perf_counter() - t0

@@ -23,11 +23,13 @@ def derive_tables(con, step_pattern: str | None = None):
     if step_pattern:
         con.execute("SET VARIABLE tf_step_pattern = ?", [step_pattern])
     from .. import comments
+    docs: dict = {}
     for name in ORDER:
         text = sql(name)
         con.execute(text)
         if name in PUBLIC_TABLES:
-            comments.apply(con, text, [name])
+            docs.update(comments.docs_for(text, [name]))
+    comments.apply_docs(con, docs)
 
 
 def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None,
