@@ -348,6 +348,13 @@ def main():
                 [*TRACEFLOW, "annotate", str(db), "-o", str(work / f"job-{fmt}.perfetto-trace")])
             # issue 19's target: a diff of two long4 databases in under 1 s
             run(f"traceflow {fmt} x{s}: diff against itself", [*TRACEFLOW, "diff", str(db), str(db), "--format", "json"])
+            # issue 20's target: a scenario on one step of long4 in under 1 s
+            import duckdb
+            with duckdb.connect(str(db), read_only=True) as c:
+                steps = [r[0] for r in c.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]
+            if steps:
+                run(f"traceflow {fmt} x{s}: whatif, one step", [*TRACEFLOW, "whatif", str(db), "--step", str(steps[len(steps) // 2]),
+                                                                "--scale-kind", "compute=0.5", "--format", "json"])
 
     # Peers on the x1 inputs
     if not args.skip_peers:
