@@ -128,3 +128,23 @@ def test_trace_folders_are_ingested_first(bundled):
     d = traceflow.diff(str(BUNDLED / "ddp4_sync_stall"), str(bundled))
     assert d.pairs == [(3, 3), (4, 4), (5, 5)]
     assert d.tables["steps"]["delta_ns"].abs().max() == 0
+
+
+def test_a_database_from_an_older_traceflow_is_one_line(bundled, tmp_path):
+    """Derived at test time: a copy without what this version adds (gpu_ops.cpu_op_id, op_work)."""
+    import duckdb
+    old = tmp_path / "old.duckdb"
+    shutil.copy(bundled, old)
+    con = duckdb.connect(str(old))
+    con.execute("DROP VIEW tf_internal.op_work_kernels")
+    con.execute("ALTER TABLE gpu_ops DROP COLUMN cpu_op_id")
+    for t in ("mfu_waterfall", "mfu", "roofline", "op_work", "op_flops"):
+        con.execute(f"DROP TABLE {t}")
+    con.close()
+    r = run_cli("diff", str(old), str(bundled))
+    assert r.returncode == 3 and "old.duckdb" in r.stderr and "ingest it again" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    page = tmp_path / "r.html"
+    r = run_cli("report", str(old), "-o", str(page))
+    assert r.returncode == 0, r.stderr
+    assert "made by an older traceflow" in page.read_text()

@@ -68,8 +68,11 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
             for path, name in zip(paths, ("a", "b")):
                 try:
                     con.execute(f"ATTACH '{_quote(path)}' AS {name} (READ_ONLY)")
+                    # what the comparisons read that older databases lack: refused here, with the remedy
                     con.execute(f"SELECT count(*) FROM {name}.traces").fetchone()
                     con.execute(f"SELECT count(*) FROM {name}.critical_path_summary").fetchone()
+                    con.execute(f"SELECT cpu_op_id FROM {name}.gpu_ops LIMIT 0").fetchall()
+                    con.execute(f"SELECT count(*) FROM {name}.tf_internal.op_classes").fetchone()
                 except duckdb.Error as e:
                     raise InputError(path, f"not a traceflow database, or one from an older traceflow "
                                            f"({one_line(e, 160)}): ingest it again") from None
