@@ -143,3 +143,13 @@ def test_the_job_verb_and_the_report_section(bundled, tmp_path):
         job.write_report(str(page))
     text = page.read_text()
     assert "What if: the fixes worth the most" in text and "no host stall on rank 1" in text
+
+
+def test_the_verdict_names_the_fix_worth_the_most(bundled):
+    """The verdict's what-if line is the report's top fix, computed once for both."""
+    with traceflow.open(str(bundled["ddp4_sync_stall"])) as job:
+        f = job.findings()
+        top = f["fixes"][0]
+        line = next(s for s in f["sentences"] if s.startswith("Worth the most"))
+        assert top["scenario"] in line and f"{top['gain_ns'] / 1e6:.1f} ms" in line
+        assert top["gain_ns"] == max(x["gain_ns"] for x in f["fixes"]) > 0

@@ -93,7 +93,23 @@ def findings(con) -> dict:
         out["sentences"].append(f"Only {cov[1]:.0f}% of rank {cov[0]}'s GPU time lies inside steps ({_ms(cov[2])} before "
                                 f"the first step, {_ms(cov[3])} after the last): per-step figures leave the rest out.")
     _mfu_sentence(con, out)
+    _fix_sentence(con, out)
     return out
+
+
+def _fix_sentence(con, out: dict):
+    """What the fix worth the most would gain, by replaying the slowest and the median step
+    (traceflow/whatif.py); kept in out["fixes"] for the report's section."""
+    from .whatif import best_fixes
+    try:
+        out["fixes"] = best_fixes(con)
+    except Exception as e:  # noqa: BLE001 - a database without the graph tables: no prediction, said in the report
+        out["fixes"], out["fixes_error"] = [], f"{type(e).__name__} ({e})"
+        return
+    if out["fixes"] and out["fixes"][0]["gain_pct"] >= 2:
+        f = out["fixes"][0]
+        out["sentences"].append(f"Worth the most, by replaying the slowest and the median step: {f['scenario']}, "
+                                f"{f['gain_ns'] / 1e6:.1f} ms ({f['gain_pct']:.0f}%) per step (`traceflow whatif` for others).")
 
 
 def _mfu_sentence(con, out: dict):

@@ -5,13 +5,12 @@ from __future__ import annotations
 from .blocks import Note, Plots, Section, rows_table
 
 
-def section(con, P: Plots) -> Section:
-    from ..whatif import best_fixes
+def section(f: dict, P: Plots) -> Section:
+    """From the findings (verdict.findings computed the fixes once for the verdict and this page)."""
     title = "What if: the fixes worth the most"
-    try:
-        fixes = best_fixes(con)
-    except Exception as e:  # noqa: BLE001 - a database from before the graph tables: say so, keep the page
-        return Section("whatif", title, [Note(f"No prediction: {type(e).__name__} ({e}); ingest again.")])
+    fixes = f.get("fixes", [])
+    if f.get("fixes_error"):
+        return Section("whatif", title, [Note(f"No prediction: {f['fixes_error']}; ingest again.")])
     if not fixes:
         return Section("whatif", title, [Note("No prediction: no step could be replayed within 2 % of its measured time.")])
     rows = [(f["scenario"], f["gain_ns"], f["gain_pct"],
