@@ -102,7 +102,7 @@ def _fix_sentence(con, out: dict):
     (traceflow/whatif.py); kept in out["fixes"] for the report's section."""
     from .whatif import best_fixes
     try:
-        out["fixes"] = best_fixes(con)
+        out["fixes"] = best_fixes(con, skip_step=out.get("warmup_step"))
     except Exception as e:  # noqa: BLE001 - a database without the graph tables: no prediction, said in the report
         out["fixes"], out["fixes_error"] = [], f"{type(e).__name__} ({e})"
         return

@@ -280,11 +280,12 @@ def _one(g: StepGraph, scenario: Scenario, replayed: tuple | None = None) -> dic
                        "predicted_ns": int(p_ranks[r]) if ok else None} for r in m_ranks]}
 
 
-def best_fixes(con, top: int = 3) -> list[dict]:
-    """The fixed set of scenarios on the slowest and the median step, ranked by predicted gain
-    (the mean over the two steps): what the report's "what if" section shows."""
+def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
+    """The fixed set of scenarios on the slowest and the median step (not `skip_step`: the verdict's
+    warm-up step, whose one-off costs no fix repeats), ranked by predicted gain (the mean over the
+    two steps): what the verdict's last line and the report's "what if" section show."""
     walls = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS w FROM tf_internal.step_windows
-                           GROUP BY step ORDER BY w, step""").fetchall()
+                           WHERE step IS DISTINCT FROM ? GROUP BY step ORDER BY w, step""", [skip_step]).fetchall()
     if not walls:
         return []
     steps = sorted({walls[-1][0], walls[len(walls) // 2][0]})
