@@ -104,3 +104,24 @@ def test_cluster_addresses_are_checked(tmp_path):
     assert r.returncode != 0 and "local:N" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run_cli("ingest", KINETO[0], "-o", str(tmp_path / "j.duckdb"), "--cluster", "tcp://127.0.0.1:9")
     assert r.returncode != 0 and "cannot reach the Dask scheduler" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_shards_a_killed_run_left_are_removed_by_the_next(client, tmp_path):
+    """kill -9 leaves the shard folder beside the output; the next cluster ingest of that output
+    removes it (its marker's lock is free), and nothing else."""
+    import fcntl
+    stale = tmp_path / ".job.duckdb.traceflow-shards-dead1"
+    stale.mkdir()
+    (stale / ".traceflow-scratch").write_text("")
+    (stale / "k0.host_ops.arrow").write_bytes(b"x")
+    unmarked = tmp_path / ".job.duckdb.traceflow-shards-mine"  # no marker: not traceflow's to remove
+    unmarked.mkdir()
+    live = tmp_path / ".job.duckdb.traceflow-shards-live1"  # a live run holds its marker's lock
+    live.mkdir()
+    fd = os.open(live / ".traceflow-scratch", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        traceflow.ingest(KINETO[:1], str(tmp_path / "job.duckdb"), cluster=client)
+    finally:
+        os.close(fd)
+    assert not stale.exists() and unmarked.exists() and live.exists()

@@ -242,21 +242,33 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
 
 
 @contextmanager
-def scratch_folder():
-    """A folder in $TMPDIR for the readers' Arrow files and DuckDB's spill, removed at the end.
+def scratch_folder(parent: str | Path | None = None, prefix: str | None = None):
+    """A folder for the readers' Arrow files and DuckDB's spill, removed at the end: in $TMPDIR, or
+    in `parent` with its own `prefix` (a cluster's shard folder beside the output).
 
     It carries a marker file, locked while the folder is in use: cleaning takes only folders with
-    that marker whose lock is free (their traceflow died), never anything else in $TMPDIR."""
-    clean_stale_scratch()
+    that marker whose lock is free (their traceflow died), never anything else. Where the file
+    system has no locks (some shared ones), the folder is used unlocked and never cleaned by others."""
+    prefix = prefix or f"{SCRATCH_PREFIX}{os.getpid()}-"
+    where = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    if parent is None:
+        clean_stale_scratch()
+    else:
+        clean_stale_scratch(where, prefix)
     try:
-        folder = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
     except OSError as e:
-        raise OutputError(tempfile.gettempdir(), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
-                          "set TMPDIR to a folder with room") from None
+        raise OutputError(str(where), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
+                          + ("set TMPDIR to a folder with room" if parent is None else "the output's folder must be writable")) from None
     fd = -1
     try:
         fd = os.open(folder / SCRATCH_MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if parent is None:
+                raise
+            os.unlink(folder / SCRATCH_MARKER)  # no locks here: unmarked, so nobody's cleaning takes it
         yield str(folder)
     finally:
         # A reader thread still finishing a write (after an error or Ctrl-C elsewhere) can put a
@@ -270,10 +282,10 @@ def scratch_folder():
             os.close(fd)
 
 
-def clean_stale_scratch() -> list[Path]:
+def clean_stale_scratch(where: Path | None = None, prefix: str = SCRATCH_PREFIX) -> list[Path]:
     """Scratch folders of traceflow runs that were killed (kill -9 leaves them behind)."""
     removed = []
-    for p in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+    for p in (where or Path(tempfile.gettempdir())).glob(f"{prefix}*"):
         marker = p / SCRATCH_MARKER
         try:
             if p.is_symlink() or not p.is_dir() or marker.is_symlink() or not marker.is_file():

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -285,16 +283,14 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
 @contextmanager
 def _shard_folder(output: str, cluster):
     """With a cluster, the folder the workers write their shards into: beside the output (which
-    must be on shared storage), hidden, removed afterwards whatever happens."""
+    must be on shared storage), hidden, removed afterwards; one a killed run left is removed by the
+    next (scratch_folder's locked marker)."""
     if cluster is None:
         yield None
         return
     out = Path(output).resolve()
-    folder = tempfile.mkdtemp(prefix=f".{out.name}.traceflow-shards-", dir=out.parent)
-    try:
+    with scratch_folder(out.parent, f".{out.name}.traceflow-shards-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _check_step_pattern(pattern: str):
