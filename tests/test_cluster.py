@@ -125,3 +125,44 @@ def test_shards_a_killed_run_left_are_removed_by_the_next(client, tmp_path):
     finally:
         os.close(fd)
     assert not stale.exists() and unmarked.exists() and live.exists()
+
+
+@pytest.mark.parametrize("signame, after_s", [("SIGINT", 1.5), ("SIGKILL", 1.5)])
+def test_ctrl_c_or_kill_during_a_cluster_ingest_leaves_no_process(tmp_path, signame, after_s):
+    """Ctrl-C (to the process group, as a terminal sends it): one line, exit 130, no process and no
+    shard folder left. kill -9 of traceflow: no process left either (the Dask nannies and workers
+    go with their scheduler); the shard folder stays until the next ingest of that output."""
+    import subprocess
+    import sys
+    import uuid
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "TRACEFLOW_TEST_TAG": tag, "TMPDIR": str(tmp_path)}
+    out = tmp_path / "job.duckdb"
+    p = subprocess.Popen([sys.executable, "-m", "traceflow.cli", "ingest", *KINETO, "-o", str(out), "--cluster", "local:2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    time.sleep(after_s)
+    if signame == "SIGINT":
+        os.killpg(p.pid, signal.SIGINT)
+    else:
+        os.kill(p.pid, signal.SIGKILL)
+    _, err = p.communicate(timeout=120)
+    if signame == "SIGINT" and p.returncode == 130:
+        assert [x for x in err.strip().splitlines() if not x.startswith("traceflow: warning:")] == ["traceflow: interrupted"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _tagged(tag):
+        time.sleep(0.2)
+    assert _tagged(tag) == []
+    if signame == "SIGINT":
+        assert not [x for x in os.listdir(tmp_path) if "shards" in x]
+
+
+def _tagged(tag: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if tag.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
