@@ -18,7 +18,14 @@ def _interrupted_while_starting(signum, frame):
 # Ctrl-C while the command is still importing (nothing to clean up yet): one line, exit 130, never an
 # import traceback. Only when this runs as the command; _Guard.main hands SIGINT back to Python.
 _AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow"
-if _AS_COMMAND:
+# A process that multiprocessing spawns from the command (a Dask nanny or worker of --cluster local:N)
+# imports this module as its __mp_main__ with the command's argv: it ignores Ctrl-C, which the
+# terminal sends to the whole process group; the command itself stops it (else every worker printed
+# its own KeyboardInterrupt traceback, or this module's one line).
+_SPAWNED = "__mp_main__" in sys.modules  # set by multiprocessing in the processes it spawns, never in the command
+if _SPAWNED:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+elif _AS_COMMAND:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import json

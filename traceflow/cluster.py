@@ -12,6 +12,7 @@ optional extra: `pip install traceflow[cluster]`.
 from __future__ import annotations
 
 import os
+import signal
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,16 @@ def client_for(cluster: Any):
             n = 0
         if n < 1:
             raise UsageError(f"--cluster {text}: local:N needs a number of worker processes, e.g. local:4")
-        with distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                      silence_logs=50) as lc, distributed.Client(lc) as client:
+        # A terminal's Ctrl-C goes to the whole process group: the workers (and the loop thread that
+        # starts them, again after a crash) start with SIGINT blocked, so only this process sees it
+        # (else each worker printed its KeyboardInterrupt traceback); closing the cluster stops them.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            lc = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                          silence_logs=50)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        with lc, distributed.Client(lc) as client:
             yield client
         return
     try:
