@@ -140,3 +140,16 @@ def pytest_terminal_summary(terminalreporter):
     n = sum(1 for r in skipped if "../shared" in str(r.longrepr) or str(FIX) in str(r.longrepr))
     if n:
         terminalreporter.write_line(f"{n} tests skipped: the real fixtures are not at {FIX} (../shared is absent)")
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Processes (of any parent) whose environment carries `tag`: the command's descendants."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if tag.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found

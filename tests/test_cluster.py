@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import BUNDLED, connect, fixture_files, needs_shared, run_cli
+from conftest import BUNDLED, connect, fixture_files, needs_shared, run_cli, tagged_processes
 
 import traceflow
 
@@ -149,20 +149,9 @@ def test_ctrl_c_or_kill_during_a_cluster_ingest_leaves_no_process(tmp_path, sign
     if signame == "SIGINT" and p.returncode == 130:
         assert [x for x in err.strip().splitlines() if not x.startswith("traceflow: warning:")] == ["traceflow: interrupted"]
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _tagged(tag):
+    while time.monotonic() < deadline and tagged_processes(tag):
         time.sleep(0.2)
-    assert _tagged(tag) == []
+    assert tagged_processes(tag) == []
     if signame == "SIGINT":
         assert not [x for x in os.listdir(tmp_path) if "shards" in x]
 
-
-def _tagged(tag: str) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if tag.encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                continue
-    return found

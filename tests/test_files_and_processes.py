@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import BUNDLED, FIX, TRACEFLOW, connect, on_a_terminal, run_cli
+from conftest import BUNDLED, FIX, TRACEFLOW, connect, on_a_terminal, run_cli, tagged_processes
 
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
 NSYS_SMALL = FIX / "h100/nsys/graphs/rank0.sqlite"
@@ -36,19 +36,6 @@ def snapshot(*roots: Path) -> dict[str, str]:
                 if p.is_file() and not p.is_symlink():
                     out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
-
-
-def tagged_processes(tag: str) -> list[int]:
-    """Processes (of any parent) whose environment carries `tag`: the command's descendants."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if tag.encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                continue
-    return found
 
 
 def wait_gone(tag: str, seconds: float = 5.0) -> list[int]:

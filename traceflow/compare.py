@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     import polars as pl
 
 COMPARISONS = ("steps", "critical_path", "kernels", "op_classes", "collectives", "idle")  # in run order
-_DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
 
 
 @dataclass
@@ -44,14 +43,6 @@ class Diff:
         return write(self, output, force=force)
 
 
-def _is_database(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(12)[8:12] == _DUCKDB_MAGIC
-    except OSError:
-        return False
-
-
 def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -> Diff:
     """Compare run `a` with run `b` (databases, or trace files / folders, which are ingested first
     into a scratch folder). `step_a` / `step_b` choose the steps to compare; by default the step
@@ -62,7 +53,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
     from .outputs import scratch_folder
     from .packs import queries_dir
     with scratch_folder() as scratch:
-        paths = [_database(p, scratch, name) for p, name in ((a, "a"), (b, "b"))]
+        paths = [as_database(p, scratch, name) for p, name in ((a, "a"), (b, "b"))]
         con = duckdb.connect()
         try:
             for path, name in zip(paths, ("a", "b")):
@@ -97,11 +88,12 @@ def _quote(path: str) -> str:
     return path.replace("'", "''")
 
 
-def _database(path: str, scratch: Path, name: str) -> str:
+def as_database(path: str, scratch: Path, name: str) -> str:
     """A database as it is; trace files (a file, or a folder of them) ingested into `scratch`."""
     if not os.path.exists(path):
         raise InputError(path, "no such file or folder")
-    if os.path.isfile(path) and _is_database(path):
+    from .outputs import is_duckdb_file
+    if os.path.isfile(path) and is_duckdb_file(path):
         return path
     from .pipeline import ingest
     out = str(Path(scratch) / f"{name}.duckdb")

@@ -58,10 +58,17 @@ def os_problem(e: OSError) -> str:
     return disk_problem(e) or _PATH_PROBLEMS.get(e.errno or 0) or (e.strerror or str(e))
 
 
+def is_duckdb_file(path) -> bool:
+    """The file starts as a DuckDB database does (bytes 8-11: DUCK); says nothing of its state."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
+
+
 def _is_database(path: Path) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(16)
-    if head[8:12] != b"DUCK":
+    if not is_duckdb_file(path):
         return False
     import duckdb
     try:

@@ -39,7 +39,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
     import duckdb
     import polars as pl
 
-    from .compare import _database
+    from .compare import as_database
     from .outputs import scratch_folder
     from .packs import queries_dir
     if mode not in ("strong", "weak"):
@@ -48,7 +48,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
         raise UsageError("scaling needs at least two runs")
     folder = queries_dir() / "scaling"
     with scratch_folder() as scratch:
-        dbs = [_database(p, scratch, f"run{i}") for i, p in enumerate(paths)]
+        dbs = [as_database(p, scratch, f"run{i}") for i, p in enumerate(paths)]
         con = duckdb.connect()
         try:
             con.execute("""CREATE TEMP TABLE runs (run INTEGER, path VARCHAR, ranks INTEGER, steps INTEGER, step_ns BIGINT,

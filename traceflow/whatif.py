@@ -74,7 +74,6 @@ class StepGraph:
                                 [base, [x for x in sp + dep if x >= 0 and x not in pos]]).fetchall())
         self.preds = [[(pos[x], 0) if x in pos else (-1, ends[x]) for x in (a, b) if x >= 0 and (x in pos or x in ends)]
                       for a, b in zip(sp, dep)]
-        self.stream_pred_kind = [self.kind[pos[a]] if a in pos else None for a in sp]
         groups: dict = {}
         for i, (cm, sq) in enumerate(zip(comm, seq)):
             if cm is not None and sq is not None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..outputs import atomic_output, check_output
 from ..text import printable
 from .blocks import KIND_COLORS, Heading, Items, Note, Plots, Section, rows_table
 
@@ -74,9 +73,5 @@ def build(d: Diff) -> str:
 
 
 def write(d: Diff, output: str, force: bool = False) -> str:
-    inputs = [d.a, d.b]
-    check_output(output, "report", inputs=inputs, force=force)
-    page = build(d)
-    with atomic_output(output, "report", inputs=inputs, force=force) as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    return output
+    from .html import write_page
+    return write_page(output, [d.a, d.b], lambda: build(d), force)

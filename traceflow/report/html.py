@@ -157,8 +157,14 @@ def render(**values) -> str:
 
 
 def write_report(job: Job, output: str = "report.html", force: bool = False) -> str:
-    check_output(output, "report", inputs=[job.path], force=force)  # before the work, not after
-    page = build(job)
-    with atomic_output(output, "report", inputs=[job.path], force=force) as tmp:
+    return write_page(output, [job.path], lambda: build(job), force)
+
+
+def write_page(output: str, inputs: list, build_page, force: bool = False) -> str:
+    """One page of traceflow's (the report, a diff, a scaling study) written as any output of ours:
+    checked before the work, then atomically."""
+    check_output(output, "report", inputs=inputs, force=force)
+    page = build_page()
+    with atomic_output(output, "report", inputs=inputs, force=force) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return output

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..outputs import atomic_output, check_output
 from ..text import printable
 from .blocks import Items, Note, Plots, Section, rows_table
 
@@ -39,9 +38,5 @@ def build(s: Scaling) -> str:
 
 
 def write(s: Scaling, output: str, force: bool = False) -> str:
-    inputs = s.table["path"].to_list()
-    check_output(output, "report", inputs=inputs, force=force)
-    page = build(s)
-    with atomic_output(output, "report", inputs=inputs, force=force) as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    return output
+    from .html import write_page
+    return write_page(output, s.table["path"].to_list(), lambda: build(s), force)
