@@ -35,7 +35,7 @@ import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
-from .terminal import Progress, critical_path_lines, empty_message, plural, print_frame, print_rows, print_table, say
+from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
 from .text import printable
 
 EXIT_INPUT = 3
@@ -399,11 +399,7 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
     if fmt == "json":
         click.echo(json.dumps(d.to_json(), default=str, indent=1))
     elif fmt == "csv":
-        import csv
-        t = d.tables[which]
-        w = csv.writer(sys.stdout)
-        w.writerow(t.columns)
-        w.writerows(t.rows())
+        print_csv(d.tables[which].columns, d.tables[which].rows())
     else:
         for r in d.comparability:
             say(f"{r['what']:<14} a: {r['a']:<40} b: {r['b']}" + ("" if r["same"] else "   (differs)"))
@@ -455,10 +451,7 @@ def scaling_cmd(runs, mode, fmt, output, force):
     if fmt == "json":
         click.echo(json.dumps(s.to_json(), default=str, indent=1))
     elif fmt == "csv":
-        import csv
-        w = csv.writer(sys.stdout)
-        w.writerow(s.table.columns)
-        w.writerows(s.table.rows())
+        print_csv(s.table.columns, s.table.rows())
     else:
         for warning in s.warnings:
             say(f"traceflow: warning: {warning}", err=True)

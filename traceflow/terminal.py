@@ -74,18 +74,20 @@ def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
     if fmt == "json":
         click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
     elif fmt == "csv":
-        import csv
-        w = csv.writer(sys.stdout)
-        w.writerow(cols)
-        if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
-            rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
-        w.writerows(rows)
+        print_csv(cols, rows)
     elif not rows:
         say(empty)
     else:
-        print_table(cols, rows if limit is None else rows[:limit])
-        if limit is not None and len(rows) > limit:
-            say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
+        _table_up_to(cols, rows, limit)
+
+
+def print_csv(cols: list[str], rows: list):
+    import csv
+    w = csv.writer(sys.stdout)
+    w.writerow(cols)
+    if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
+        rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
+    w.writerows(rows)
 
 
 def print_frame(df, limit: int | None):
@@ -93,10 +95,13 @@ def print_frame(df, limit: int | None):
     if df.is_empty():
         say("  (no rows)")
         return
-    rows = df.rows()
-    print_table(list(df.columns), rows if limit is None else rows[:limit])
+    _table_up_to(list(df.columns), df.rows(), limit)
+
+
+def _table_up_to(cols: list[str], rows: list, limit: int | None):
+    print_table(cols, rows if limit is None else rows[:limit])
     if limit is not None and len(rows) > limit:
-        say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format json/csv for machines)")
+        say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
 
 
 def print_table(cols: list[str], rows: list[tuple]):
