@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .duck import relation
 from .errors import InputError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
             tables = {}
             for name in COMPARISONS:
                 con.execute((queries_dir() / "diff" / f"{name}.sql").read_text())
-                tables[name] = pl.from_arrow(con.execute(f"SELECT * FROM diff_{name}").to_arrow_table())
+                tables[name] = pl.from_arrow(relation(con, f"SELECT * FROM diff_{name}").to_arrow_table())
         finally:
             con.close()
     assert isinstance(tables["steps"], pl.DataFrame)

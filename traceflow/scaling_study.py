@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .duck import relation
 from .errors import InputError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
             con.execute("USE memory")
             con.execute("SET VARIABLE tf_mode = ?", [mode])
             con.execute((folder / "scaling.sql").read_text())
-            table = pl.from_arrow(con.execute("SELECT * FROM scaling").to_arrow_table())
+            table = pl.from_arrow(relation(con, "SELECT * FROM scaling").to_arrow_table())
             devices = con.execute(" UNION ".join(f"SELECT DISTINCT device_name FROM r{i}.traces" for i in range(len(dbs)))).fetchall()
         finally:
             con.close()
