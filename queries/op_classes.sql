@@ -14,7 +14,8 @@ CREATE OR REPLACE TABLE tf_internal.op_classes AS
 SELECT name, op,
        CASE WHEN op IN ('mm', 'addmm', 'bmm', 'baddbmm', 'linear', 'matmul', 'addmv', 'mv', 'dot') THEN 'matmul'
             WHEN op LIKE '%attention%' THEN 'attention'
-            WHEN op LIKE '%conv%' THEN 'conv'
+            -- anchored: a custom op such as fb::convex_sum is no convolution
+            WHEN regexp_matches(op, '^_?(conv|cudnn_conv|miopen_conv|mkldnn_conv|slow_conv|thnn_conv|nnpack_spatial_conv)') THEN 'conv'
             WHEN op LIKE '%norm%' AND op NOT IN ('norm', 'linalg_vector_norm') THEN 'norm'
             WHEN op LIKE '%softmax%' THEN 'softmax'
             WHEN op IN ('sum', 'mean', 'amax', 'amin', 'max', 'min', 'norm', 'linalg_vector_norm', 'prod', 'argmax',

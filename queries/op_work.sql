@@ -15,7 +15,7 @@
 --   kernels      GPU ops it launched (compute and memory; NCCL kernels are not op work)
 --   gpu_ns       their summed run time (ns)
 --   flops        the profiler's own count (with_flops=True) where recorded, else from the input shapes:
---                matmuls 2·m·k·n (per batch), attention 2·b·h·s_q·s_k·(d_qk + d_v) forward and
+--                matmuls 2·m·k·n (per batch), convolutions, attention 2·b·h·s_q·s_k·(d_qk + d_v) forward and
 --                2·b·h·s_q·s_k·(3·d_qk + 2·d_v) backward (PyTorch's FlopCounterMode conventions)
 --   flops_source  'profiler' | 'shapes' | NULL
 --   bytes        bytes read from the tensor inputs plus the output written where its shape follows

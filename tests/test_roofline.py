@@ -205,3 +205,49 @@ def test_an_nsys_job_says_why_it_has_no_flops(ingested):
         assert job.sql("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").item() == 0
         assert job.sql("SELECT count(*), count(mfu_pct) FROM mfu").row(0) == (24, 0)
         assert any("no op in the traces has known FLOPs" in s for s in job.findings()["sentences"])
+
+
+def test_convolution_flops_equal_flop_counter_on_a_cpu_trace(tmp_path):
+    """Strided, padded, grouped, dilated, 1-d and transposed convolutions, forward and backward (the
+    first layer's input needs no gradient, so its backward computes no grad_input): traceflow's
+    FLOPs from shapes and Concrete Inputs equal FlopCounterMode's per op, and the output elements
+    equal the real outputs'."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    torch.manual_seed(0)
+    net2d = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        torch.nn.Conv2d(8, 8, 3, groups=2, dilation=2, padding=2, bias=False),
+        torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1, groups=2))
+    net1d = torch.nn.Conv1d(4, 6, 5, stride=3)
+    x, s = torch.randn(2, 3, 20, 18), torch.randn(2, 4, 40)
+    outs = []
+    hooks = [m.register_forward_hook(lambda _m, _i, o: outs.append(o.numel()))
+             for m in [*net2d, net1d]]
+
+    def step():
+        (net2d(x).sum() + net1d(s).sum()).backward()
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    outs.clear()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof, \
+            torch.profiler.record_function("ProfilerStep#1"):
+        step()
+    for h in hooks:
+        h.remove()
+    path = str(tmp_path / "rank0.json")
+    prof.export_chrome_trace(path)
+    assert run_cli("ingest", path, "-o", str(tmp_path / "c.duckdb")).returncode == 0
+    con = connect(tmp_path / "c.duckdb")
+    ours = dict(con.execute("SELECT name, sum(shape_flops) FROM op_flops GROUP BY name").fetchall())
+    counted = {str(k).replace("aten.", "aten::"): v for k, v in counter.get_flop_counts()["Global"].items()}
+    assert {"aten::convolution", "aten::convolution_backward"} <= set(counted)
+    for name in ("aten::convolution", "aten::convolution_backward"):
+        assert ours[name] == counted[name], name
+    # each layer of each kind is one aten::convolution: the outputs' elements, as the real tensors had them
+    assert con.execute("SELECT sum(out_elems) FROM op_flops WHERE name = 'aten::convolution'").fetchone()[0] == sum(outs)
+    # the same work at every level of the dispatch (conv2d -> convolution -> _convolution -> the kernel's op)
+    per_level = con.execute("""SELECT count(DISTINCT total) FROM (SELECT name, sum(shape_flops) AS total FROM op_flops
+                               WHERE name IN ('aten::_convolution', 'aten::convolution') GROUP BY name)""").fetchone()[0]
+    assert per_level == 1

@@ -256,6 +256,9 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
                                               phase=phase, peak_tflops=peak_tflops, peak_gbps=peak_gbps))
             from .comments import apply_core
             apply_core(con)  # after derive, which rebuilds gpu_ops
+            # The COMMIT checkpoints at once: in a fresh database every row would go to the WAL and
+            # then again into the file (DuckDB skips the WAL for a commit that checkpoints).
+            con.execute("SET checkpoint_threshold = '0B'")
             con.execute("COMMIT")
             con.execute("CHECKPOINT")
         finally:

@@ -17,6 +17,7 @@ HOST_OPS = pa.schema([
     ("correlation_id", pa.int64()), ("external_id", pa.int64()),
     # Kineto with record_shapes / with_flops: what the op was called on (JSON text, as recorded)
     ("flops", pa.int64()), ("input_dims", pa.string()), ("input_types", pa.string()),
+    ("concrete_inputs", pa.string()),
 ])
 
 RANGES = pa.schema([
@@ -101,7 +102,9 @@ DOCS = {
         "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op",
         "flops": "Kineto with_flops=True: the FLOPs PyTorch's profiler counted for this op (NULL: not recorded)",
         "input_dims": "Kineto record_shapes=True: the inputs' shapes as recorded, JSON text (e.g. [[2048, 512], [512, 1536]])",
-        "input_types": "Kineto record_shapes=True: the inputs' dtypes as recorded, JSON text (e.g. [\"c10::BFloat16\", \"float\"])"}),
+        "input_types": "Kineto record_shapes=True: the inputs' dtypes as recorded, JSON text (e.g. [\"c10::BFloat16\", \"float\"])",
+        "concrete_inputs": "Kineto record_shapes=True, convolution ops only: the scalar arguments as recorded, JSON text "
+                           "(e.g. [\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"1\"]: stride, padding, dilation, groups)"}),
     "ranges": ("NVTX ranges and user annotations (record_function), host side and GPU side", {
         "domain": "the NVTX domain", "on_gpu": "TRUE for Kineto's GPU-side user annotations"}),
 }

@@ -12,7 +12,7 @@ from graphlib import TopologicalSorter
 
 _REQUIRES = re.compile(r"^-- requires:(.*)$", re.M)
 _CREATES = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:TABLE|VIEW)\s+(?:tf_internal\.|main\.)?(\w+)", re.I)
-_USES = re.compile(r"\b(?:FROM|JOIN)\s+(?:tf_internal\.|main\.)?([A-Za-z_]\w*)\b(?!\s*\()", re.I)
+_USES = re.compile(r"\b(?:(?<!DISTINCT )FROM|JOIN)\s+(?:tf_internal\.|main\.)?([A-Za-z_]\w*)\b(?!\s*\()", re.I)
 _CTE = re.compile(r"(?:\bWITH|,)\s*(\w+)\s+AS\s*(?:MATERIALIZED\s*)?\(", re.I)
 _NOT_TABLES = {"select", "lateral", "unnest", "range", "generate_series", "values"}
 
