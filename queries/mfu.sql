@@ -5,7 +5,8 @@
 --
 --   rank, step
 --   flops        FLOPs of the step's ops with known work (op_work.flops)
---   dtype        the dtype that carried most of those FLOPs; its peak is the denominator
+--   dtype        the dtype that carried most of those FLOPs; its peak is the denominator (NULL: not
+--                recorded, as with nsys emit_nvtx; device_peaks.any_tflops is then the peak)
 --   peak_tflops  the device's dense peak for that dtype (TFLOP/s)
 --   wall_ns, busy_ns  the step's GPU window and the time the GPU ran anything in it (step_breakdown)
 --   mfu_pct      flops / (wall_ns × peak): the share of the GPU's peak the step achieved (percent)
@@ -34,9 +35,11 @@ SELECT s.rank, s.step, f.flops::BIGINT AS flops, f.dtype, p.peak_tflops, s.wall_
 FROM step_breakdown s
 LEFT JOIN f USING (rank, step) LEFT JOIN compute c USING (rank, step) LEFT JOIN known k USING (rank, step)
 LEFT JOIN (SELECT rank, CASE d.dtype WHEN 'bf16' THEN bf16_tflops WHEN 'fp16' THEN fp16_tflops
-                                     WHEN 'fp32' THEN fp32_tflops WHEN 'fp64' THEN fp64_tflops END AS peak_tflops, d.dtype
-           FROM device_peaks, (SELECT unnest(['bf16', 'fp16', 'fp32', 'fp64']) AS dtype) d) p
-       ON p.rank = s.rank AND p.dtype = f.dtype
+                                     WHEN 'fp32' THEN fp32_tflops WHEN 'fp64' THEN fp64_tflops
+                                     WHEN '?' THEN any_tflops END AS peak_tflops, d.dtype
+           FROM device_peaks, (SELECT unnest(['bf16', 'fp16', 'fp32', 'fp64', '?']) AS dtype) d) p
+       -- '?': FLOPs of ops whose dtype the trace does not record (nsys emit_nvtx)
+       ON p.rank = s.rank AND p.dtype = coalesce(f.dtype, '?')
 WHERE s.part = 'step'
 ORDER BY s.rank, s.step;
 

@@ -22,7 +22,7 @@
 --                from the op (matmul, attention, element-wise, norm, softmax); reductions count inputs only
 --   intensity    flops / bytes (FLOP per byte)
 --   achieved_tflops, achieved_gbps  flops / gpu_ns and bytes / gpu_ns (TFLOP/s, GB/s)
---   peak_tflops  the device's dense peak for dtype (device_peaks, TFLOP/s)
+--   peak_tflops  the device's dense peak for dtype (device_peaks, TFLOP/s; an unknown dtype: any_tflops)
 --   peak_gbps    its memory bandwidth (GB/s)
 --   roof_pct     achieved / attainable, where attainable = min(peak_tflops, intensity × peak_gbps)
 --                (bytes-only ops: achieved_gbps / peak_gbps), in percent
@@ -51,8 +51,9 @@ WITH per_op AS (
     FROM per_op p JOIN host_ops h USING (op_id) LEFT JOIN op_classes c USING (name) LEFT JOIN op_flops f USING (op_id)
 ), j AS (
     SELECT w.*, pk.gbps AS peak_gbps,
-           CASE w.dtype WHEN 'bf16' THEN pk.bf16_tflops WHEN 'fp16' THEN pk.fp16_tflops
-                        WHEN 'fp32' THEN pk.fp32_tflops WHEN 'fp64' THEN pk.fp64_tflops END AS peak_tflops
+           CASE WHEN w.dtype IS NULL THEN pk.any_tflops  -- not recorded (nsys emit_nvtx)
+                WHEN w.dtype = 'bf16' THEN pk.bf16_tflops WHEN w.dtype = 'fp16' THEN pk.fp16_tflops
+                WHEN w.dtype = 'fp32' THEN pk.fp32_tflops WHEN w.dtype = 'fp64' THEN pk.fp64_tflops END AS peak_tflops
     FROM work w LEFT JOIN device_peaks pk USING (rank)
 )
 SELECT rank, step, op_id, name, op_class, dtype, kernels, gpu_ns, flops::BIGINT AS flops, flops_source,

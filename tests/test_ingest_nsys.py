@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import stat
 import sys
@@ -35,9 +36,15 @@ def source_counts(path: str) -> dict:
     out["host"] = host
     rng = {}
     if "NVTX_EVENTS" in tables:
-        for gtid, n in c.execute("select globalTid, count(*) from NVTX_EVENTS where eventType in (59, 60) and end is not null group by 1"):
+        # PyTorch's emit_nvtx op ranges ("aten::mm, seq = 3, op_id = 7") are CPU ops: host_ops, not ranges
+        names = dict(c.execute("select id, value from StringIds"))
+        text_id = "textId" if "textId" in {r[1] for r in c.execute("pragma table_info(NVTX_EVENTS)")} else "NULL"
+        op = re.compile(r"^[^,]+, (seq|op_id|sizes) = ")
+        for gtid, text, tid in c.execute(f"select globalTid, text, {text_id} from NVTX_EVENTS "
+                                         "where eventType in (59, 60) and end is not null"):
             gpid = (gtid >> 24) << 24
-            rng[gpid] = rng.get(gpid, 0) + n
+            into = host if op.match(text if text is not None else names.get(tid) or "") else rng
+            into[gpid] = into.get(gpid, 0) + 1
     out["ranges"] = rng
     return out
 

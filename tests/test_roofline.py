@@ -199,12 +199,67 @@ def test_critical_path_kernels_carry_their_ops_bound(ddp2):
 
 @needs_shared
 def test_an_nsys_job_says_why_it_has_no_flops(ingested):
-    """nsys traces carry no shapes traceflow reads: kernels get no FLOPs, and the verdict says so."""
+    """An nsys job recorded without emit_nvtx has no op ranges: kernels get no FLOPs, and the verdict
+    says what to record."""
     import traceflow
     with traceflow.open(ingested("h100/nsys/ddp4_sync_stall")) as job:
         assert job.sql("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").item() == 0
         assert job.sql("SELECT count(*), count(mfu_pct) FROM mfu").row(0) == (24, 0)
-        assert any("no op in the traces has known FLOPs" in s for s in job.findings()["sentences"])
+        assert any("no op in the traces has known FLOPs: the Nsight Systems traces have no PyTorch op ranges" in s
+                   for s in job.findings()["sentences"])
+
+
+NSYS_AI = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "public" / "nsys-ai" / "mfu_2gpu_before.sqlite"
+
+
+def _innermost_emit_nvtx_op_per_launch(path) -> dict:
+    """Plain Python over the raw export: (pid, correlation id) of each kernel or copy -> the name of
+    the innermost emit_nvtx range ("aten::mm, seq = ..., op_id = ...") open on the launching
+    thread when the launch call started."""
+    import re
+    import sqlite3
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    names = dict(db.execute("SELECT id, value FROM StringIds"))
+    op = re.compile(r"^([^,]+), (seq|op_id|sizes) = ")
+    ranges: dict = {}
+    for tid, start, end, text, text_id in db.execute(
+            'SELECT globalTid, start, "end", text, textId FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND "end" IS NOT NULL'):
+        m = op.match(text if text is not None else names.get(text_id, ""))
+        if m:
+            ranges.setdefault(tid, []).append((start, end, m.group(1)))
+    gpu = {(gpid, c) for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+           for gpid, c in db.execute(f"SELECT globalPid, correlationId FROM {table}")}
+    out = {}
+    for tid, start, corr in db.execute("SELECT globalTid, start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+        if (tid >> 24 << 24, corr) not in gpu:
+            continue
+        around = [r for r in ranges.get(tid, ()) if r[0] <= start <= r[1]]
+        if around:
+            out[((tid >> 24) & 0xFFFFFF, corr)] = max(around)[2]  # the latest to open is the innermost
+    return out
+
+
+@pytest.mark.skipif(not NSYS_AI.exists(), reason=f"{NSYS_AI} not found (../shared is absent)")
+def test_nsys_kernels_link_to_the_innermost_emit_nvtx_op(tmp_path):
+    """nsys-ai's public export was recorded under emit_nvtx (without record_shapes): its op ranges
+    become CPU ops, and each kernel links to the innermost one around its launch call, as a plain
+    Python sweep over the raw file finds it; with no sizes, the verdict says what to record."""
+    truth = _innermost_emit_nvtx_op_per_launch(NSYS_AI)
+    assert len(truth) > 4000
+    db = tmp_path / "n.duckdb"
+    assert run_cli("ingest", str(NSYS_AI), "-o", str(db)).returncode == 0
+    con = connect(db)
+    ours = {(pid, c): name for pid, c, name in con.execute(
+        """SELECT t.pid, g.correlation_id, h.name FROM gpu_ops g JOIN traces t USING (trace_id)
+           JOIN host_ops h ON h.op_id = g.cpu_op_id""").fetchall()}
+    assert ours == truth
+    assert con.execute("SELECT count(*) FROM ranges WHERE name LIKE '%, op_id = %'").fetchone()[0] == 0
+    classes = dict(con.execute("SELECT op_class, count(*) FROM op_work GROUP BY ALL").fetchall())
+    assert classes["matmul"] > 0 and classes["elementwise"] > 0
+    assert con.execute("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").fetchone()[0] == 0
+    import traceflow
+    with traceflow.open(str(db)) as job:
+        assert any("emit_nvtx ranges carry no sizes" in s for s in job.findings()["sentences"])
 
 
 def test_convolution_flops_equal_flop_counter_on_a_cpu_trace(tmp_path):

@@ -65,13 +65,15 @@ def lookup(device_name: str | None) -> Peaks | None:
 
 DDL = """CREATE OR REPLACE TABLE device_peaks (rank INTEGER, device_name VARCHAR, device VARCHAR,
     bf16_tflops DOUBLE, fp16_tflops DOUBLE, tf32_tflops DOUBLE, fp32_tflops DOUBLE, fp64_tflops DOUBLE,
-    gbps DOUBLE, source VARCHAR)"""
+    gbps DOUBLE, source VARCHAR, any_tflops DOUBLE)"""
 DOCS = ("per rank: the GPU's peak throughput that the roofline and MFU use (traceflow/hardware.py)", {
     "device_name": "the name the trace records", "device": "the entry of traceflow's table it matched (NULL: unknown)",
     "bf16_tflops": "dense BF16 tensor peak (TFLOP/s)", "fp16_tflops": "dense FP16 tensor peak (TFLOP/s)",
     "tf32_tflops": "dense TF32 tensor peak (TFLOP/s)", "fp32_tflops": "FP32 peak without tensor cores (TFLOP/s)",
     "fp64_tflops": "FP64 peak (TFLOP/s)", "gbps": "peak memory bandwidth (GB/s)",
-    "source": "where the figures come from: a datasheet, or --peak-tflops / --peak-gbps"})
+    "source": "where the figures come from: a datasheet, or --peak-tflops / --peak-gbps",
+    "any_tflops": "the peak for ops whose dtype the trace does not record (nsys emit_nvtx ranges): known only "
+                  "when one figure holds for every dtype (--peak-tflops), else NULL"})
 
 
 def load_peaks(con, peak_tflops: float | None = None, peak_gbps: float | None = None) -> list[str]:
@@ -89,9 +91,9 @@ def load_peaks(con, peak_tflops: float | None = None, peak_gbps: float | None = 
         if p is None and len(overridden) < 2:
             warnings.append(f"rank {rank}: no peak figures for device {name or '(not recorded)'}: roofline and MFU "
                             "are left empty; --peak-tflops and --peak-gbps set them")
-        rows.append((rank, name, p.device if p else None, *tf, gbps, source))
+        rows.append((rank, name, p.device if p else None, *tf, gbps, source, peak_tflops))
     if rows:
-        con.executemany("INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        con.executemany("INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     from . import comments
     comments.comment_table(con, "device_peaks", *DOCS)
     return _one_warning_per_device(warnings)

@@ -96,12 +96,12 @@ DOCS = {
         "api_start_ns": "when the launch call started (ns since epoch)", "api_end_ns": "when it returned (ns since epoch)",
         "launch_tid": "the host thread that launched it", "launch_op_id": "host_ops.op_id of the launch call",
         "issue_start_ns": "when the host began issuing it: the start of the CPU op around the launch call, else the launch call's",
-        "cpu_op_id": "Kineto: host_ops.op_id of the CPU op that made the launch call (External id), e.g. aten::mm"}),
+        "cpu_op_id": "host_ops.op_id of the CPU op that made the launch call, e.g. aten::mm: Kineto's External id; nsys: the innermost emit_nvtx op open on the launching thread"}),
     "host_ops": ("one row per host call: CPU ops, CUDA runtime and driver calls, OS runtime calls", {
         "pid": "the process id", "kind": "cpu_op | cuda_runtime | cuda_driver | osrt | ...",
         "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op",
         "flops": "Kineto with_flops=True: the FLOPs PyTorch's profiler counted for this op (NULL: not recorded)",
-        "input_dims": "Kineto record_shapes=True: the inputs' shapes as recorded, JSON text (e.g. [[2048, 512], [512, 1536]])",
+        "input_dims": "Kineto record_shapes=True, or nsys emit_nvtx(record_shapes=True) ranges' sizes: the inputs' shapes as recorded, JSON text (e.g. [[2048, 512], [512, 1536]])",
         "input_types": "Kineto record_shapes=True: the inputs' dtypes as recorded, JSON text (e.g. [\"c10::BFloat16\", \"float\"])",
         "concrete_inputs": "Kineto record_shapes=True, convolution ops only: the scalar arguments as recorded, JSON text "
                            "(e.g. [\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"1\"]: stride, padding, dilation, groups)"}),

@@ -122,10 +122,9 @@ def _mfu_sentence(con, out: dict):
     if not m:
         if con.execute("SELECT count(*) FROM mfu").fetchone()[0]:
             flops = con.execute("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").fetchone()[0]
-            out["sentences"].append(
-                "MFU and the roofline are empty: " + ("no op in the traces has known FLOPs (they need the PyTorch "
-                "profiler's record_shapes=True; Nsight Systems traces carry no shapes traceflow reads)." if not flops
-                else "the GPU's peak is unknown (--peak-tflops / --peak-gbps set it)."))
+            from .flops_coverage import why_no_flops
+            out["sentences"].append("MFU and the roofline are empty: " + (
+                why_no_flops(con) + "." if not flops else "the GPU's peak is unknown (--peak-tflops / --peak-gbps set it)."))
         return
     step, mfu, known = m[len(m) // 2]
     mem = con.execute("""SELECT 100.0 * sum(gpu_ns) FILTER (WHERE bound = 'memory') / nullif(sum(gpu_ns) FILTER (WHERE bound IS NOT NULL), 0),

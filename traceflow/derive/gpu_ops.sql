@@ -10,7 +10,9 @@
 --              correlation id that enqueued the op (NULL when the launch is outside the trace)
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the
 --              launch call (Kineto links them by External id), else the launch call's start
---   cpu_op_id  host_ops.op_id of that CPU op (the innermost one the launch call's External id names)
+--   cpu_op_id  host_ops.op_id of that CPU op (the innermost one the launch call's External id names;
+--              without External ids, as nsys's emit_nvtx ops have, the innermost CPU op open on the
+--              launching thread when the call starts)
 --   step       the step whose host range holds the launch call's start; for a rank with no
 --              launch calls at all, or whose only step is the whole trace, the step holding the
 --              op's own start. Ops still without a step (launch not in the capture, or launched
@@ -40,6 +42,32 @@ WITH launch AS (
                AS issue_start_ns
     FROM host_ops WHERE kind = 'cpu_op' AND (trace_id, external_id) IN (SELECT trace_id, external_id FROM launch)
     GROUP BY trace_id, external_id
+), nvtx_events AS (
+    -- Without External ids (nsys: CPU ops from emit_nvtx ranges), the op around a launch call is the
+    -- innermost one open on its thread when the call starts. Ranges nest, so with D ops open then,
+    -- it is the latest to start, before the call, of the ops at depth D: a running count of opens
+    -- and closes gives both depths, and an ASOF join the op (no range join of every launch with
+    -- every op of its thread). At one time, opens come before calls, and calls before closes.
+    SELECT trace_id, tid, start_ns AS t, 0 AS ord, 1 AS delta, op_id, NULL::BIGINT AS correlation_id
+    FROM host_ops WHERE kind = 'cpu_op' AND external_id IS NULL
+          AND trace_id IN (SELECT trace_id FROM launch WHERE external_id IS NULL)
+    UNION ALL
+    SELECT trace_id, tid, end_ns, 2, -1, NULL, NULL
+    FROM host_ops WHERE kind = 'cpu_op' AND external_id IS NULL
+          AND trace_id IN (SELECT trace_id FROM launch WHERE external_id IS NULL)
+    UNION ALL
+    SELECT trace_id, launch_tid, api_start_ns, 1, 0, NULL, correlation_id FROM launch
+    WHERE external_id IS NULL
+      AND trace_id IN (SELECT trace_id FROM host_ops WHERE kind = 'cpu_op' AND external_id IS NULL)
+), depths AS (
+    SELECT *, sum(delta) OVER (PARTITION BY trace_id, tid ORDER BY t, ord ROWS UNBOUNDED PRECEDING) AS depth
+    FROM nvtx_events
+), opened AS (
+    SELECT trace_id, tid, depth, t AS start_ns, op_id FROM depths WHERE delta = 1
+), nested AS (
+    SELECT c.trace_id, c.correlation_id, o.op_id AS cpu_op_id
+    FROM (SELECT * FROM depths WHERE delta = 0 AND depth > 0) c
+    ASOF JOIN opened o ON o.trace_id = c.trace_id AND o.tid = c.tid AND o.depth = c.depth AND o.start_ns <= c.t
 ), ops AS (
     SELECT g.rowid AS rid, g.trace_id, g.rank, g.correlation_id, g.start_ns, g.end_ns,
         CASE WHEN g.kind = 'kernel' AND regexp_matches(g.name, '(?i)^\s*(void\s+)?(nccl|rccl)') THEN 'communication'
@@ -60,9 +88,10 @@ WITH launch AS (
         row_number() OVER (ORDER BY o.trace_id, o.start_ns, o.end_ns) AS op_id,
         l.api_name, l.api_start_ns, l.api_end_ns, l.launch_tid, l.launch_op_id,
         CASE WHEN i.issue_start_ns <= l.api_start_ns THEN i.issue_start_ns ELSE l.api_start_ns END AS issue_start_ns,
-        i.cpu_op_id
+        coalesce(i.cpu_op_id, n.cpu_op_id) AS cpu_op_id
     FROM ops o LEFT JOIN launch l USING (trace_id, correlation_id)
     LEFT JOIN issuer i ON i.trace_id = l.trace_id AND i.external_id = l.external_id
+    LEFT JOIN nested n ON n.trace_id = l.trace_id AND n.correlation_id = l.correlation_id
 ), ranks_with_launches AS (
     SELECT DISTINCT rank FROM joined WHERE api_start_ns IS NOT NULL
 ), keyed AS (

@@ -233,11 +233,12 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     if n_unresolved:
         raise InputError(path, f"StringIds lacks the names of {n_unresolved} GPU ops (damaged export)")
     host = _host_ops(src, base)  # noqa: F841 - read by name in the SQL below
-    con.execute("CREATE TEMP TABLE h AS SELECT * FROM host")
+    con.execute("CREATE TEMP TABLE h AS SELECT *, NULL::VARCHAR AS input_dims FROM host")
     n_unresolved = con.execute("SELECT count(*) FROM h WHERE name IS NULL").fetchone()[0]
     if n_unresolved:
         raise InputError(path, f"StringIds lacks the names of {n_unresolved} host calls (damaged export)")
     _ranges(src, base)
+    _emit_nvtx_ops(con)
     warnings = list(time_warnings)
     for rel, what in (("g", "GPU ops"), ("h", "host calls"), ("rng", "NVTX ranges")):
         # Times are ns after the session start: one before it, or 146 years after, is damage that would
@@ -431,6 +432,25 @@ def _ranges(src: _Src, base: int):
                {text} AS name, n.start + {base} AS start_ns, n."end" + {base} AS end_ns, FALSE AS on_gpu
         FROM src.NVTX_EVENTS n {join} LEFT JOIN domains d ON d.domain_id = n.{dom}
         WHERE n.eventType IN ({types}) AND n."end" IS NOT NULL""")
+
+
+# PyTorch's emit_nvtx names each op's range "<op>, seq = N, op_id = N, sizes = [[2, 3], []], input_op_ids
+# = [...]" (torch/csrc/profiler/util.cpp, getNvtxStr; seq and op_id come and go with the version, sizes
+# only with record_shapes=True).
+_EMIT_NVTX = r"^[^,]+, (seq|op_id|sizes) = "
+_EMIT_NVTX_SIZES = r", sizes = (\[\]|\[\[.*?\]\])(?:, |$)"
+
+
+def _emit_nvtx_ops(con):
+    """The ranges that torch.autograd.profiler.emit_nvtx wrote are CPU ops, as the PyTorch profiler
+    records them: moved from the NVTX ranges into the host calls (kind cpu_op), with their input
+    shapes where recorded. The derive step links each kernel to the innermost of them around its
+    launch call. They carry no dtypes."""
+    con.execute(f"""INSERT INTO h (gpid, pid, tid, kind, name, start_ns, end_ns, correlation_id, input_dims)
+        SELECT gpid, (gpid >> 24) & 16777215, tid, 'cpu_op', regexp_extract(name, '^([^,]+),', 1), start_ns, end_ns,
+               NULL, nullif(regexp_extract(name, '{_EMIT_NVTX_SIZES}', 1), '')
+        FROM rng WHERE regexp_matches(name, '{_EMIT_NVTX}')""")
+    con.execute(f"DELETE FROM rng WHERE regexp_matches(name, '{_EMIT_NVTX}')")
 
 
 def _nccl_rank(src: _Src, gpid) -> int | None:

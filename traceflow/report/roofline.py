@@ -29,10 +29,9 @@ def _section(con, P: Plots) -> Section:
                            FROM op_work""").fetchone()
     title = "How far from the hardware: roofline and MFU"
     if not known or not known[0]:
-        return Section("roofline", title, [Note(
-            "No op in these traces has known FLOPs: the roofline and MFU need the ops' input shapes "
-            "(PyTorch profiler with record_shapes=True, or with_flops=True). Nsight Systems traces carry none "
-            "that traceflow reads yet.")])
+        from ..flops_coverage import why_no_flops
+        reason = why_no_flops(con)
+        return Section("roofline", title, [Note(f"The roofline and MFU are empty: {reason}.")])
     blocks: list = [Note(f"FLOPs are known for {100 * known[0] / known[2]:.0f}% of the compute-kernel time "
                          f"({known[0] / 1e6:,.1f} of {known[2] / 1e6:,.1f} ms); other kernels are left out of the "
                          "roofline and count as compute with no known FLOPs below.")]

@@ -1,0 +1,22 @@
+"""Why a job has no FLOPs: what its traces lack, per profiler, and how to record it (the verdict
+and the report's roofline section say the same words)."""
+from __future__ import annotations
+
+
+def why_no_flops(con) -> str:
+    """Why no op has known FLOPs, per profiler: what the traces lack, and how to record it."""
+    have = dict(con.execute("""SELECT t.source_format, count(h.input_dims) > 0 OR count(h.flops) > 0
+                               FROM traces t LEFT JOIN host_ops h ON h.trace_id = t.trace_id AND h.kind = 'cpu_op'
+                               GROUP BY ALL""").fetchall())
+    ops = dict(con.execute("""SELECT t.source_format, count(h.op_id) FROM traces t
+                              LEFT JOIN host_ops h ON h.trace_id = t.trace_id AND h.kind = 'cpu_op' GROUP BY ALL""").fetchall())
+    why = []
+    if have.get("kineto-json") is False:
+        why.append("the PyTorch profiler traces have no input shapes (record_shapes=True records them)")
+    if have.get("nsys-sqlite") is False:
+        why.append("the Nsight Systems traces' emit_nvtx ranges carry no sizes (emit_nvtx(record_shapes=True) "
+                   "records them)" if ops.get("nsys-sqlite") else
+                   "the Nsight Systems traces have no PyTorch op ranges (record under "
+                   "torch.autograd.profiler.emit_nvtx(record_shapes=True))")
+    return "no op in the traces has known FLOPs: " + ("; ".join(why) if why else
+        "no op that launched GPU work is of a kind with a FLOP formula (docs/roofline.md)")
