@@ -1,5 +1,6 @@
 -- op_flops (pack `op-flops`): per CPU op with recorded arguments (Kineto record_shapes / with_flops)
--- whose work traceflow counts (matmul, attention, convolution, element-wise, norm, softmax, reduction, or any op
+-- whose work traceflow counts (matmul, attention, convolution, element-wise, norm, softmax, reduction, copy_,
+-- fill_, zero_, clone, contiguous, or any op
 -- the profiler counted FLOPs for), the work its inputs imply, on the CPU or the GPU alike
 -- (docs/roofline.md). op_work adds the GPU time.
 --
@@ -17,7 +18,10 @@
 --   out_elems      elements of the output where the formula gives it (matmul, attention, convolution)
 --   in_bytes       bytes of the tensor inputs (elements × dtype size)
 --   out_bytes      bytes written where the output's shape follows from the op: matmul, attention, convolution
---                  (out_elems), element-wise, norm and softmax (the largest input); reductions 0 (a lower bound)
+--                  (out_elems), element-wise, norm, softmax, clone and contiguous (the largest input);
+--                  reductions 0 (a lower bound); copy_, fill_ and zero_ 0 (the tensor they write is an input).
+--                  Other copies (to, _to_copy: the target dtype is not kept; cat, stack and the optimizers'
+--                  _foreach_ ops: a TensorList's dtypes are not recorded) stay NULL
 -- requires: host_ops, op_classes
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
@@ -30,7 +34,8 @@ WITH counted AS (
     SELECT h.op_id, h.rank, h.name, h.flops AS profiler_flops, h.input_dims, h.input_types, h.concrete_inputs, c.op, c.op_class
     FROM host_ops h JOIN op_classes c USING (name)
     WHERE h.kind = 'cpu_op' AND (h.input_dims IS NOT NULL OR h.flops IS NOT NULL)
-          AND (c.op_class IN ('matmul', 'attention', 'conv', 'elementwise', 'norm', 'softmax', 'reduction') OR h.flops IS NOT NULL)
+          AND (c.op_class IN ('matmul', 'attention', 'conv', 'elementwise', 'norm', 'softmax', 'reduction') OR h.flops IS NOT NULL
+               OR c.op IN ('copy_', 'fill_', 'zero_', 'clone', 'contiguous'))
 ), shaped AS (
     -- the work follows from (op, shapes, dtypes) alone, and a job repeats a few hundred of those
     -- over and over (191 distinct shape lists over 200k ops on long4): each is worked out once
@@ -95,7 +100,7 @@ WITH counted AS (
     -- one row per tensor input: its bytes (elements × dtype size; Scalars and lists carry no dims)
     SELECT shape_id, CASE WHEN t IN ('c10::BFloat16', 'c10::Half') THEN 2 WHEN t IN ('float', 'int') THEN 4
                        WHEN t IN ('double', 'long int') THEN 8 WHEN t IN ('bool', 'unsigned char', 'signed char') THEN 1 END
-                  * CASE WHEN len(dims) > 0 THEN list_product(dims) END AS b,
+                  * CASE WHEN len(dims) > 0 THEN list_product(dims) ELSE 1 END AS b,  -- [] with a dtype: a 0-d tensor
            t IN ('c10::BFloat16', 'c10::Half', 'float', 'int', 'double', 'long int') AS sized
     FROM (SELECT shape_id, unnest(d) AS dims, unnest(ty) AS t FROM shaped)
 ), bytes AS (
@@ -143,7 +148,9 @@ WITH counted AS (
 SELECT c.rank, c.op_id, c.name, c.op_class, f.dtype, c.profiler_flops, f.fo[1]::BIGINT AS shape_flops,
        f.fo[2]::BIGINT AS out_elems, f.in_bytes,
        CASE WHEN f.fo IS NOT NULL THEN f.fo[2] * CASE f.dtype WHEN 'bf16' THEN 2 WHEN 'fp16' THEN 2 WHEN 'fp32' THEN 4 WHEN 'fp64' THEN 8 END
-            WHEN c.op_class IN ('elementwise', 'norm', 'softmax') THEN f.largest
+            WHEN c.op_class IN ('elementwise', 'norm', 'softmax') OR c.op IN ('clone', 'contiguous') THEN f.largest
+            -- written in place without being read: its bytes are among the inputs' already
+            WHEN c.op IN ('copy_', 'fill_', 'zero_') THEN 0
             WHEN c.op_class = 'reduction' THEN 0 END::BIGINT AS out_bytes
 FROM counted c LEFT JOIN formulas f
      ON c.name = f.name AND c.input_dims IS NOT DISTINCT FROM f.input_dims AND c.input_types IS NOT DISTINCT FROM f.input_types

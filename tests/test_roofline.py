@@ -4,6 +4,7 @@ trace recorded here on the CPU beside FlopCounterMode and the profiler's own wit
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,23 @@ def ddp2(tmp_path_factory):
     res = run_cli("ingest", *sorted(map(str, DDP2.glob("rank-*.json.gz"))), "-o", str(out))
     assert res.returncode == 0, res.stderr
     return out
+
+
+def test_copy_bytes_follow_from_the_recorded_shapes(ddp2):
+    """copy_ / fill_ / zero_ move their inputs' bytes (the tensor they write is one of them), clone
+    twice its input's; worked out here in plain Python from the JSON the trace recorded."""
+    size = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "int": 4, "double": 8, "long int": 8}
+    db = connect(ddp2)
+    rows = db.execute("""SELECT h.name, h.input_dims, h.input_types, f.in_bytes + f.out_bytes FROM op_flops f
+                         JOIN host_ops h USING (op_id) WHERE h.name IN ('aten::copy_', 'aten::fill_', 'aten::zero_',
+                                                                   'aten::clone')""").fetchall()
+    assert {r[0] for r in rows} >= {"aten::copy_", "aten::clone", "aten::zero_"}
+    for name, dims, types, got in rows:
+        tensors = [math.prod(d) * size[t] for d, t in zip(json.loads(dims), json.loads(types)) if t in size]
+        assert got == (2 * max(tensors) if name == "aten::clone" else sum(tensors)), (name, dims, types)
+    # the copies that ran on the GPU are judged against the memory roof
+    assert db.execute("""SELECT count(*) FILTER (WHERE bound IS NULL) FROM op_work
+                         WHERE name = 'aten::copy_' AND gpu_ns >= 5000""").fetchone()[0] == 0
 
 
 def test_model_flops_per_step_equal_the_flop_counter(ddp2):
