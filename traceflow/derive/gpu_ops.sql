@@ -19,7 +19,7 @@
 --              between steps) get the step whose GPU window holds them in step_windows.sql.
 -- Kernel names are long (C++ templates, often 1 KB): they stay out of the sorts and joins, which
 -- run on a narrow table of the derived columns, which then updates gpu_ops in place by rowid.
--- requires: host_ops, steps, traces
+-- requires: gpu_ops, host_ops, steps, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
