@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import connect, needs_shared, run_cli
+from conftest import FIX, connect, needs_shared, run_cli
 
 from traceflow import hardware
 
@@ -227,7 +227,7 @@ def test_an_nsys_job_says_why_it_has_no_flops(ingested):
                    for s in job.findings()["sentences"])
 
 
-NSYS_AI = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "public" / "nsys-ai" / "mfu_2gpu_before.sqlite"
+NSYS_AI = FIX / "public" / "nsys-ai" / "mfu_2gpu_before.sqlite"
 
 
 def _innermost_emit_nvtx_op_per_launch(path) -> dict:
