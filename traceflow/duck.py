@@ -23,3 +23,15 @@ def relation(con, sql: str, params=None):
     """`con.sql(sql, params)`, safe after any earlier `con.execute` on the same connection."""
     con.execute("SELECT 1").fetchall()
     return con.sql(sql, params=params) if params else con.sql(sql)
+
+
+def arrow_table(con, sql: str, params=None):
+    """The result as an Arrow table, by the fast path of the DuckDB at hand: DuckDB 1.5 runs a
+    relation with parameters 10-17x slower than a prepared statement (1 M rows: 2.3 s against 0.14 s;
+    it made `annotate` of long4 nsys take 16 s), and DuckDB 2 warns that a prepared statement's
+    result copies every row for Arrow, where its relation with parameters is fast."""
+    import duckdb
+    if params and int(duckdb.__version__.split(".")[0]) < 2:
+        return con.execute(sql, params).to_arrow_table()
+    return relation(con, sql, params).to_arrow_table()
+
