@@ -276,7 +276,7 @@ def main():
     ap.add_argument("--work", default=str(HERE / "work"))
     ap.add_argument("--out", default=str(HERE / "results.json"))
     args = ap.parse_args()
-    shared = Path(args.shared) / "bench" / "long4"
+    shared = Path(args.shared).resolve() / "bench" / "long4"  # absolute: the peers' folders link to these files
     if not shared.is_dir():
         sys.exit(f"bench inputs not found at {shared} (give --shared)")
     work = Path(args.work)
@@ -364,8 +364,10 @@ def main():
             hta_dir.mkdir(exist_ok=True)
             for f in inputs[("kineto", 1)]:
                 link = hta_dir / Path(f).name
+                if link.is_symlink() and not link.exists():
+                    link.unlink()  # a link to where the inputs no longer are (a relative --shared once)
                 if not link.exists():
-                    os.symlink(f, link)
+                    os.symlink(os.path.abspath(f), link)
             r = run("HTA: parse + 4 analyses (kineto x1)", [str(venv / "bin" / "python"), "-c", HTA, str(hta_dir)])
             if r["rc"] == 0:
                 r.update(json.loads(r["stdout"].strip().splitlines()[-1]))
@@ -409,8 +411,11 @@ def small_rows(run, work: Path, args):
         hta_dir = work / "hta-small"
         hta_dir.mkdir(exist_ok=True)
         for f in files:
-            if not (hta_dir / Path(f).name).exists():
-                os.symlink(f, hta_dir / Path(f).name)
+            link = hta_dir / Path(f).name
+            if link.is_symlink() and not link.exists():
+                link.unlink()
+            if not link.exists():
+                os.symlink(os.path.abspath(f), link)
         r = run("HTA small: parse + 4 analyses", [py, "-c", HTA, str(hta_dir)])
         if r["rc"] == 0:
             r.update(json.loads(r["stdout"].strip().splitlines()[-1]))
