@@ -29,7 +29,9 @@ def arrow_table(con, sql: str, params=None):
     """The result as an Arrow table, by the fast path of the DuckDB at hand: DuckDB 1.5 runs a
     relation with parameters 10-17x slower than a prepared statement (1 M rows: 2.3 s against 0.14 s;
     it made `annotate` of long4 nsys take 16 s), and DuckDB 2 warns that a prepared statement's
-    result copies every row for Arrow, where its relation with parameters is fast."""
+    result copies every row for Arrow, where its relation with parameters is fast. (Not done inside
+    `relation`: a prepared statement's result is replaced by the next query on its connection, and
+    `traceflow query` runs one before it prints; tried, it printed only the header.)"""
     import duckdb
     if params and int(duckdb.__version__.split(".")[0]) < 2:
         return con.execute(sql, params).to_arrow_table()

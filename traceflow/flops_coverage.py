@@ -5,11 +5,12 @@ from __future__ import annotations
 
 def why_no_flops(con) -> str:
     """Why no op has known FLOPs, per profiler: what the traces lack, and how to record it."""
-    have = dict(con.execute("""SELECT t.source_format, count(h.input_dims) > 0 OR count(h.flops) > 0
-                               FROM traces t LEFT JOIN host_ops h ON h.trace_id = t.trace_id AND h.kind = 'cpu_op'
-                               GROUP BY ALL""").fetchall())
-    ops = dict(con.execute("""SELECT t.source_format, count(h.op_id) FROM traces t
-                              LEFT JOIN host_ops h ON h.trace_id = t.trace_id AND h.kind = 'cpu_op' GROUP BY ALL""").fetchall())
+    # per profiler: whether any CPU op has recorded arguments, and how many CPU ops there are
+    seen = {fmt: (args, n) for fmt, args, n in con.execute("""
+        SELECT t.source_format, count(h.input_dims) > 0 OR count(h.flops) > 0, count(h.op_id)
+        FROM traces t LEFT JOIN host_ops h ON h.trace_id = t.trace_id AND h.kind = 'cpu_op' GROUP BY ALL""").fetchall()}
+    have = {fmt: args for fmt, (args, _) in seen.items()}
+    ops = {fmt: n for fmt, (_, n) in seen.items()}
     why = []
     if have.get("kineto-json") is False:
         why.append("the PyTorch profiler traces have no input shapes (record_shapes=True records them)")
