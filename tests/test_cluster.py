@@ -46,11 +46,96 @@ def _same(a, b):
             assert n == 0, (s, t, x, y, n)
 
 
+PER_RANK = ("main.gpu_ops", "main.host_ops", "main.ranges", "main.steps", "tf_internal.step_windows")
+
+
+def _parts(folder) -> list[Path]:
+    return sorted(Path(folder).glob("*.parts-*"))
+
+
 def test_a_cluster_ingest_is_the_local_ingest(client, tmp_path):
+    """Same rows in every table; the per-rank tables are views over the workers' Parquet shards,
+    read in place from the parts folder beside the database (nothing of them copied into it)."""
     traceflow.ingest(KINETO, str(tmp_path / "local.duckdb"))
     traceflow.ingest(KINETO, str(tmp_path / "cluster.duckdb"), cluster=client)
     _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
-    assert not [p for p in os.listdir(tmp_path) if "shards" in p]  # the shard folder is gone
+    parts, = _parts(tmp_path)
+    assert sorted(p.name.split(".", 1)[1] for p in parts.iterdir()) == sorted(
+        f"{t.split('.')[1]}.parquet" for t in PER_RANK for _ in KINETO)  # one shard per rank and table, no marker
+    con = connect(tmp_path / "cluster.duckdb")
+    views = {f"{s}.{v}" for s, v in con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert set(PER_RANK) <= views
+    assert not {f"{s}.{t}" for s, t in con.execute("SELECT schema_name, table_name FROM duckdb_tables()").fetchall()} & set(PER_RANK)
+    # the database holds the cross-rank tables only: far smaller than the local one
+    assert os.path.getsize(tmp_path / "cluster.duckdb") < 0.9 * os.path.getsize(tmp_path / "local.duckdb")
+
+
+def _rewritten(tmp_path, name, edit) -> list[str]:
+    """The bundled job with `edit(trace_dict)` applied to each rank's JSON."""
+    import json
+    out = tmp_path / name
+    out.mkdir()
+    for f in KINETO:
+        d = json.loads(gzip.decompress(Path(f).read_bytes()))
+        edit(d)
+        (out / Path(f).name.removesuffix(".gz")).write_text(json.dumps(d))
+    return sorted(str(p) for p in out.iterdir())
+
+
+def _rank3_late(d):
+    """Rank 3's clock 20 ms late: clock alignment moves it back (the views add the offset)."""
+    if d["distributedInfo"]["rank"] == 3:
+        d["baseTimeNanoseconds"] += 20_000_000
+
+
+def _cpu_clock_apart(d):
+    """CPU ops and annotations 3 days back (a days-since-boot clock): the workers reconcile them."""
+    for e in d["traceEvents"]:
+        if e.get("cat") in ("cpu_op", "user_annotation", "python_function") and "ts" in e:
+            e["ts"] -= 3 * 86400e6
+
+
+@pytest.mark.parametrize("edit, column", [(_rank3_late, "clock_offset_ns"), (_cpu_clock_apart, "cpu_clock_offset_ns")])
+def test_moved_clocks_give_the_local_rows(client, tmp_path, edit, column):
+    """A rank whose clock alignment moves it, and CPU ops on another clock than the GPU's: the
+    workers derive before the offsets are known, the views apply them; every row is the local one."""
+    files = _rewritten(tmp_path, "in", edit)
+    local = traceflow.ingest(files, str(tmp_path / "local.duckdb"))
+    cluster = traceflow.ingest(files, str(tmp_path / "cluster.duckdb"), cluster=client)
+    assert connect(tmp_path / "cluster.duckdb").execute(f"SELECT count(*) FROM traces WHERE {column} <> 0").fetchone()[0] >= 1
+    _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
+    assert sorted(local.warnings) == sorted(cluster.warnings)
+
+
+def test_replacing_a_cluster_job_replaces_its_parts(client, tmp_path):
+    """A new ingest to the same output removes the old database's parts folder once the new one is
+    in place; a failed one leaves the old database and its folder as they were. --append cannot add
+    to views, and says so."""
+    out = tmp_path / "job.duckdb"
+    traceflow.ingest(KINETO[:2], str(out), cluster=client)
+    first, = _parts(tmp_path)
+    bad = tmp_path / "rank-7.json"
+    bad.write_text('{"traceEvents": [')
+    r = run_cli("ingest", *KINETO[:2], str(bad), "-o", str(out), "--cluster", "local:1")
+    assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1 and "rank-7.json" in r.stderr
+    assert _parts(tmp_path) == [first] and connect(out).execute("SELECT count(*) FROM traces").fetchone()[0] == 2
+    r = run_cli("ingest", KINETO[2], "-o", str(out), "--append")
+    assert r.returncode != 0 and "--append" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    traceflow.ingest(KINETO, str(out), cluster=client)
+    second, = _parts(tmp_path)
+    assert second != first and connect(out).execute("SELECT count(*) FROM traces").fetchone()[0] == 4
+    traceflow.ingest(KINETO[:1], str(out))  # a local ingest over it: tables again, no parts folder
+    assert _parts(tmp_path) == []
+
+
+def test_a_job_whose_parts_folder_is_gone_says_so(client, tmp_path):
+    out = tmp_path / "job.duckdb"
+    traceflow.ingest(KINETO[:2], str(out), cluster=client)
+    parts, = _parts(tmp_path)
+    parts.rename(tmp_path / "elsewhere")
+    r = run_cli("query", str(out), "idle-gaps")
+    assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "job.duckdb" in r.stderr and "is gone" in r.stderr
 
 
 @needs_shared
@@ -107,16 +192,16 @@ def test_cluster_addresses_are_checked(tmp_path):
 
 
 def test_shards_a_killed_run_left_are_removed_by_the_next(client, tmp_path):
-    """kill -9 leaves the shard folder beside the output; the next cluster ingest of that output
-    removes it (its marker's lock is free), and nothing else."""
+    """kill -9 leaves the parts folder beside the output, with its marker; the next cluster ingest
+    of that output removes it (the marker's lock is free), and never one whose lock is held."""
     import fcntl
-    stale = tmp_path / ".job.duckdb.traceflow-shards-dead1"
+    stale = tmp_path / "job.duckdb.parts-dead1"
     stale.mkdir()
     (stale / ".traceflow-scratch").write_text("")
-    (stale / "k0.host_ops.arrow").write_bytes(b"x")
-    unmarked = tmp_path / ".job.duckdb.traceflow-shards-mine"  # no marker: not traceflow's to remove
+    (stale / "f0p0.host_ops.parquet").write_bytes(b"x")
+    unmarked = tmp_path / "job.duckdb.shards-mine"  # another name: not traceflow's to remove
     unmarked.mkdir()
-    live = tmp_path / ".job.duckdb.traceflow-shards-live1"  # a live run holds its marker's lock
+    live = tmp_path / "job.duckdb.parts-live1"  # a live run holds its marker's lock
     live.mkdir()
     fd = os.open(live / ".traceflow-scratch", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -153,5 +238,5 @@ def test_ctrl_c_or_kill_during_a_cluster_ingest_leaves_no_process(tmp_path, sign
         time.sleep(0.2)
     assert tagged_processes(tag) == []
     if signame == "SIGINT":
-        assert not [x for x in os.listdir(tmp_path) if "shards" in x]
+        assert not [x for x in os.listdir(tmp_path) if ".parts-" in x]
 

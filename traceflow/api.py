@@ -17,9 +17,20 @@ def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     try:
         con = duckdb.connect(database, read_only=read_only)
         use_internal_schema(con)
-        return con
     except duckdb.Error as e:
         raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
+    _check_parts(con, database)
+    return con
+
+
+def _check_parts(con, database: str):
+    """A cluster job's tables read the Parquet shards in its parts folder: say so when it is gone."""
+    from .shard_views import folder_of
+    folder = folder_of(con)
+    if folder is not None and not os.path.isdir(folder):
+        con.close()
+        raise InputError(database, f"its tables are views over the Parquet shards in {folder}, which is gone "
+                         "(moved or deleted): keep that folder where it was, or ingest the rank files again")
 
 
 def _filters(rank, step, columns):

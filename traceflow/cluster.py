@@ -4,17 +4,17 @@
     traceflow ingest runs/rank*.sqlite -o job.duckdb --cluster local:4     # a LocalCluster of 4 processes
     traceflow.ingest(files, "job.duckdb", cluster=client)                 # a dask.distributed.Client
 
-Each task runs the same reader as a local ingest (readers/worker.py) and writes the file's tables
-as Arrow IPC shards into a folder beside the output, which must be on storage every worker sees;
-the cross-rank phase then runs here, on the client, exactly as without a cluster. Dask is an
-optional extra: `pip install traceflow[cluster]`.
+Each task runs the same reader as a local ingest (readers/worker.py), then the per-rank part of the
+derive step, and writes the file's tables as Parquet shards into the parts folder beside the output
+(rank_task.py), which must be on storage every worker sees. The database's tables of per-rank rows
+are views over those shards (shard_views.py); the cross-rank phase (clock alignment, collectives,
+the analyses) runs here, on the client. Dask is an optional extra: `pip install traceflow[cluster]`.
 """
 from __future__ import annotations
 
 import os
 import signal
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from .errors import InputError, OutputError, UsageError
@@ -67,12 +67,14 @@ def client_for(cluster: Any):
         yield client
 
 
-def read_all(client, inputs: list[Input], folder: str, nsys_exe: str | None, progress) -> list:
-    """The readers as one task per file; the shards land in `folder` (shared with the workers).
-    Returns the traces in the order of `inputs`; a bad file raises its reader's InputError."""
+def read_all(client, inputs: list[Input], folder: str, nsys_exe: str | None, step_pattern: str | None, progress) -> list:
+    """One task per file (rank_task.run: read, per-rank derive, Parquet shards into `folder`, shared
+    with the workers). Returns the traces in the order of `inputs`; a bad file raises its reader's
+    InputError."""
     distributed = _distributed()
-    from .readers.worker import read_file
-    futures = [client.submit(read_file, inp, folder, i, nsys_exe, key=f"traceflow-read-{os.getpid()}-{i}-{os.urandom(4).hex()}",
+    from . import rank_task
+    futures = [client.submit(rank_task.run, inp, folder, i, nsys_exe, step_pattern,
+                             key=f"traceflow-rank-{os.getpid()}-{i}-{os.urandom(4).hex()}",
                              retries=RETRIES, pure=False) for i, inp in enumerate(inputs)]
     index = {f.key: i for i, f in enumerate(futures)}
     results: dict[int, list] = {}
@@ -97,8 +99,8 @@ def read_all(client, inputs: list[Input], folder: str, nsys_exe: str | None, pro
 
 def _check_shared(folder: str, traces: list):
     """Every shard a worker wrote must be visible here: a folder on a worker's local disk is not."""
-    from .schema import TABLES
+    from .rank_task import shard_path
     for t in traces:
-        if not any((Path(folder) / f"{t.key}.{table}.arrow").exists() for table in TABLES):
+        if not shard_path(folder, t.key, "gpu_ops").exists():
             raise OutputError(folder, f"the workers wrote {t.source_path}'s tables where this machine cannot see "
                               "them: the output's folder must be on storage every worker shares")

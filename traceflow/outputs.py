@@ -249,9 +249,10 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
 
 
 @contextmanager
-def scratch_folder(parent: str | Path | None = None, prefix: str | None = None):
+def scratch_folder(parent: str | Path | None = None, prefix: str | None = None, keep: bool = False):
     """A folder for the readers' Arrow files and DuckDB's spill, removed at the end: in $TMPDIR, or
-    in `parent` with its own `prefix` (a cluster's shard folder beside the output).
+    in `parent` with its own `prefix` (a cluster's parts folder beside the output). `keep`: on
+    success it stays, without its marker (a cluster job's database reads it); on failure it goes.
 
     It carries a marker file, locked while the folder is in use: cleaning takes only folders with
     that marker whose lock is free (their traceflow died), never anything else. Where the file
@@ -268,6 +269,7 @@ def scratch_folder(parent: str | Path | None = None, prefix: str | None = None):
         raise OutputError(str(where), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
                           + ("set TMPDIR to a folder with room" if parent is None else "the output's folder must be writable")) from None
     fd = -1
+    done = False
     try:
         fd = os.open(folder / SCRATCH_MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
@@ -277,14 +279,18 @@ def scratch_folder(parent: str | Path | None = None, prefix: str | None = None):
                 raise
             os.unlink(folder / SCRATCH_MARKER)  # no locks here: unmarked, so nobody's cleaning takes it
         yield str(folder)
+        done = True
     finally:
-        # A reader thread still finishing a write (after an error or Ctrl-C elsewhere) can put a
-        # file back while the folder is removed: try again briefly.
-        for _ in range(20):
-            shutil.rmtree(folder, ignore_errors=True)
-            if not folder.exists():
-                break
-            time.sleep(0.05)
+        if done and keep:
+            (folder / SCRATCH_MARKER).unlink(missing_ok=True)
+        else:
+            # A reader thread still finishing a write (after an error or Ctrl-C elsewhere) can put a
+            # file back while the folder is removed: try again briefly.
+            for _ in range(20):
+                shutil.rmtree(folder, ignore_errors=True)
+                if not folder.exists():
+                    break
+                time.sleep(0.05)
         if fd >= 0:
             os.close(fd)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import threading
 import time
@@ -226,20 +227,17 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     dask.distributed.Client) reads the rank files as Dask tasks (traceflow/cluster.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
+    if cluster is not None and append:
+        raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
+                         "shards; ingest all the rank files again")
     paths = expand(files)
     inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
     progress = progress or (lambda *_: None)
     result = IngestInfo()
     with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
-            scratch_folder() as scratch, _shard_folder(output, cluster) as shards:
+            scratch_folder() as scratch, _parts_folder(output, cluster) as parts:
         t0 = time.perf_counter()
-        if cluster is None:
-            traces = _read_all(inputs, scratch, jobs, nsys, progress)
-        else:
-            from .cluster import client_for, read_all
-            with client_for(cluster) as client:
-                traces = read_all(client, inputs, shards, nsys, progress)
-            scratch = shards  # the shards are loaded from where the workers wrote them
+        traces = _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, progress)
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
@@ -252,33 +250,54 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         con.execute("SET disabled_compression_methods = 'fsst'")
         use_internal_schema(con, create=True)
         try:
-            _load_into(con, traces, scratch, result, append, rank_pattern, jobs)
+            if append:
+                _refuse_views(con, output)
+            _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs)
             from .derive import derive_all
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
             con.execute("BEGIN TRANSACTION")
             result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
-                                              phase=phase, peak_tflops=peak_tflops, peak_gbps=peak_gbps))
+                                              phase=phase, peak_tflops=peak_tflops, peak_gbps=peak_gbps,
+                                              per_rank_done=parts is not None))
             from .comments import apply_core
             apply_core(con)  # after derive, which rebuilds gpu_ops
             _commit_to_file(con)
             con.execute("CHECKPOINT")
         finally:
             con.close()
+    _drop_replaced_parts(output, parts)
     return Job(str(Path(output)), result)
 
 
-def _load_into(con, traces, scratch, result, append, rank_pattern, jobs):
-    """The readers' tables into the database. A job of few rows loads on this connection in one
+def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, progress):
+    """The per-rank map: here (readers in threads or processes), or as a cluster's tasks."""
+    if cluster is None:
+        return _read_all(inputs, scratch, jobs, nsys, progress)
+    from .cluster import client_for, read_all
+    with client_for(cluster) as client:
+        return read_all(client, inputs, parts, nsys, step_pattern, progress)
+
+
+def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
+    """The readers' tables into the database; with a cluster's `parts`, views over its shards
+    instead (shard_views). A job of few rows loads on this connection in one
     transaction, which then checkpoints: each INSERT's own commit wrote its rows to the WAL before
     the checkpoint wrote them again (long4 Kineto, 340k rows: 2.74 -> 2.62 s in all; the bundled job
     1.26 -> 1.22 s). More rows load on several connections at once, faster than on one (long4 nsys,
     3.1M rows, went 7.3 -> 8.0 s on one)."""
     t0 = time.perf_counter()
+    if parts is not None:
+        from . import shard_views
+        _build(con, traces, result, append, rank_pattern,
+               lambda loads: result.warnings.extend(shard_views.create(con, parts, loads)))
+        result.timings["load"] = time.perf_counter() - t0
+        return
     small = sum(sum(t.counts.values()) for t in traces) <= SMALL_LOAD_ROWS
     if small:
         con.execute("BEGIN TRANSACTION")
-    _build(con, traces, scratch, result, append, rank_pattern, 1 if small else jobs)
+    _build(con, traces, result, append, rank_pattern,
+           lambda loads: _load_all(con, scratch, loads, 1 if small else jobs))
     if small:
         _commit_to_file(con)
         con.execute("RESET checkpoint_threshold")
@@ -309,17 +328,36 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
 
 
+PARTS = ".parts-"  # job.duckdb.parts-XXXX: a cluster job's shards, beside its database
+
+
 @contextmanager
-def _shard_folder(output: str, cluster):
-    """With a cluster, the folder the workers write their shards into: beside the output (which
-    must be on shared storage), hidden, removed afterwards; one a killed run left is removed by the
-    next (scratch_folder's locked marker)."""
+def _parts_folder(output: str, cluster):
+    """With a cluster, the folder the workers write their Parquet shards into, beside the output
+    (which must be on storage every worker shares), and which the database's views then read. Until
+    the database is complete the folder carries a locked marker: a failed run removes it, one that
+    was killed leaves it to the next run's cleaning (scratch_folder)."""
     if cluster is None:
         yield None
         return
     out = Path(output).resolve()
-    with scratch_folder(out.parent, f".{out.name}.traceflow-shards-") as folder:
+    with scratch_folder(out.parent, f"{out.name}{PARTS}", keep=True) as folder:
         yield folder
+
+
+def _drop_replaced_parts(output: str, keep: str | None):
+    """The parts folders of the database this ingest replaced: complete (no marker), not the new one's."""
+    from .outputs import SCRATCH_MARKER
+    out = Path(output).resolve()
+    for p in out.parent.glob(f"{out.name}{PARTS}*"):
+        if keep and p == Path(keep).resolve():
+            continue
+        try:
+            if p.is_symlink() or not p.is_dir() or (p / SCRATCH_MARKER).exists() or p.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def _check_step_pattern(pattern: str):
@@ -370,7 +408,16 @@ def _check_one_job(con):
             reach, reach_path = hi, path
 
 
-def _build(con, traces, scratch, result, append, rank_pattern, jobs=None):
+def _refuse_views(con, output):
+    from . import shard_views
+    if shard_views.folder_of(con) is not None:
+        raise UsageError(f"{output} was made with --cluster (its tables are views over its shards): --append cannot "
+                         "add to it; ingest all the rank files again")
+
+
+def _build(con, traces, result, append, rank_pattern, load):
+    """The traces table, with ranks and ids; `load(loads)` then brings their rows in ((trace, trace_id,
+    rank) each): into tables (_load_all), or as views over a cluster's shards (shard_views)."""
     existing, taken, next_id = set(), {}, 0
     if append and con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'traces'").fetchone()[0]:
         for tid, rank, path, h, pid in con.execute(
@@ -419,7 +466,7 @@ def _build(con, traces, scratch, result, append, rank_pattern, jobs=None):
         result.traces.append({"trace_id": tid, "rank": rank, "file": trace.source_path, "format": trace.source_format,
                               "rank_source": src, **trace.counts})
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
-    _load_all(con, scratch, loads, jobs)
+    load(loads)
     _check_one_job(con)
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
     con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])

@@ -5,6 +5,9 @@ import time
 from importlib import resources
 
 ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
+# Each of these looks at one rank at a time (its rows, partitioned by rank or trace): a cluster's
+# workers run them per rank file (traceflow/rank_task.py); the rest needs every rank.
+PER_RANK = ("steps", "gpu_ops", "step_windows")
 PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, or add columns to gpu_ops
 
 
@@ -18,13 +21,13 @@ def derived_tables() -> set[str]:
     return set().union(*(creates(sql(name)) for name in ORDER))
 
 
-def derive_tables(con, step_pattern: str | None = None):
+def derive_tables(con, step_pattern: str | None = None, names=ORDER):
     con.execute("SET asof_loop_join_threshold = 0")  # DuckDB's ASOF join, never its nested-loop plan
     if step_pattern:
         con.execute("SET VARIABLE tf_step_pattern = ?", [step_pattern])
     from .. import comments
     docs: dict = {}
-    for name in ORDER:
+    for name in names:
         text = sql(name)
         con.execute(text)
         if name in PUBLIC_TABLES:
@@ -33,21 +36,26 @@ def derive_tables(con, step_pattern: str | None = None):
 
 
 def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None,
-               peak_tflops: float | None = None, peak_gbps: float | None = None) -> list[str]:
-    """Everything after loading: returns warnings for the user. `phase(name)` is told as each part starts."""
+               peak_tflops: float | None = None, peak_gbps: float | None = None, per_rank_done: bool = False) -> list[str]:
+    """Everything after loading: returns warnings for the user. `phase(name)` is told as each part starts.
+    `per_rank_done`: the tables are views over a cluster's shards (traceflow/shard_views.py), whose
+    workers reconciled the CPU clocks and derived the PER_RANK tables; clock offsets then go into
+    `traces` only, and the views add them."""
     from . import clock, host_clock
     timings = {} if timings is None else timings
     phase = phase or (lambda _: None)
     phase("deriving tables, aligning clocks")
     warnings = []
     t0 = time.perf_counter()
-    warnings.extend(host_clock.reconcile(con))
-    derive_tables(con, step_pattern)
+    names = [n for n in ORDER if n not in PER_RANK] if per_rank_done else ORDER
+    if not per_rank_done:
+        warnings.extend(host_clock.with_ranks(con, host_clock.reconcile(con)))
+    derive_tables(con, step_pattern, names)
     if align != "off":
-        notes, moved = clock.align(con, mode=align)
+        notes, moved = clock.align(con, mode=align, shift_tables=not per_rank_done)
         warnings.extend(notes)
         if moved:
-            derive_tables(con, step_pattern)
+            derive_tables(con, step_pattern, names)
     from .. import hardware
     warnings.extend(hardware.load_peaks(con, peak_tflops, peak_gbps))
     timings["derive"] = time.perf_counter() - t0

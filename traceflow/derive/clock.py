@@ -103,9 +103,10 @@ class _Unit:
                 f"{self.agree} of {self.n} on that side, spread {self.spread / 1e6:.3f} ms)")
 
 
-def align(con, mode: str = "auto") -> tuple[list[str], bool]:
-    """Estimates each rank's clock offset, stores it in `traces`, shifts the ranks found off.
-    Returns the warnings for the user and whether any time was shifted."""
+def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str], bool]:
+    """Estimates each rank's clock offset, stores it in `traces`, shifts the ranks found off
+    (`shift_tables`: their rows' times too; else only `traces.clock_offset_ns`, which a cluster's
+    views add). Returns the warnings for the user and whether any time was shifted."""
     # Long because: one decision (estimate per host, choose, apply, warn) over shared per-host arrays.
     traces = con.execute("SELECT rank, nullif(hostname, '') FROM traces ORDER BY rank").fetchall()
     rows = con.execute(_ENDS_SQL).fetchnumpy()
@@ -168,7 +169,7 @@ def align(con, mode: str = "auto") -> tuple[list[str], bool]:
                          None if u.spread is None else round(u.spread), note, rank])
             if round(off):
                 moved = True
-                for table, cols in TIME_COLUMNS.items():
+                for table, cols in TIME_COLUMNS.items() if shift_tables else ():
                     sets = ", ".join(f"{c2} = {c2} + {round(off)}" for c2 in cols)
                     con.execute(f"UPDATE {table} SET {sets} WHERE rank = ?", [rank])
         if applied:

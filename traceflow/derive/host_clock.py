@@ -24,16 +24,18 @@ WITH p AS (
       AND r.trace_id IN (SELECT trace_id FROM traces WHERE source_format = 'kineto-json')
 )
 -- the offset must be >= -hi and <= lo for (nearly) every pair
-SELECT p.trace_id, any_value(t.rank), count(*) AS n,
+SELECT p.trace_id, count(*) AS n,
        quantile_disc(-p.hi, {share}) AS lower, quantile_disc(p.lo, 1 - {share}) AS upper
 FROM p JOIN traces t USING (trace_id) GROUP BY p.trace_id ORDER BY p.trace_id
 """
 
 
-def reconcile(con) -> list[str]:
-    """Moves CPU-side events onto the runtime calls' clock where the links show a constant offset."""
+def reconcile(con) -> list[tuple[int, str]]:
+    """Moves CPU-side events onto the runtime calls' clock where the links show a constant offset.
+    Returns (trace_id, what was done) for the user (with_ranks says it of ranks): a cluster's worker
+    runs this on its rank file before the job's ranks are known."""
     warnings = []
-    for trace_id, rank, n, lower, upper in con.execute(_BOUNDS.format(share=AGREE_SHARE)).fetchall():
+    for trace_id, n, lower, upper in con.execute(_BOUNDS.format(share=AGREE_SHARE)).fetchall():
         if lower - TOLERANCE_NS <= 0 <= upper + TOLERANCE_NS:
             continue  # one clock
         if lower <= upper + TOLERANCE_NS:
@@ -44,12 +46,18 @@ def reconcile(con) -> list[str]:
                         [delta, delta, trace_id])
             con.execute("UPDATE traces SET cpu_clock_offset_ns = ?, cpu_clock_consistent = TRUE WHERE trace_id = ?",
                         [delta, trace_id])
-            warnings.append(f"rank {rank}: CPU ops are on another clock than the CUDA runtime calls and GPU work; moved by "
+            warnings.append((trace_id, "CPU ops are on another clock than the CUDA runtime calls and GPU work; moved by "
                             f"{delta / 1e9:+.6f} s (+/- {max(0, upper - lower) / 2e3:.1f} us: the offsets at which the runtime "
-                            f"calls lie inside the CPU ops that issued them, {n} links)")
+                            f"calls lie inside the CPU ops that issued them, {n} links)"))
         else:
             con.execute("UPDATE traces SET cpu_clock_consistent = FALSE WHERE trace_id = ?", [trace_id])
-            warnings.append(f"rank {rank}: CPU ops and CUDA runtime calls are on clocks with no consistent offset (no "
+            warnings.append((trace_id, "CPU ops and CUDA runtime calls are on clocks with no consistent offset (no "
                             f"one offset puts {100 * AGREE_SHARE:.0f}% of {n} runtime calls inside the CPU op that issued "
-                            "them): dispatch and exposed launch figures from CPU ops are left out (NULL)")
+                            "them): dispatch and exposed launch figures from CPU ops are left out (NULL)"))
     return warnings
+
+
+def with_ranks(con, notes: list[tuple[int, str]]) -> list[str]:
+    """reconcile's notes as the user reads them: 'rank N: ...'."""
+    rank = dict(con.execute("SELECT trace_id, rank FROM traces").fetchall()) if notes else {}
+    return [f"rank {rank[tid]}: {text}" for tid, text in notes]

@@ -26,6 +26,9 @@ class ProcessTrace:
     n_processes: int = 1            # processes found in the same file
     source_hash: str | None = None
     counts: dict = field(default_factory=dict)
+    # a cluster's worker derived this process's per-rank tables into Parquet shards (rank_task.py):
+    # shard (its id in them), gpu_ops (their count), cpu_clock_offset_ns, cpu_clock_consistent, notes
+    derived: dict | None = None
 
 
 def reader_schema(table: str) -> pa.Schema:

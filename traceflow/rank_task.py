@@ -1,0 +1,102 @@
+"""A cluster's per-rank task: one rank file read, loaded and derived on a worker, written as Parquet.
+
+The worker reads the file (readers/worker.py), loads its processes into an in-memory DuckDB, runs
+the per-rank part of the derive step there (the CPU-clock reconciliation, steps, GPU ops' launches
+and steps, step windows: derive.PER_RANK), and writes each process's tables as Parquet shards into
+the job's parts folder, which the database reads in place (shard_views.py). The client then holds
+only what needs every rank: clock alignment, collectives and the analyses.
+
+The worker does not know the job's ranks, trace ids or clock offsets: each process is trace
+`j` and rank `j` of its file here; its rows carry `tf_shard` (file index << SHARD_BITS | j), by
+which the views give them their trace, rank, ids and clock offset. Ids are stored from 1 within the
+process (GPU ops in (start, end) order, host ops in the order read), which the views turn into the
+ids a local ingest gives.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per process of the run)
+# the per-rank tables a worker writes: table -> (its schema, the column that says whose rows)
+SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "ranges": ("main", "trace_id"),
+           "steps": ("main", "rank"), "step_windows": ("tf_internal", "rank")}
+
+
+def shard_id(index: int, j: int) -> int:
+    return (index << SHARD_BITS) | j
+
+
+def shard_path(folder, key: str, table: str) -> Path:
+    return Path(folder) / f"{key}.{table}.parquet"
+
+
+def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | None) -> list:
+    """The task: returns the file's ProcessTraces, each with `derived` filled; shards in `parts`."""
+    from .outputs import scratch_folder
+    from .readers.worker import read_file
+    with scratch_folder() as scratch:  # the worker's own disk: Arrow files and spill (a killed worker's: cleaned later)
+        traces = read_file(inp, scratch, index, nsys_exe)
+        _derive_and_write(traces, scratch, parts, index, step_pattern)
+        return traces
+
+
+def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None):
+    import duckdb
+
+    from . import schema
+    from .derive import PER_RANK, derive_tables, host_clock
+    from .pipeline import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, _load
+    con = duckdb.connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.execute(schema.TRACES_DDL)
+        for t in schema.TABLES:
+            con.execute(schema.ddl(t))
+        for j, t in enumerate(traces):
+            con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format) VALUES (?, ?, ?, ?)",
+                        [j, j, t.source_path, t.source_format])
+            _load(con, scratch, t, j, j)
+        notes = dict(host_clock.reconcile(con))
+        derive_tables(con, step_pattern, PER_RANK)
+        clocks = {tid: (off, ok) for tid, off, ok in
+                  con.execute("SELECT trace_id, cpu_clock_offset_ns, cpu_clock_consistent FROM traces").fetchall()}
+        first = dict(con.execute("SELECT trace_id, min(op_id) - 1 FROM gpu_ops GROUP BY ALL").fetchall())
+        counts = dict(con.execute("SELECT trace_id, count(*) FROM gpu_ops GROUP BY ALL").fetchall())
+        for j, t in enumerate(traces):
+            host_base = HOST_OP_ID_BASE + j * HOST_OP_IDS_PER_TRACE
+            rebase = {"op_id": first.get(j, 0), "cpu_op_id": host_base, "launch_op_id": host_base}
+            for table, (sch, whose) in SHARDED.items():
+                cols = [r[0] for r in con.execute(f"DESCRIBE {sch}.{table}").fetchall() if r[0] not in ("trace_id", "rank")]
+                if table == "host_ops":
+                    rebase_here = {"op_id": host_base}
+                else:
+                    rebase_here = rebase if table == "gpu_ops" else {}
+                select = ", ".join(f"{c} - {rebase_here[c]} AS {c}" if c in rebase_here else c for c in cols)
+                _write(con, f"SELECT {shard_id(index, j)}::BIGINT AS tf_shard, {select} FROM {sch}.{table} "
+                            f"WHERE {whose} = {j}", shard_path(parts, t.key, table))
+            off, ok = clocks[j]
+            t.derived = {"shard": shard_id(index, j), "gpu_ops": counts.get(j, 0), "cpu_clock_offset_ns": off,
+                         "cpu_clock_consistent": ok, "notes": [notes[j]] if j in notes else []}
+    finally:
+        con.close()
+
+
+def _write(con, select: str, path: Path):
+    """One shard, whole or not at all: a task run again after its worker died writes it anew."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    con.execute(f"COPY ({select}) TO '{_sql_text(tmp)}' (FORMAT parquet)")
+    os.replace(tmp, path)
+
+
+def _sql_text(path) -> str:
+    return str(path).replace("'", "''")
+
+
+def _worker_threads() -> dict:
+    """As many DuckDB threads as the Dask worker has (LocalCluster: one per process), not one per core."""
+    try:
+        from distributed import get_worker
+        return {"threads": max(1, int(get_worker().state.nthreads))}
+    except (ImportError, ValueError, AttributeError):
+        return {}
