@@ -65,6 +65,7 @@ def main():
     ap.add_argument("--shared", default=str(HERE.parent.parent / "shared"))
     ap.add_argument("--ranks", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", choices=["local", "cluster"], default=["local", "cluster"])
     args = ap.parse_args()
     from run import scale_kineto
     src = sorted((Path(args.shared) / "bench" / "long4" / "kineto").glob("rank-*.json.gz"))
@@ -76,7 +77,8 @@ def main():
         if len(files) != n:
             files = scale_kineto(src, folder, 1, n // len(src))
         files = [str(f) for f in files]
-        for mode, cluster in (("local", "-"), (f"cluster local:{args.workers}", f"local:{args.workers}")):
+        modes = (("local", "-"), (f"cluster local:{args.workers}", f"local:{args.workers}"))
+        for mode, cluster in [m for m in modes if m[0].split()[0] in args.modes]:
             r = measure([sys.executable, "-c", INGEST, str(work / f"r{n}-{mode.split()[0]}.duckdb"), cluster, *files])
             r.update({"ranks": n, "mode": mode})
             rows.append(r)

@@ -22,7 +22,7 @@ WITH o AS (
     SELECT rank, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns, arg_min(op_id, start_ns) AS first_op_id
     FROM n GROUP BY rank, island
 )
-SELECT *, coalesce(sum(end_ns - start_ns) OVER (PARTITION BY rank ORDER BY start_ns
+SELECT rank, island::BIGINT AS island, start_ns, end_ns, first_op_id, coalesce(sum(end_ns - start_ns) OVER (PARTITION BY rank ORDER BY start_ns
                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT AS busy_before_ns
 FROM i;
 

@@ -67,11 +67,14 @@ WITH ev AS (
     FROM d JOIN base USING (rank)
     WINDOW w AS (ORDER BY d.rank, start_ns ROWS UNBOUNDED PRECEDING)
 )
+-- BIGINT, not the HUGEINT of a sum: a cluster's worker writes this table to Parquet, which has no
+-- 128-bit integers (DuckDB writes them as DOUBLE, which cannot hold ns since the epoch exactly)
 SELECT rank, start_ns, end_ns, has_compute, has_comm, has_memory, state,
-       cum_compute, cum_exposed_comm, cum_exposed_memory,
-       end_ns - first_ns - cum_compute - cum_exposed_comm - cum_exposed_memory AS cum_idle,
-       cum_exposed_comm + cum_comm_overlap AS cum_comm,
-       cum_comm_overlap
+       cum_compute::BIGINT AS cum_compute, cum_exposed_comm::BIGINT AS cum_exposed_comm,
+       cum_exposed_memory::BIGINT AS cum_exposed_memory,
+       (end_ns - first_ns - cum_compute - cum_exposed_comm - cum_exposed_memory)::BIGINT AS cum_idle,
+       (cum_exposed_comm + cum_comm_overlap)::BIGINT AS cum_comm,
+       cum_comm_overlap::BIGINT AS cum_comm_overlap
 FROM cum;
 
 -- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):

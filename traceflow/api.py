@@ -53,7 +53,8 @@ def query_relation(con, name: str, rank=None, step=None):
     table = packs.table_of(name)
     if table is None:
         raise UsageError(f"no query pack named {name!r}; `traceflow query DB --list` lists them")
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()[0]
+    exists = con.execute("""SELECT count(*) FROM (SELECT table_name FROM duckdb_tables() UNION ALL
+                            SELECT view_name FROM duckdb_views()) WHERE table_name = ?""", [table]).fetchone()[0]
     if not exists:
         raise UsageError(f"the database has no {table} table: it was made by an older traceflow, ingest again")
     cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]

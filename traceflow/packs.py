@@ -41,7 +41,9 @@ def table_of(pack: str) -> str | None:
 
 
 # How `traceflow query` sorts a pack's rows: a 40 ms gap must not hide under 2,500 gaps of 1 µs.
-DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank"}
+# (A cluster job's per-rank packs are views over Parquet shards, whose rows come in no set order.)
+DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank",
+                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC"}
 
 
 def queries_dir() -> Path:
@@ -102,10 +104,10 @@ def listing() -> list[PackInfo]:
     return out
 
 
-def compute_all(con, timings: dict | None = None, phase=None, **walk_options):
-    """Every analysis in dependency order; seconds spent go to timings["packs"] and, for the
-    critical path's three modules, timings["critical_path"]. phase(name) is told as each phase
-    starts. walk_options: critical_path.walk's."""
+def compute_all(con, timings: dict | None = None, phase=None, skip=(), **walk_options):
+    """Every analysis in dependency order (but those in `skip`: a cluster's workers ran them);
+    seconds spent go to timings["packs"] and, for the critical path's three modules,
+    timings["critical_path"]. phase(name) is told as each phase starts. walk_options: critical_path.walk's."""
     import time
 
     from . import comments
@@ -122,6 +124,10 @@ def compute_all(con, timings: dict | None = None, phase=None, **walk_options):
     said = None
     docs: dict = {}
     for name in run_order():
+        if name in skip:  # their tables are views already; documented all the same
+            sql = pack_sql(name)
+            docs.update(comments.docs_for(sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public]))
+            continue
         now = "computing the critical path" if name in CRITICAL_PATH_MODULES else "running the analyses"
         if phase and now != said:
             phase(now)

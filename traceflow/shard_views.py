@@ -11,15 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .rank_task import SHARDED
+from .rank_task import IDS, SHARDED, TIMES
 
 SHARDS = "tf_internal.shards"
-TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
-         "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
-         "step_windows": ("start_ns", "end_ns", "first_op_ns", "last_op_end_ns")}
-# id columns: the base each one's stored value (from 1 within its process) is added to
-IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
-       "host_ops": {"op_id": "host_op_base"}}
 
 
 def create(con, parts: str, loads) -> list[str]:

@@ -51,6 +51,10 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     if not per_rank_done:
         warnings.extend(host_clock.with_ranks(con, host_clock.reconcile(con)))
     derive_tables(con, step_pattern, names)
+    if per_rank_done:  # the workers' tables are views here, documented all the same
+        from .. import comments
+        comments.apply_docs(con, {t: d for n in PER_RANK if n in PUBLIC_TABLES
+                                  for t, d in comments.docs_for(sql(n), [n]).items()})
     if align != "off":
         notes, moved = clock.align(con, mode=align, shift_tables=not per_rank_done)
         warnings.extend(notes)
@@ -60,6 +64,7 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     warnings.extend(hardware.load_peaks(con, peak_tflops, peak_gbps))
     timings["derive"] = time.perf_counter() - t0
     from .. import packs
-    packs.compute_all(con, timings, phase)
+    from ..rank_task import PER_RANK_PACKS
+    packs.compute_all(con, timings, phase, skip=PER_RANK_PACKS if per_rank_done else ())
     timings.pop("walk_batches", None)
     return warnings
