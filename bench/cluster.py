@@ -73,7 +73,7 @@ def main():
     rows = []
     for n in args.ranks:
         folder = work / f"r{n}"
-        files = sorted(folder.glob("*.json.gz")) if folder.exists() else []
+        files = sorted(folder.glob("*.json*")) if folder.exists() else []  # scale_kineto writes .json
         if len(files) != n:
             files = scale_kineto(src, folder, 1, n // len(src))
         files = [str(f) for f in files]

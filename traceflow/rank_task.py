@@ -21,14 +21,16 @@ SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per proces
 # Analyses (queries/) a worker runs on its rank: each reads only per-rank tables and gives each rank
 # the rows it gives alone. On the client they grew faster than the ranks, and held its memory: at
 # 64 -> 256 ranks gpu_state (a sort of every op's start and end) took 2.7 -> 13.4 s and 1.0 -> 3.0
-# GiB, idle_gaps 1.3 -> 5.9 s and 3.1 GiB, launch_overhead 0.7 -> 2.3 s, gpu_islands 0.7 -> 2.3 s.
-PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead")
+# GiB, idle_gaps 1.3 -> 5.9 s and 3.1 GiB, launch_overhead 0.7 -> 2.3 s, gpu_islands 0.7 -> 2.3 s;
+# then op_flops, 5.6 s and 1.6 GiB at 256 ranks.
+PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops")
+WORKER_HELPERS = ("op_classes",)  # op_flops reads it; not sharded: the client makes its own (op_work reads it)
 # the per-rank tables a worker writes: table -> (its schema, the column that says whose rows)
 SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "ranges": ("main", "trace_id"),
            "steps": ("main", "rank"), "step_windows": ("tf_internal", "rank"),
            "gpu_state": ("tf_internal", "rank"), "gpu_islands": ("tf_internal", "rank"),
            "idle_gaps": ("main", "rank"), "idle_gaps_summary": ("main", "rank"),
-           "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank")}
+           "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank")}
 # times (ns since the epoch): the views add the rank's clock offset
 TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
          "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
@@ -39,7 +41,8 @@ TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_
 # ids: stored from 1 within the process; the views add the base of the trace's GPU ops or host ops
 IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
        "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
-       "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"}}
+       "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"},
+       "op_flops": {"op_id": "host_op_base"}}
 
 
 def shard_id(index: int, j: int) -> int:
@@ -80,7 +83,7 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
         derive_tables(con, step_pattern, PER_RANK)
         from .packs import pack_sql, run_order
         for name in run_order():
-            if name in PER_RANK_PACKS:
+            if name in PER_RANK_PACKS or name in WORKER_HELPERS:
                 con.execute(pack_sql(name))
         clocks = {tid: (off, ok) for tid, off, ok in
                   con.execute("SELECT trace_id, cpu_clock_offset_ns, cpu_clock_consistent FROM traces").fetchall()}
