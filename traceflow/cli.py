@@ -137,8 +137,9 @@ def _ingest_options(f):
     f = click.option("--peak-tflops", type=float, metavar="TFLOPS", help="The GPUs' dense peak (TFLOP/s) for the roofline "
                      "and MFU, for a device traceflow does not know (or to override its datasheet figure).")(f)
     f = click.option("--peak-gbps", type=float, metavar="GBPS", help="The GPUs' peak memory bandwidth (GB/s), likewise.")(f)
-    f = click.option("--cluster", metavar="ADDRESS", help="Read the rank files as Dask tasks: 'local:N' (N worker processes "
-                     "here) or a scheduler, 'tcp://host:8786'; the output's folder must be on storage the workers share. "
+    f = click.option("--cluster", metavar="ADDRESS", help="Read and analyse each rank file as a Dask task: 'local:N' (N worker "
+                     "processes here) or a scheduler, 'tcp://host:8786'. The tasks write Parquet shards into OUTPUT.parts-*/ "
+                     "beside the database, which reads them in place: on storage the workers share, kept beside it. "
                      "Needs pip install 'traceflow[cluster]'.")(f)
     return f
 

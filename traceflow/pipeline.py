@@ -224,7 +224,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     (`force`: any regular file that is not an input). Raises InputError (exit 3) naming the bad file.
     `peak_tflops` / `peak_gbps` set the GPUs' peaks for the roofline and MFU (traceflow/hardware.py
     knows the common data-centre GPUs by name). `cluster` ('local:N', a Dask scheduler address, or a
-    dask.distributed.Client) reads the rank files as Dask tasks (traceflow/cluster.py).
+    dask.distributed.Client) runs the per-rank work as Dask tasks (traceflow/cluster.py, rank_task.py), whose
+    Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
     if cluster is not None and append:

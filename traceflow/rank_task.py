@@ -59,7 +59,14 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
     from .readers.worker import read_file
     with scratch_folder() as scratch:  # the worker's own disk: Arrow files and spill (a killed worker's: cleaned later)
         traces = read_file(inp, scratch, index, nsys_exe)
-        _derive_and_write(traces, scratch, parts, index, step_pattern)
+        try:
+            _derive_and_write(traces, scratch, parts, index, step_pattern)
+        except Exception as e:
+            from .errors import OutputError
+            from .outputs import disk_problem
+            if (problem := disk_problem(e)) is not None:  # the shared folder, not the input, is at fault
+                raise OutputError(parts, f"{problem} while writing the shards of {traces[0].source_path if traces else inp}") from None
+            raise
         return traces
 
 
@@ -68,7 +75,7 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
 
     from . import schema
     from .derive import PER_RANK, derive_tables, host_clock
-    from .pipeline import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, _load
+    from .pipeline import _load
     con = duckdb.connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
     try:
         con.execute("SET enable_progress_bar = false")
@@ -85,27 +92,33 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
         for name in run_order():
             if name in PER_RANK_PACKS or name in WORKER_HELPERS:
                 con.execute(pack_sql(name))
-        clocks = {tid: (off, ok) for tid, off, ok in
-                  con.execute("SELECT trace_id, cpu_clock_offset_ns, cpu_clock_consistent FROM traces").fetchall()}
-        first = dict(con.execute("SELECT trace_id, min(op_id) - 1 FROM gpu_ops GROUP BY ALL").fetchall())
-        counts = dict(con.execute("SELECT trace_id, count(*) FROM gpu_ops GROUP BY ALL").fetchall())
-        for j, t in enumerate(traces):
-            base = {"gpu_op_base": first.get(j, 0), "host_op_base": HOST_OP_ID_BASE + j * HOST_OP_IDS_PER_TRACE}
-            for table, (sch, whose) in SHARDED.items():
-                described = con.execute(f"DESCRIBE {sch}.{table}").fetchall()
-                if wide := [r[0] for r in described if r[1] in ("HUGEINT", "UHUGEINT")]:
-                    # Parquet has no 128-bit integers: DuckDB would write DOUBLE, inexact past 2^53
-                    raise RuntimeError(f"{table}.{', '.join(wide)}: HUGEINT cannot be sharded exactly; cast it to BIGINT")
-                cols = [r[0] for r in described if r[0] not in ("trace_id", "rank")]
-                ids = IDS.get(table, {})
-                select = ", ".join(f"{c} - {base[ids[c]]} AS {c}" if c in ids else c for c in cols)
-                _write(con, f"SELECT {shard_id(index, j)}::BIGINT AS tf_shard, {select} FROM {sch}.{table} "
-                            f"WHERE {whose} = {j}", shard_path(parts, t.key, table))
-            off, ok = clocks[j]
-            t.derived = {"shard": shard_id(index, j), "gpu_ops": counts.get(j, 0), "cpu_clock_offset_ns": off,
-                         "cpu_clock_consistent": ok, "notes": [notes[j]] if j in notes else []}
+        _write_shards(con, traces, parts, index, notes)
     finally:
         con.close()
+
+
+def _write_shards(con, traces, parts: str, index: int, notes: dict):
+    """Each process's rows of each SHARDED table, ids from 1 within the process; fills trace.derived."""
+    from .pipeline import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE
+    clocks = {tid: (off, ok) for tid, off, ok in
+              con.execute("SELECT trace_id, cpu_clock_offset_ns, cpu_clock_consistent FROM traces").fetchall()}
+    first = dict(con.execute("SELECT trace_id, min(op_id) - 1 FROM gpu_ops GROUP BY ALL").fetchall())
+    counts = dict(con.execute("SELECT trace_id, count(*) FROM gpu_ops GROUP BY ALL").fetchall())
+    for j, t in enumerate(traces):
+        base = {"gpu_op_base": first.get(j, 0), "host_op_base": HOST_OP_ID_BASE + j * HOST_OP_IDS_PER_TRACE}
+        for table, (sch, whose) in SHARDED.items():
+            described = con.execute(f"DESCRIBE {sch}.{table}").fetchall()
+            if wide := [r[0] for r in described if r[1] in ("HUGEINT", "UHUGEINT")]:
+                # Parquet has no 128-bit integers: DuckDB would write DOUBLE, inexact past 2^53
+                raise RuntimeError(f"{table}.{', '.join(wide)}: HUGEINT cannot be sharded exactly; cast it to BIGINT")
+            cols = [r[0] for r in described if r[0] not in ("trace_id", "rank")]
+            ids = IDS.get(table, {})
+            select = ", ".join(f"{c} - {base[ids[c]]} AS {c}" if c in ids else c for c in cols)
+            _write(con, f"SELECT {shard_id(index, j)}::BIGINT AS tf_shard, {select} FROM {sch}.{table} "
+                        f"WHERE {whose} = {j}", shard_path(parts, t.key, table))
+        off, ok = clocks[j]
+        t.derived = {"shard": shard_id(index, j), "gpu_ops": counts.get(j, 0), "cpu_clock_offset_ns": off,
+                     "cpu_clock_consistent": ok, "notes": [notes[j]] if j in notes else []}
 
 
 def _write(con, select: str, path: Path):
