@@ -74,7 +74,7 @@ bench: dev
 
 # Dask LocalCluster against the local ingest at 16 and 64 ranks (not in make test; docs/scale-out.md)
 bench-cluster: dev
-	$(BIN)/python bench/cluster.py --shared $(SHARED) --ranks 16 64
+	$(BIN)/python bench/cluster.py --shared $(SHARED) --ranks 16 64 256
 
 clean:
 	rm -rf $(VENV) $(PEERS) out bench/work .pytest_cache

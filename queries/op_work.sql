@@ -30,15 +30,10 @@
 --                tf_roofline_min_ns) | NULL (no work known)
 --
 -- op_work_kernels (helper): gpu_op_id -> op_id of the CPU op that launched it, with rank, step, dur_ns.
--- requires: device_peaks, gpu_ops, host_ops, op_classes, op_flops
+-- requires: device_peaks, host_ops, op_classes, op_flops, op_work_kernels
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
--- a view: one filter over gpu_ops, read by op_work and critical_path.sql (a table of it cost a write per ingest)
-CREATE OR REPLACE VIEW tf_internal.op_work_kernels AS
-SELECT op_id AS gpu_op_id, cpu_op_id AS op_id, rank, step, end_ns - start_ns AS dur_ns
-FROM gpu_ops WHERE cpu_op_id IS NOT NULL AND category <> 'communication';
-
 CREATE OR REPLACE TABLE op_work AS
 WITH per_op AS (
     SELECT op_id, any_value(rank) AS rank, min(step) AS step, count(*) AS kernels, sum(dur_ns)::BIGINT AS gpu_ns

@@ -118,6 +118,18 @@ def test_moved_clocks_give_the_local_rows(client, tmp_path, edit, column):
     assert sorted(local.warnings) == sorted(cluster.warnings)
 
 
+def test_op_work_with_given_peaks_is_the_local_one(client, tmp_path):
+    """op_flops and op_work run on the workers: a job with shapes, and --peak-tflops / --peak-gbps
+    given, gives the local rows (the peaks reach the workers), and some of them have FLOPs."""
+    files = sorted(str(p) for p in (BUNDLED / "ddp2_flops" / "clean").glob("*.json.gz"))
+    traceflow.ingest(files, str(tmp_path / "local.duckdb"), peak_tflops=123.0, peak_gbps=2000.0)
+    traceflow.ingest(files, str(tmp_path / "cluster.duckdb"), cluster=client, peak_tflops=123.0, peak_gbps=2000.0)
+    _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
+    n, peak = connect(tmp_path / "cluster.duckdb").execute(
+        "SELECT count(flops), max(peak_tflops) FROM op_work").fetchone()
+    assert n > 0 and peak == 123.0
+
+
 def test_replacing_a_cluster_job_replaces_its_parts(client, tmp_path):
     """A new ingest to the same output removes the old database's parts folder once the new one is
     in place; a failed one leaves the old database and its folder as they were. --append cannot add

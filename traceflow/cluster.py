@@ -67,13 +67,14 @@ def client_for(cluster: Any):
         yield client
 
 
-def read_all(client, inputs: list[Input], folder: str, nsys_exe: str | None, step_pattern: str | None, progress) -> list:
+def read_all(client, inputs: list[Input], folder: str, nsys_exe: str | None, step_pattern: str | None, peaks: tuple,
+             progress) -> list:
     """One task per file (rank_task.run: read, per-rank derive, Parquet shards into `folder`, shared
     with the workers). Returns the traces in the order of `inputs`; a bad file raises its reader's
     InputError."""
     distributed = _distributed()
     from . import rank_task
-    futures = [client.submit(rank_task.run, inp, folder, i, nsys_exe, step_pattern,
+    futures = [client.submit(rank_task.run, inp, folder, i, nsys_exe, step_pattern, peaks,
                              key=f"traceflow-rank-{os.getpid()}-{i}-{os.urandom(4).hex()}",
                              retries=RETRIES, pure=False) for i, inp in enumerate(inputs)]
     index = {f.key: i for i, f in enumerate(futures)}

@@ -238,7 +238,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
             scratch_folder() as scratch, _parts_folder(output, cluster) as parts:
         t0 = time.perf_counter()
-        traces = _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, progress)
+        traces = _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, (peak_tflops, peak_gbps), progress)
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
@@ -271,13 +271,13 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     return Job(str(Path(output)), result)
 
 
-def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, progress):
+def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, peaks, progress):
     """The per-rank map: here (readers in threads or processes), or as a cluster's tasks."""
     if cluster is None:
         return _read_all(inputs, scratch, jobs, nsys, progress)
     from .cluster import client_for, read_all
     with client_for(cluster) as client:
-        return read_all(client, inputs, parts, nsys, step_pattern, progress)
+        return read_all(client, inputs, parts, nsys, step_pattern, peaks, progress)
 
 
 def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):

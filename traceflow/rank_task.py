@@ -22,15 +22,18 @@ SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per proces
 # the rows it gives alone. On the client they grew faster than the ranks, and held its memory: at
 # 64 -> 256 ranks gpu_state (a sort of every op's start and end) took 2.7 -> 13.4 s and 1.0 -> 3.0
 # GiB, idle_gaps 1.3 -> 5.9 s and 3.1 GiB, launch_overhead 0.7 -> 2.3 s, gpu_islands 0.7 -> 2.3 s;
-# then op_flops, 5.6 s and 1.6 GiB at 256 ranks.
-PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops")
-WORKER_HELPERS = ("op_classes",)  # op_flops reads it; not sharded: the client makes its own (op_work reads it)
+# then op_flops, 5.6 s and 1.6 GiB at 256 ranks; then op_work, 4.6 s and 0.6 GiB (with the device
+# peaks on the worker).
+PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops", "op_work")
+# what those read and the client makes too (op_classes for op_work's names, the view for critical_path.sql)
+WORKER_HELPERS = ("op_classes", "op_work_kernels")
 # the per-rank tables a worker writes: table -> (its schema, the column that says whose rows)
 SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "ranges": ("main", "trace_id"),
            "steps": ("main", "rank"), "step_windows": ("tf_internal", "rank"),
            "gpu_state": ("tf_internal", "rank"), "gpu_islands": ("tf_internal", "rank"),
            "idle_gaps": ("main", "rank"), "idle_gaps_summary": ("main", "rank"),
-           "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank")}
+           "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank"),
+           "op_work": ("main", "rank")}
 # times (ns since the epoch): the views add the rank's clock offset
 TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
          "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
@@ -42,7 +45,7 @@ TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_
 IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
        "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
        "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"},
-       "op_flops": {"op_id": "host_op_base"}}
+       "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"}}
 
 
 def shard_id(index: int, j: int) -> int:
@@ -53,14 +56,14 @@ def shard_path(folder, key: str, table: str) -> Path:
     return Path(folder) / f"{key}.{table}.parquet"
 
 
-def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | None) -> list:
+def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | None, peaks: tuple = (None, None)) -> list:
     """The task: returns the file's ProcessTraces, each with `derived` filled; shards in `parts`."""
     from .outputs import scratch_folder
     from .readers.worker import read_file
     with scratch_folder() as scratch:  # the worker's own disk: Arrow files and spill (a killed worker's: cleaned later)
         traces = read_file(inp, scratch, index, nsys_exe)
         try:
-            _derive_and_write(traces, scratch, parts, index, step_pattern)
+            _derive_and_write(traces, scratch, parts, index, step_pattern, peaks)
         except Exception as e:
             from .errors import OutputError
             from .outputs import disk_problem
@@ -70,7 +73,7 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
         return traces
 
 
-def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None):
+def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None, peaks: tuple):
     import duckdb
 
     from . import schema
@@ -83,11 +86,13 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
         for t in schema.TABLES:
             con.execute(schema.ddl(t))
         for j, t in enumerate(traces):
-            con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format) VALUES (?, ?, ?, ?)",
-                        [j, j, t.source_path, t.source_format])
+            con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format, device_name) VALUES (?, ?, ?, ?, ?)",
+                        [j, j, t.source_path, t.source_format, t.device_name])
             _load(con, scratch, t, j, j)
         notes = dict(host_clock.reconcile(con))
         derive_tables(con, step_pattern, PER_RANK)
+        from .hardware import load_peaks
+        load_peaks(con, *peaks)  # (its warnings are the client's to give, once per job)
         from .packs import pack_sql, run_order
         for name in run_order():
             if name in PER_RANK_PACKS or name in WORKER_HELPERS:
