@@ -130,6 +130,19 @@ def test_op_work_with_given_peaks_is_the_local_one(client, tmp_path):
     assert n > 0 and peak == 123.0
 
 
+def test_postmortem_on_a_cluster_says_what_the_local_one_says(tmp_path):
+    """The report, the Perfetto trace and the verdict read the views as they read tables."""
+    out = {}
+    for mode, extra in (("local", []), ("cluster", ["--cluster", "local:2"])):
+        r = run_cli("postmortem", *KINETO, "-o", str(tmp_path / mode), *extra)
+        assert r.returncode == 0, r.stderr
+        out[mode] = r.stdout.split("report:")[0]
+        assert (tmp_path / mode / "report.html").stat().st_size > 10_000
+        assert (tmp_path / mode / "job.perfetto-trace").stat().st_size > 10_000
+    assert out["local"] == out["cluster"] and "step" in out["local"]
+    assert len(_parts(tmp_path / "cluster")) == 1 and not _parts(tmp_path / "local")
+
+
 def test_replacing_a_cluster_job_replaces_its_parts(client, tmp_path):
     """A new ingest to the same output removes the old database's parts folder once the new one is
     in place; a failed one leaves the old database and its folder as they were. --append cannot add

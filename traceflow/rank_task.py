@@ -23,8 +23,9 @@ SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per proces
 # 64 -> 256 ranks gpu_state (a sort of every op's start and end) took 2.7 -> 13.4 s and 1.0 -> 3.0
 # GiB, idle_gaps 1.3 -> 5.9 s and 3.1 GiB, launch_overhead 0.7 -> 2.3 s, gpu_islands 0.7 -> 2.3 s;
 # then op_flops, 5.6 s and 1.6 GiB at 256 ranks; then op_work, 4.6 s and 0.6 GiB (with the device
-# peaks on the worker).
-PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops", "op_work")
+# peaks on the worker); then step_breakdown (2.2 s, 1.0 GiB) and sync (1.6 s).
+PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops", "op_work", "step_breakdown",
+                  "sync")
 # what those read and the client makes too (op_classes for op_work's names, the view for critical_path.sql)
 WORKER_HELPERS = ("op_classes", "op_work_kernels")
 # the per-rank tables a worker writes: table -> (its schema, the column that says whose rows)
@@ -33,19 +34,21 @@ SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "r
            "gpu_state": ("tf_internal", "rank"), "gpu_islands": ("tf_internal", "rank"),
            "idle_gaps": ("main", "rank"), "idle_gaps_summary": ("main", "rank"),
            "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank"),
-           "op_work": ("main", "rank")}
+           "op_work": ("main", "rank"), "step_breakdown": ("main", "rank"), "sync": ("main", "rank")}
 # times (ns since the epoch): the views add the rank's clock offset
 TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
          "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
          "step_windows": ("start_ns", "end_ns", "first_op_ns", "last_op_end_ns"), "gpu_state": ("start_ns", "end_ns"),
          "gpu_islands": ("start_ns", "end_ns"),
          "idle_gaps": ("start_ns", "end_ns", "next_api_start_ns", "next_issue_start_ns"),
-         "launch_overhead": ("api_start_ns", "issue_start_ns")}
+         "launch_overhead": ("api_start_ns", "issue_start_ns"),
+         "step_breakdown": ("start_ns", "end_ns", "host_start_ns", "host_end_ns"), "sync": ("start_ns", "end_ns")}
 # ids: stored from 1 within the process; the views add the base of the trace's GPU ops or host ops
 IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
        "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
        "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"},
-       "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"}}
+       "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"},
+       "sync": {"op_id": "host_op_base"}}
 
 
 def shard_id(index: int, j: int) -> int:
