@@ -32,13 +32,15 @@ import warnings
 
 import numpy as np
 
+from ..rank_task import TIMES
+
 MIN_COLLECTIVES = 8        # fewer matched collectives are too few for the sign test
 SIGN_TEST_P = 0.01         # two-sided p-value under which the differences are not one clock's jitter
 NEGLIGIBLE_NS = 50_000     # shifts below this are within the precision of the collective ends
 NATURAL_FACTOR = 2.0       # a shift must exceed this many times the peers' median |offset|
 
-TIME_COLUMNS = {"gpu_ops": ["start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"],
-                "host_ops": ["start_ns", "end_ns"], "ranges": ["start_ns", "end_ns"]}
+# the loaded tables' times (rank_task.TIMES lists every per-rank table's; the derived ones are derived again)
+TIME_COLUMNS = {t: TIMES[t] for t in ("gpu_ops", "host_ops", "ranges")}
 
 _ENDS_SQL = """
 WITH m AS (SELECT comm, step, seq FROM collectives GROUP BY ALL HAVING count(DISTINCT rank) >= 2)
