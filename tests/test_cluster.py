@@ -143,6 +143,23 @@ def test_postmortem_on_a_cluster_says_what_the_local_one_says(tmp_path):
     assert len(_parts(tmp_path / "cluster")) == 1 and not _parts(tmp_path / "local")
 
 
+def test_a_cluster_job_attached_to_another_reads_its_own_shards(client, tmp_path):
+    """`diff` and `scaling` ATTACH databases side by side: each one's views must join its own
+    `traces` and shards table, not those of the database the connection opened."""
+    traceflow.ingest(KINETO, str(tmp_path / "a.duckdb"), cluster=client)
+    flops = sorted(str(p) for p in (BUNDLED / "ddp2_flops" / "clean").glob("*.json.gz"))
+    traceflow.ingest(flops, str(tmp_path / "b.duckdb"), cluster=client)
+    q = "SELECT count(*), count(DISTINCT rank), sum(start_ns % 1000), sum(op_id % 1000) FROM {}gpu_ops"
+    alone = {n: connect(tmp_path / f"{n}.duckdb").execute(q.format("")).fetchone() for n in "ab"}
+    con = connect(tmp_path / "a.duckdb")
+    con.execute(f"ATTACH '{tmp_path / 'b.duckdb'}' AS b (READ_ONLY)")
+    assert alone["a"] != alone["b"]
+    assert con.execute(q.format("")).fetchone() == alone["a"]
+    assert con.execute(q.format("b.")).fetchone() == alone["b"]
+    r = run_cli("diff", str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb"))
+    assert r.returncode == 0, r.stderr
+
+
 def test_replacing_a_cluster_job_replaces_its_parts(client, tmp_path):
     """A new ingest to the same output removes the old database's parts folder once the new one is
     in place; a failed one leaves the old database and its folder as they were. --append cannot add
