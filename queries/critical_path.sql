@@ -47,6 +47,12 @@ WITH unnamed AS (
     -- every host op's name (tens of millions)
     SELECT op_id, name FROM host_ops
     WHERE op_id IN (SELECT op_id FROM critical_path_raw UNION ALL SELECT op_id FROM covering)
+), path_gpu AS (
+    -- likewise the GPU ops on the path, by id first: a join on gpu_ops itself built a hash table of
+    -- every op with its kernel name (3 M ops at 256 ranks: 0.84 s of this query's 1.64 s)
+    SELECT g.op_id, g.name, g.api_name, k.op_id AS cpu_op_id
+    FROM gpu_ops g LEFT JOIN op_work_kernels k ON k.gpu_op_id = g.op_id
+    WHERE g.op_id IN (SELECT op_id FROM critical_path_raw)
 ), by_op AS (
     SELECT c.step, c.ordinal, h.name FROM covering c LEFT JOIN host_names h ON h.op_id = c.op_id
 ), by_range AS (
@@ -64,10 +70,9 @@ SELECT c.step, c.ordinal, c.rank, c.kind,
 FROM critical_path_raw c
 LEFT JOIN best b USING (step, ordinal)
 -- plain equi-joins: an extra ON condition would make DuckDB loop
-LEFT JOIN gpu_ops g ON g.op_id = c.op_id
+LEFT JOIN path_gpu g ON g.op_id = c.op_id
 LEFT JOIN host_names h ON h.op_id = c.op_id
-LEFT JOIN op_work_kernels k ON k.gpu_op_id = c.op_id
-LEFT JOIN op_work w ON w.op_id = k.op_id
+LEFT JOIN op_work w ON w.op_id = g.cpu_op_id
 ORDER BY c.step, c.ordinal;
 
 CREATE OR REPLACE TABLE critical_path_summary AS
