@@ -23,18 +23,21 @@ SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per proces
 # 64 -> 256 ranks gpu_state (a sort of every op's start and end) took 2.7 -> 13.4 s and 1.0 -> 3.0
 # GiB, idle_gaps 1.3 -> 5.9 s and 3.1 GiB, launch_overhead 0.7 -> 2.3 s, gpu_islands 0.7 -> 2.3 s;
 # then op_flops, 5.6 s and 1.6 GiB at 256 ranks; then op_work, 4.6 s and 0.6 GiB (with the device
-# peaks on the worker); then step_breakdown (2.2 s, 1.0 GiB) and sync (1.6 s).
+# peaks on the worker); then step_breakdown (2.2 s, 1.0 GiB) and sync (1.6 s); then the critical
+# path's graph, cp_graph (3.1 s, 1.2 GiB), whose walk still runs on the client.
 PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops", "op_work", "step_breakdown",
-                  "sync")
+                  "sync", "cp_graph")
 # what those read and the client makes too (op_classes for op_work's names, the view for critical_path.sql)
 WORKER_HELPERS = ("op_classes", "op_work_kernels")
-# the per-rank tables a worker writes: table -> (its schema, the column that says whose rows)
+# the per-rank tables a worker writes: table -> (its schema, the column that says whose rows; 'op_id':
+# the table has neither rank nor trace, its rows are the GPU ops' own)
 SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "ranges": ("main", "trace_id"),
            "steps": ("main", "rank"), "step_windows": ("tf_internal", "rank"),
            "gpu_state": ("tf_internal", "rank"), "gpu_islands": ("tf_internal", "rank"),
            "idle_gaps": ("main", "rank"), "idle_gaps_summary": ("main", "rank"),
            "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank"),
-           "op_work": ("main", "rank"), "step_breakdown": ("main", "rank"), "sync": ("main", "rank")}
+           "op_work": ("main", "rank"), "step_breakdown": ("main", "rank"), "sync": ("main", "rank"),
+           "cp_host_nodes": ("tf_internal", "rank"), "cp_gpu_preds": ("tf_internal", "op_id")}
 # times (ns since the epoch): the views add the rank's clock offset
 TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
          "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
@@ -42,13 +45,15 @@ TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_
          "gpu_islands": ("start_ns", "end_ns"),
          "idle_gaps": ("start_ns", "end_ns", "next_api_start_ns", "next_issue_start_ns"),
          "launch_overhead": ("api_start_ns", "issue_start_ns"),
-         "step_breakdown": ("start_ns", "end_ns", "host_start_ns", "host_end_ns"), "sync": ("start_ns", "end_ns")}
+         "step_breakdown": ("start_ns", "end_ns", "host_start_ns", "host_end_ns"), "sync": ("start_ns", "end_ns"),
+         "cp_host_nodes": ("start_ns", "end_ns")}
 # ids: stored from 1 within the process; the views add the base of the trace's GPU ops or host ops
 IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
        "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
        "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"},
        "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"},
-       "sync": {"op_id": "host_op_base"}}
+       "sync": {"op_id": "host_op_base"}, "cp_host_nodes": {"node_op_id": "host_op_base", "waited_op_id": "gpu_op_base"},
+       "cp_gpu_preds": {"op_id": "gpu_op_base", "stream_prev": "gpu_op_base", "dep_op_id": "gpu_op_base"}}
 
 
 def shard_id(index: int, j: int) -> int:
@@ -119,11 +124,12 @@ def _write_shards(con, traces, parts: str, index: int, notes: dict):
             if wide := [r[0] for r in described if r[1] in ("HUGEINT", "UHUGEINT")]:
                 # Parquet has no 128-bit integers: DuckDB would write DOUBLE, inexact past 2^53
                 raise RuntimeError(f"{table}.{', '.join(wide)}: HUGEINT cannot be sharded exactly; cast it to BIGINT")
-            cols = [r[0] for r in described if r[0] not in ("trace_id", "rank")]
+            cols = [r[0] for r in described]  # trace_id and rank too (this file's), so the views keep the column order
             ids = IDS.get(table, {})
             select = ", ".join(f"{c} - {base[ids[c]]} AS {c}" if c in ids else c for c in cols)
-            _write(con, f"SELECT {shard_id(index, j)}::BIGINT AS tf_shard, {select} FROM {sch}.{table} "
-                        f"WHERE {whose} = {j}", shard_path(parts, t.key, table))
+            mine = f"op_id IN (SELECT op_id FROM gpu_ops WHERE trace_id = {j})" if whose == "op_id" else f"{whose} = {j}"
+            _write(con, f"SELECT {shard_id(index, j)}::BIGINT AS tf_shard, {select} FROM {sch}.{table} WHERE {mine}",
+                   shard_path(parts, t.key, table))
         off, ok = clocks[j]
         t.derived = {"shard": shard_id(index, j), "gpu_ops": counts.get(j, 0), "cpu_clock_offset_ns": off,
                      "cpu_clock_consistent": ok, "notes": [notes[j]] if j in notes else []}

@@ -40,12 +40,14 @@ def create(con, parts: str, loads) -> list[str]:
 
 
 def view_sql(con, parts: str, table: str) -> str:
-    schema, whose = SHARDED[table]
+    schema = SHARDED[table][0]
     src = f"read_parquet('{_glob(parts, table)}')"
     stored = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall() if r[0] != "tf_shard"]
-    cols = (["m.trace_id::INTEGER AS trace_id"] if whose == "trace_id" else []) + ["m.rank::INTEGER AS rank"]
-    for c in stored:
-        if c in TIMES.get(table, ()):
+    cols = []
+    for c in stored:  # in the table's order, each replaced by what a local ingest stores
+        if c in ("trace_id", "rank"):
+            cols.append(f"m.{c}::INTEGER AS {c}")
+        elif c in TIMES.get(table, ()):
             cols.append(f"s.{c} + m.tf_offset AS {c}")
         elif c in IDS.get(table, {}):
             cols.append(f"s.{c} + m.{IDS[table][c]} AS {c}")
