@@ -49,19 +49,7 @@ def _fail(message, code: int = EXIT_INPUT):
 def _interrupted():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     say("traceflow: interrupted", err=True)
-    # Everything the command opened is closed by now (its `with` blocks unwound: outputs, scratch
-    # folders, worker processes). A normal interpreter exit then destroyed DuckDB's thread pool while
-    # an interrupted query's threads still ran: "terminate called without an active exception",
-    # exit -6, about 1 run in 30 under load. So leave without running C++ destructors: Python's exit
-    # functions run (multiprocessing's release its semaphores), then the process ends.
-    import atexit
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(130)
+    sys.exit(130)  # SIGINT ignored from here: a late one in interpreter shutdown showed as a death by SIGINT (-2)
 
 
 def _is_interrupt(e: BaseException) -> bool:
