@@ -238,6 +238,19 @@ def test_a_bad_rank_file_is_one_line_and_leaves_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["rank-9.pt.trace.json.gz"]
 
 
+@needs_shared
+def test_files_of_two_jobs_are_refused_as_locally(client, tmp_path):
+    """The workers give each rank's time span, and the one-job check refuses two jobs' files with
+    the local ingest's line, without scanning the shards."""
+    files = [f for f in fixture_files("public/pipit-perlmutter") if not Path(f).name.startswith("rank")]
+    with pytest.raises(traceflow.InputError) as local:
+        traceflow.ingest(files, str(tmp_path / "local.duckdb"))
+    with pytest.raises(traceflow.InputError) as cluster:
+        traceflow.ingest(files, str(tmp_path / "cluster.duckdb"), cluster=client)
+    assert str(cluster.value) == str(local.value) and "different jobs" in str(local.value)
+    assert not list(tmp_path.iterdir())
+
+
 def test_cluster_addresses_are_checked(tmp_path):
     r = run_cli("ingest", KINETO[0], "-o", str(tmp_path / "j.duckdb"), "--cluster", "local:zero")
     assert r.returncode != 0 and "local:N" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -388,20 +388,25 @@ def _ram_bytes() -> int:
 MIXED_JOB_GAP_NS = 60 * 10**9
 
 
-def _check_one_job(con):
-    """Files of two different jobs in one ingest: conflicting world sizes, or disjoint in time."""
+# each trace's first start and last end (ns), as recorded: a cluster's workers compute it per rank file
+TRACE_SPANS = """SELECT trace_id, min(start_ns) AS lo, max(end_ns) AS hi FROM (
+                     SELECT trace_id, start_ns, end_ns FROM gpu_ops UNION ALL SELECT trace_id, start_ns, end_ns FROM host_ops)
+                 GROUP BY trace_id"""
+
+
+def _check_one_job(con, spans: list | None = None):
+    """Files of two different jobs in one ingest: conflicting world sizes, or disjoint in time.
+    `spans` ((path, lo, hi) per trace): given by a cluster's workers, instead of a scan of every
+    shard here (1.07 s of the 2.1 s load at 256 ranks)."""
     sizes = con.execute("""SELECT world_size, any_value(source_path) FROM traces WHERE world_size IS NOT NULL
                            GROUP BY world_size ORDER BY world_size""").fetchall()
     if len(sizes) > 1:
         raise InputError(sizes[1][1], f"says world size {sizes[1][0]} but {sizes[0][1]} says {sizes[0][0]}: "
                          "files from different jobs? ingest each job into its own database")
-    spans = con.execute("""
-        SELECT t.source_path, e.lo, e.hi FROM traces t JOIN (
-            SELECT trace_id, min(start_ns) AS lo, max(end_ns) AS hi FROM (
-                SELECT trace_id, start_ns, end_ns FROM gpu_ops UNION ALL SELECT trace_id, start_ns, end_ns FROM host_ops)
-            GROUP BY trace_id) e USING (trace_id) ORDER BY e.lo""").fetchall()
+    if spans is None:
+        spans = con.execute(f"SELECT t.source_path, e.lo, e.hi FROM traces t JOIN ({TRACE_SPANS}) e USING (trace_id)").fetchall()
     reach, reach_path = None, None
-    for path, lo, hi in spans:
+    for path, lo, hi in sorted(spans, key=lambda x: x[1]):
         if reach is not None and lo > reach + MIXED_JOB_GAP_NS:
             raise InputError(path, f"was recorded {(lo - reach) / 1e9:,.0f} s after {reach_path} ended: "
                              "files from different jobs? ingest each job into its own database")
@@ -468,6 +473,8 @@ def _build(con, traces, result, append, rank_pattern, load):
                               "rank_source": src, **trace.counts})
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
     load(loads)
-    _check_one_job(con)
+    derived = [t.derived for t, _, _ in loads]
+    _check_one_job(con, None if None in derived else [(os.path.abspath(t.source_path), *t.derived["span"])
+                                                      for t, _, _ in loads if t.derived["span"][0] is not None])
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
     con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])

@@ -86,7 +86,7 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
 
     from . import schema
     from .derive import PER_RANK, derive_tables, host_clock
-    from .pipeline import _load
+    from .pipeline import TRACE_SPANS, _load
     con = duckdb.connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
     try:
         con.execute("SET enable_progress_bar = false")
@@ -97,6 +97,7 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
             con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format, device_name) VALUES (?, ?, ?, ?, ?)",
                         [j, j, t.source_path, t.source_format, t.device_name])
             _load(con, scratch, t, j, j)
+        spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded: before any clock moves
         notes = dict(host_clock.reconcile(con))
         derive_tables(con, step_pattern, PER_RANK)
         from .hardware import load_peaks
@@ -106,6 +107,8 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
             if name in PER_RANK_PACKS or name in WORKER_HELPERS:
                 con.execute(pack_sql(name))
         _write_shards(con, traces, parts, index, notes)
+        for j, t in enumerate(traces):
+            t.derived["span"] = spans.get(j, (None, None))
     finally:
         con.close()
 

@@ -27,7 +27,8 @@ class ProcessTrace:
     source_hash: str | None = None
     counts: dict = field(default_factory=dict)
     # a cluster's worker derived this process's per-rank tables into Parquet shards (rank_task.py):
-    # shard (its id in them), gpu_ops (their count), cpu_clock_offset_ns, cpu_clock_consistent, notes
+    # shard (its id in them), gpu_ops (their count), cpu_clock_offset_ns, cpu_clock_consistent, notes,
+    # span (first start, last end as recorded)
     derived: dict | None = None
 
 
