@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from .duck import sql_string
+
 _TABLE = re.compile(r"^--\s(\w+)(?:\s+\((?:pack [^)]*|view)\))?:\s+(.*)$")
 _COLUMN = re.compile(r"^--(\s{2,})(\w+(?:,\s*\w+)*)\s{2,}(\S.*)$")
 _MORE = re.compile(r"^--(\s+)(\S.*)$")
@@ -51,10 +53,6 @@ def _continues(line: str, indent: int) -> bool:
     return m is not None and len(m.group(1)) > indent + 2 and not _COLUMN.match(line) and not _TABLE.match(line)
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def apply(con, sql_text: str, tables: list[str]):
     """COMMENT ON the tables (and their columns) that `sql_text` documents."""
     apply_docs(con, docs_for(sql_text, tables))
@@ -86,11 +84,11 @@ def apply_docs(con, wanted: dict[str, tuple[str | None, dict[str, str]]]):
         if table not in have:
             continue
         if text:
-            out.append(f"COMMENT ON {'VIEW' if table in views else 'TABLE'} {table} IS {_quote(text)}")
+            out.append(f"COMMENT ON {'VIEW' if table in views else 'TABLE'} {table} IS {sql_string(text)}")
         for col in sorted(have[table]):
             doc = columns.get(col) or GLOSSARY.get(col)
             if doc:
-                out.append(f'COMMENT ON COLUMN {table}."{col}" IS {_quote(doc)}')
+                out.append(f'COMMENT ON COLUMN {table}."{col}" IS {sql_string(doc)}')
     if out:
         con.execute(";\n".join(out))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .duck import relation
+from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
         try:
             for path, name in zip(paths, ("a", "b")):
                 try:
-                    con.execute(f"ATTACH '{_quote(path)}' AS {name} (READ_ONLY)")
+                    con.execute(f"ATTACH {sql_string(path)} AS {name} (READ_ONLY)")
                     # what the comparisons read that older databases lack: refused here, with the remedy
                     con.execute(f"SELECT count(*) FROM {name}.traces").fetchone()
                     con.execute(f"SELECT count(*) FROM {name}.critical_path_summary").fetchone()
@@ -85,8 +85,6 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
     return d
 
 
-def _quote(path: str) -> str:
-    return path.replace("'", "''")
 
 
 def as_database(path: str, scratch: Path, name: str) -> str:

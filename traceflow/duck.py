@@ -7,6 +7,8 @@ closed it silently; running one finished statement first closes it on both.
 """
 from __future__ import annotations
 
+from os import PathLike
+
 INTERNAL = "tf_internal"  # helper tables (step windows, islands, the walk's graph): out of `.tables`' main list
 
 
@@ -17,6 +19,11 @@ def use_internal_schema(con, create: bool = False):
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {INTERNAL}")
     if con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ?", [INTERNAL]).fetchone()[0]:
         con.execute(f"SET search_path = 'main,{INTERNAL}'")
+
+
+def sql_string(text: str | PathLike) -> str:
+    """`text` as an SQL string literal (a path, a comment): quotes doubled, in quotes."""
+    return "'" + str(text).replace("'", "''") + "'"
 
 
 def relation(con, sql: str, params=None):

@@ -123,10 +123,12 @@ def compute_all(con, timings: dict | None = None, phase=None, skip=(), **walk_op
         con.execute(f'DROP TABLE "{schema}"."{table}"')
     said = None
     docs: dict = {}
+    def document(sql: str):
+        docs.update(comments.docs_for(sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public]))
+
     for name in run_order():
         if name in skip:  # their tables are views already; documented all the same
-            sql = pack_sql(name)
-            docs.update(comments.docs_for(sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public]))
+            document(pack_sql(name))
             continue
         now = "computing the critical path" if name in CRITICAL_PATH_MODULES else "running the analyses"
         if phase and now != said:
@@ -139,7 +141,7 @@ def compute_all(con, timings: dict | None = None, phase=None, skip=(), **walk_op
         else:
             sql = pack_sql(name)
             con.execute(sql)
-            docs.update(comments.docs_for(sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public]))
+            document(sql)
         timings["critical_path" if name in CRITICAL_PATH_MODULES else "packs"] += time.perf_counter() - t0
     t0 = time.perf_counter()
     comments.apply_docs(con, docs)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .duck import sql_string
+
 SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per process of the run)
 # Analyses (queries/) a worker runs on its rank: each reads only per-rank tables and gives each rank
 # the rows it gives alone. On the client they grew faster than the ranks, and held its memory: at
@@ -76,7 +78,7 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
             from .errors import OutputError
             from .outputs import disk_problem
             if (problem := disk_problem(e)) is not None:  # the shared folder, not the input, is at fault
-                raise OutputError(parts, f"{problem} while writing the shards of {traces[0].source_path if traces else inp}") from None
+                raise OutputError(parts, f"{problem} while writing the shards of {getattr(inp, 'path', inp)}") from None
             raise
         return traces
 
@@ -106,47 +108,48 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
         for name in run_order():
             if name in PER_RANK_PACKS or name in WORKER_HELPERS:
                 con.execute(pack_sql(name))
-        _write_shards(con, traces, parts, index, notes)
-        for j, t in enumerate(traces):
-            t.derived["span"] = spans.get(j, (None, None))
+        _write_shards(con, traces, parts, index, notes, spans)
     finally:
         con.close()
 
 
-def _write_shards(con, traces, parts: str, index: int, notes: dict):
+def _write_shards(con, traces, parts: str, index: int, notes: dict, spans: dict):
     """Each process's rows of each SHARDED table, ids from 1 within the process; fills trace.derived."""
     from .pipeline import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE
     clocks = {tid: (off, ok) for tid, off, ok in
               con.execute("SELECT trace_id, cpu_clock_offset_ns, cpu_clock_consistent FROM traces").fetchall()}
-    first = dict(con.execute("SELECT trace_id, min(op_id) - 1 FROM gpu_ops GROUP BY ALL").fetchall())
-    counts = dict(con.execute("SELECT trace_id, count(*) FROM gpu_ops GROUP BY ALL").fetchall())
+    numbered = {tid: (first, n) for tid, first, n in
+                con.execute("SELECT trace_id, min(op_id) - 1, count(*) FROM gpu_ops GROUP BY ALL").fetchall()}
+    columns = {table: _columns(con, sch, table) for table, (sch, _) in SHARDED.items()}
     for j, t in enumerate(traces):
-        base = {"gpu_op_base": first.get(j, 0), "host_op_base": HOST_OP_ID_BASE + j * HOST_OP_IDS_PER_TRACE}
+        first, n_gpu = numbered.get(j, (0, 0))
+        base = {"gpu_op_base": first, "host_op_base": HOST_OP_ID_BASE + j * HOST_OP_IDS_PER_TRACE}
         for table, (sch, whose) in SHARDED.items():
-            described = con.execute(f"DESCRIBE {sch}.{table}").fetchall()
-            if wide := [r[0] for r in described if r[1] in ("HUGEINT", "UHUGEINT")]:
-                # Parquet has no 128-bit integers: DuckDB would write DOUBLE, inexact past 2^53
-                raise RuntimeError(f"{table}.{', '.join(wide)}: HUGEINT cannot be sharded exactly; cast it to BIGINT")
-            cols = [r[0] for r in described]  # trace_id and rank too (this file's), so the views keep the column order
             ids = IDS.get(table, {})
-            select = ", ".join(f"{c} - {base[ids[c]]} AS {c}" if c in ids else c for c in cols)
+            select = ", ".join(f"{c} - {base[ids[c]]} AS {c}" if c in ids else c for c in columns[table])
             mine = f"op_id IN (SELECT op_id FROM gpu_ops WHERE trace_id = {j})" if whose == "op_id" else f"{whose} = {j}"
             _write(con, f"SELECT {shard_id(index, j)}::BIGINT AS tf_shard, {select} FROM {sch}.{table} WHERE {mine}",
                    shard_path(parts, t.key, table))
         off, ok = clocks[j]
-        t.derived = {"shard": shard_id(index, j), "gpu_ops": counts.get(j, 0), "cpu_clock_offset_ns": off,
-                     "cpu_clock_consistent": ok, "notes": [notes[j]] if j in notes else []}
+        t.derived = {"shard": shard_id(index, j), "gpu_ops": n_gpu, "cpu_clock_offset_ns": off,
+                     "cpu_clock_consistent": ok, "notes": [notes[j]] if j in notes else [],
+                     "span": spans.get(j, (None, None))}
+
+
+def _columns(con, schema: str, table: str) -> list[str]:
+    """A table's columns in order (trace_id and rank too, this file's: the views keep the order)."""
+    described = con.execute(f"DESCRIBE {schema}.{table}").fetchall()
+    if wide := [r[0] for r in described if r[1] in ("HUGEINT", "UHUGEINT")]:
+        # Parquet has no 128-bit integers: DuckDB would write DOUBLE, inexact past 2^53
+        raise RuntimeError(f"{table}.{', '.join(wide)}: HUGEINT cannot be sharded exactly; cast it to BIGINT")
+    return [r[0] for r in described]
 
 
 def _write(con, select: str, path: Path):
     """One shard, whole or not at all: a task run again after its worker died writes it anew."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    con.execute(f"COPY ({select}) TO '{_sql_text(tmp)}' (FORMAT parquet)")
+    con.execute(f"COPY ({select}) TO {sql_string(tmp)} (FORMAT parquet)")
     os.replace(tmp, path)
-
-
-def _sql_text(path) -> str:
-    return str(path).replace("'", "''")
 
 
 def _worker_threads() -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .duck import relation
+from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
             summary = (folder / "run_summary.sql").read_text()
             for i, (db, path) in enumerate(zip(dbs, paths)):
                 try:
-                    con.execute(f"ATTACH '{db.replace(chr(39), chr(39) * 2)}' AS r{i} (READ_ONLY)")
+                    con.execute(f"ATTACH {sql_string(db)} AS r{i} (READ_ONLY)")
                     con.execute(f"USE r{i}")
                     con.execute("SET VARIABLE tf_run = ?", [i])
                     con.execute("SET VARIABLE tf_path = ?", [str(path)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .duck import sql_string
 from .rank_task import IDS, SHARDED, TIMES
 
 SHARDS = "tf_internal.shards"
@@ -41,7 +42,7 @@ def create(con, parts: str, loads) -> list[str]:
 
 def view_sql(con, parts: str, table: str) -> str:
     schema = SHARDED[table][0]
-    src = f"read_parquet('{_glob(parts, table)}')"
+    src = f"read_parquet({sql_string(Path(parts).resolve() / f'*.{table}.parquet')})"
     stored = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall() if r[0] != "tf_shard"]
     cols = []
     for c in stored:  # in the table's order, each replaced by what a local ingest stores
@@ -58,8 +59,11 @@ def view_sql(con, parts: str, table: str) -> str:
             f"ON s.tf_shard = m.shard")
 
 
-def _glob(parts: str, table: str) -> str:
-    return str(Path(parts).resolve() / f"*.{table}.parquet").replace("'", "''")
+def spans(loads) -> list[tuple[str, int, int]]:
+    """(file, first start, last end) of each trace with rows, as its worker read them: the one-job
+    check's input without a scan of every shard (1.07 s of the 2.1 s load at 256 ranks)."""
+    import os
+    return [(os.path.abspath(t.source_path), *t.derived["span"]) for t, _, _ in loads if t.derived["span"][0] is not None]
 
 
 def folder_of(con) -> str | None:

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import duckdb
 import pyarrow as pa
 
-from ..duck import relation
+from ..duck import relation, sql_string
 from ..errors import InputError, one_line
 from .model import ProcessTrace
 
@@ -75,7 +75,7 @@ def connect_sqlite(path: str, spill_dir: str | None = None) -> duckdb.DuckDBPyCo
         con.execute("SET threads = 1")  # files are already read in parallel, one reader each
         con.execute("SET memory_limit = '768MB'")  # two readers at once stay well inside small machines
         if spill_dir:
-            con.execute(f"SET temp_directory = {_sql_str(spill_dir)}")
+            con.execute(f"SET temp_directory = {sql_string(spill_dir)}")
         con.execute("SET enable_progress_bar = false")
         con.execute("CREATE SCHEMA src")
         try:
@@ -154,10 +154,6 @@ def _valid_utf8(table: pa.Table) -> pa.Table:
     return table
 
 
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 class _Src:
     """The tables and columns one export has."""
 
@@ -199,7 +195,7 @@ def _enum_map(src: _Src, table: str, fallback: dict, short: bool = False) -> dic
 
 
 def _case(col: str, mapping: dict) -> str:
-    whens = " ".join(f"WHEN {int(k)} THEN {_sql_str(str(v))}" for k, v in mapping.items())
+    whens = " ".join(f"WHEN {int(k)} THEN {sql_string(str(v))}" for k, v in mapping.items())
     return f"(CASE {col} {whens} ELSE 'Unknown' END)"
 
 
