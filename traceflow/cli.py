@@ -46,6 +46,18 @@ def _fail(message, code: int = EXIT_INPUT):
     sys.exit(code)
 
 
+_SIGINT_SEEN = False
+
+
+def _on_sigint(signum, frame):
+    """Python's default handler, remembering that it ran: an extension module can turn the
+    KeyboardInterrupt into its own error (DuckDB's InterruptException, "ImportError:
+    initialization failed" from a lazy import of a C extension)."""
+    global _SIGINT_SEEN
+    _SIGINT_SEEN = True
+    raise KeyboardInterrupt
+
+
 def _interrupted():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     say("traceflow: interrupted", err=True)
@@ -53,8 +65,8 @@ def _interrupted():
 
 
 def _is_interrupt(e: BaseException) -> bool:
-    """DuckDB turns Ctrl-C during a query into its own exception ("Query interrupted")."""
-    return type(e).__name__ == "InterruptException" or "Query interrupted" in str(e)
+    """Any error once Ctrl-C was pressed is the interrupt's doing; DuckDB also names its own."""
+    return _SIGINT_SEEN or type(e).__name__ == "InterruptException" or "Query interrupted" in str(e)
 
 
 class _Guard(click.Group):
@@ -62,7 +74,7 @@ class _Guard(click.Group):
 
     def main(self, args=None, prog_name=None, **extra):
         # click's own handling would print "Aborted!" (exit 1) for a Ctrl-C outside a command.
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, KeyboardInterrupt cleans up
+        signal.signal(signal.SIGINT, _on_sigint)  # from here, KeyboardInterrupt cleans up
         try:
             rv = super().main(args, prog_name, standalone_mode=False, **extra)
         except (KeyboardInterrupt, click.exceptions.Abort):

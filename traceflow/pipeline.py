@@ -93,14 +93,17 @@ def _read_all(inputs: list[Input], folder, jobs, nsys_exe, progress):
     # this process reads too meanwhile, and takes the next file whenever it is free.
     n_proc = jobs if big else jobs - 1
     # spawn: the parent holds DuckDB threads, never fork under them
-    with ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context("spawn"),
-                             initializer=worker_start, initargs=(os.getpid(),)) as pool:
+    pool = ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context("spawn"),
+                               initializer=worker_start, initargs=(os.getpid(),))
+    try:
         slots = [lambda *a: _submit(pool, read_file, *a).result()] * n_proc + ([] if big else [read_file])
         try:
             return _share(inputs, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
         except BaseException:
             _stop_workers(pool)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
             raise
+    finally:
+        _close_pool(pool)
 
 
 def _submit(pool: ProcessPoolExecutor, fn, *args):
@@ -124,6 +127,23 @@ def _stop_workers(pool: ProcessPoolExecutor):
             proc.kill()
     for proc in procs:  # dead before the scratch folder they write into is removed
         proc.join(timeout=5)
+
+
+def _close_pool(pool: ProcessPoolExecutor):
+    """Shuts the pool down and waits for its manager thread, also through a Ctrl-C that lands
+    meanwhile (then raised once it is done). A manager thread left running raced Python's exit,
+    which wakes it on a pipe it may be closing: "OSError: [Errno 9] Bad file descriptor" printed
+    after the interrupt line (1 interrupted run in 110 on a loaded machine)."""
+    interrupted = False
+    while True:
+        try:
+            pool.shutdown(wait=True)
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+            _stop_workers(pool)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _share(inputs: list[Input], slots, folder, nsys_exe, progress, abort=None):
@@ -198,8 +218,12 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
         if not path.exists():
             continue
         with pa.memory_map(str(path)) as source:
-            reader = ipc.open_stream(source)
-            con.register("incoming", reader)
+            # Read by DuckDB's replacement scan of this local (`FROM incoming`), never con.register:
+            # a registered object is a view in the catalog, dropped at some later commit on whichever
+            # DuckDB thread runs it. After a Ctrl-C that was a pool thread during interpreter exit,
+            # which needs the GIL to free the object: "terminate called without an active
+            # exception" (exit -6), or a hang (about 1 interrupted run in 20 on a loaded machine).
+            incoming = ipc.open_stream(source)
             cols = ", ".join(f.name for f in reader_schema(table))
             if table == "host_ops":
                 # ids as they stream in, in a range of their own per trace (gpu_ops ids stay below 1e12):
@@ -210,7 +234,7 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
             else:
                 con.execute(f"INSERT INTO {table} ({cols}, trace_id, rank) SELECT {cols}, ?, ? FROM incoming",
                             [trace_id, rank])
-            con.unregister("incoming")
+            del incoming
 
 
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,

@@ -64,8 +64,8 @@ class Writer:
         ordinal = np.concatenate([np.arange(len(s), dtype=np.int32) for _, s in self.parts])
         cols = {"step": step, "ordinal": ordinal}
         cols.update({c: segs[:, n] for n, c in enumerate(RAW_COLUMNS)})
-        self.con.register("cp_rows", pa.table(cols))
+        cp_rows = pa.table(cols)  # read by replacement scan, never con.register: see pipeline._load
         self.con.execute("""INSERT INTO critical_path_raw SELECT step, ordinal, rank, (?::VARCHAR[])[kind + 1],
                             start_ns, end_ns, nullif(tid, -1), nullif(op_id, -1) FROM cp_rows""", [list(KINDS)])
-        self.con.unregister("cp_rows")
+        del cp_rows
         self.parts, self.n = [], 0
