@@ -249,7 +249,9 @@ def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path):
     use_internal_schema(con)
     job = critical_path.Graph.from_db(con)
     lo, hi = con.execute("SELECT min(start_ns), max(end_ns) FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows)").fetchone()
-    job.load_host_calls(con, lo, hi)
+    job.window(lo, hi)
+    for (rank,) in con.execute("SELECT DISTINCT rank FROM cp_host_nodes").fetchall():
+        job.ensure(rank)
     expect = dict(con.execute(f"SELECT (rank, tid), bool_or(end_ns < {lo}) FROM cp_host_nodes GROUP BY rank, tid").fetchall())
     assert {k: job.has_earlier_calls(k) for k in job.threads} == {tuple(k): v for k, v in expect.items()}
     assert any(expect.values()) and len(job.h_start) < con.execute("SELECT count(*) FROM cp_host_nodes").fetchone()[0]
@@ -268,3 +270,45 @@ def test_host_time_of_a_thread_is_one_segment(ingested, rel):
             from critical_path window w as (partition by step order by ordinal))
         where kind = 'host_cpu' and k0 = 'host_cpu' and r0 = rank and t0 = tid and e0 = start_ns""").fetchone()[0]
     assert adjacent == 0
+
+
+@pytest.mark.parametrize("rel", ["public/param-dlrm8", "h100/kineto/ddp4_straggler"])
+def test_the_walk_loads_only_the_ranks_it_stands_on(ingested, tmp_path, rel):
+    """A rank's GPU ops and host calls load when the walk first stands on it: on these jobs a
+    step's path visits fewer ranks than the job has. Loading ranks one by one, all together from
+    the first, or past a threshold gives the same path, row for row."""
+    import duckdb
+    import numpy as np
+
+    from traceflow import critical_path
+    from traceflow.duck import use_internal_schema
+    source = ingested(rel)
+    paths = []
+    for name, one_by_one in (("default", critical_path.graph.RANKS_ONE_BY_ONE), ("together", 0), ("then_all", 1)):
+        path = tmp_path / f"{name}.duckdb"
+        shutil.copy(source, path)
+        con = duckdb.connect(str(path))
+        use_internal_schema(con)
+        critical_path.compute(con, ranks_one_by_one=one_by_one)
+        con.close()
+        paths.append(path)
+    q = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
+    rows = [connect(p).execute(q).fetchall() for p in paths]
+    assert len(rows[0]) > 10 and rows[0] == rows[1] == rows[2]
+
+    con = duckdb.connect(str(paths[0]), read_only=True)
+    use_internal_schema(con)
+    n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
+    for step, t0, last, rank in con.execute("""
+            SELECT step, (SELECT min(start_ns) FROM step_windows w WHERE w.step = g.step),
+                   arg_max(op_id, (end_ns, -op_id)), arg_max(rank, (end_ns, -op_id))
+            FROM gpu_ops g WHERE step IS NOT NULL GROUP BY step ORDER BY step""").fetchall():
+        graph = critical_path.Graph.from_db(con)
+        graph.window()
+        graph.ensure(rank)
+        segs = critical_path.Walk(graph, t0).run(int(graph.position(np.array([last]))[0]))
+        on_path = {int(r) for r in segs[:, 0]}
+        assert on_path <= set(graph.loaded_ranks) and len(graph.loaded_ranks) < n_ranks, (step, graph.loaded_ranks)
+        # a rank not loaded is known by its collectives only
+        assert set(np.unique(graph.rank[graph.api >= 0]).tolist()) <= set(graph.loaded_ranks)
+    con.close()

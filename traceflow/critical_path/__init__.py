@@ -20,7 +20,7 @@ import numpy as np
 
 from ..duck import relation, use_internal_schema
 from ..packs import pack_sql
-from .graph import Graph
+from .graph import RANKS_ONE_BY_ONE, Graph
 from .segments import KINDS, Writer
 from .walk import SCALAR_HOST_CALLS, Position, State, Walk
 
@@ -29,13 +29,14 @@ __all__ = ["KINDS", "Graph", "Position", "State", "Walk", "compute", "walk"]
 HOST_CALLS_PER_BATCH = 4_000_000  # ~30 bytes each in arrays: more calls than this load a few steps at a time
 
 
-def compute(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH,
-            scalar_host_calls: int = SCALAR_HOST_CALLS) -> list[list[int]]:
+def compute(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH, scalar_host_calls: int = SCALAR_HOST_CALLS,
+            ranks_one_by_one: int = RANKS_ONE_BY_ONE) -> list[list[int]]:
     """The critical path's three modules again (graph, walk, naming) on an analysed database;
     returns the walk's batches of steps. Ingest runs them in packs.compute_all's order."""
     use_internal_schema(con, create=True)
     con.execute(pack_sql("cp_graph"))
-    batches = walk(con, host_calls_per_batch=host_calls_per_batch, scalar_host_calls=scalar_host_calls)
+    batches = walk(con, host_calls_per_batch=host_calls_per_batch, scalar_host_calls=scalar_host_calls,
+                   ranks_one_by_one=ranks_one_by_one)
     sql = pack_sql("critical_path")
     con.execute(sql)
     from .. import comments
@@ -43,31 +44,34 @@ def compute(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH,
     return batches
 
 
-def walk(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH,
-         scalar_host_calls: int = SCALAR_HOST_CALLS) -> list[list[int]]:
+def walk(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH, scalar_host_calls: int = SCALAR_HOST_CALLS,
+         ranks_one_by_one: int = RANKS_ONE_BY_ONE) -> list[list[int]]:
     """Walk every step of the graph (queries/cp_graph.sql) into tf_internal.critical_path_raw;
     returns the batches of steps (indexes in step order) whose host calls were loaded together."""
     # per step: where it starts across ranks, and the op that ends last (the walk starts there)
     extents = con.execute("""
-        SELECT w.step, w.t0, l.last_op FROM
+        SELECT w.step, w.t0, l.last[1], l.last[2], l.last[3] FROM
             (SELECT step, min(start_ns) AS t0 FROM step_windows GROUP BY step) w
-        JOIN (SELECT step, arg_max(op_id, (end_ns, -op_id)) AS last_op FROM gpu_ops WHERE step IS NOT NULL GROUP BY step) l
+        JOIN (SELECT step, arg_max([op_id, end_ns, rank], (end_ns, -op_id)) AS last FROM gpu_ops
+              WHERE step IS NOT NULL GROUP BY step) l
         USING (step) ORDER BY w.step""").fetchall()
     writer = Writer(con)
     batches: list[list[int]] = []
     if extents:
         graph = Graph.from_db(con)
-        steps = [(int(step), int(t0), int(np.searchsorted(graph.op_id, last_op))) for step, t0, last_op in extents]
-        windows = [(st, t0, int(graph.end[idx])) for st, t0, idx in steps]
+        graph.ranks_one_by_one = ranks_one_by_one
+        windows = [(int(step), int(t0), int(end)) for step, t0, _, end, _ in extents]
         batches = step_batches(con, windows, host_calls_per_batch)
         for batch in batches:
             if len(batches) == 1:
-                graph.load_host_calls(con)
+                graph.window()
             else:
-                graph.load_host_calls(con, min(windows[i][1] for i in batch), max(windows[i][2] for i in batch))
+                graph.window(min(windows[i][1] for i in batch), max(windows[i][2] for i in batch))
             for i in batch:
-                step, t0, idx = steps[i]
-                writer.add(step, Walk(graph, t0, scalar_host_calls).run(idx))
+                step, t0, last_op, _, rank = extents[i]
+                graph.ensure(int(rank))
+                last = int(graph.position(np.array([last_op], dtype=np.int64))[0])
+                writer.add(int(step), Walk(graph, int(t0), scalar_host_calls).run(last))
         del graph
     writer.flush()
     return batches

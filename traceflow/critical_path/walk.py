@@ -62,9 +62,12 @@ class Walk:
         j = self.j
         pos = Position(State.GPU_END, int(j.end[last]), int(j.rank[last]), op=last)
         moves = {State.GPU_END: self._gpu_end, State.GPU_START: self._gpu_start}
-        budget = MAX_MOVES_PER_OP * (len(j.op_id) + len(j.h_start)) + 100
-        while pos.t > self.t0 and budget > 0 and pos.state in moves:
-            budget -= 1
+        n = 0
+        while pos.t > self.t0 and pos.state in moves:
+            j.ensure(pos.rank)  # a rank of a graph from the database loads when the walk first stands on it
+            n += 1
+            if n > MAX_MOVES_PER_OP * (len(j.op_id) + len(j.h_start)) + 100:
+                break
             pos = moves[pos.state](pos)
         if pos.t > self.t0:  # nothing earlier explains the time
             self.emit(pos.rank, IDLE, self.t0, pos.t)
