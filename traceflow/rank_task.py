@@ -26,9 +26,11 @@ SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per proces
 # GiB, idle_gaps 1.3 -> 5.9 s and 3.1 GiB, launch_overhead 0.7 -> 2.3 s, gpu_islands 0.7 -> 2.3 s;
 # then op_flops, 5.6 s and 1.6 GiB at 256 ranks; then op_work, 4.6 s and 0.6 GiB (with the device
 # peaks on the worker); then step_breakdown (2.2 s, 1.0 GiB) and sync (1.6 s); then the critical
-# path's graph, cp_graph (3.1 s, 1.2 GiB), whose walk still runs on the client.
+# path's graph, cp_graph (3.1 s, 1.2 GiB), whose walk still runs on the client; then exposed_comm
+# (0.84 s, and the client's peak RSS 119 -> 390 MiB); then kernels, launch_bound_steps and mfu
+# (0.43, 0.45, 0.23 s; together +71 MiB of the client's peak at 256 ranks, +25 MiB at 64).
 PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops", "op_work", "step_breakdown",
-                  "sync", "cp_graph")
+                  "sync", "cp_graph", "exposed_comm", "kernels", "launch_bound_steps", "mfu")
 # what those read and the client makes too (op_classes for op_work's names, the view for critical_path.sql)
 WORKER_HELPERS = ("op_classes", "op_work_kernels")
 # the per-rank tables a worker writes: table -> (its schema, the column that says whose rows; 'op_id':
@@ -39,7 +41,9 @@ SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "r
            "idle_gaps": ("main", "rank"), "idle_gaps_summary": ("main", "rank"),
            "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank"),
            "op_work": ("main", "rank"), "step_breakdown": ("main", "rank"), "sync": ("main", "rank"),
-           "cp_host_nodes": ("tf_internal", "rank"), "cp_gpu_preds": ("tf_internal", "op_id")}
+           "cp_host_nodes": ("tf_internal", "rank"), "cp_gpu_preds": ("tf_internal", "op_id"),
+           "exposed_comm": ("main", "rank"), "exposed_comm_segments": ("tf_internal", "rank"),
+           "kernels": ("main", "rank"), "launch_bound_steps": ("main", "rank"), "mfu": ("main", "rank")}
 # times (ns since the epoch): the views add the rank's clock offset
 TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
          "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
@@ -48,7 +52,7 @@ TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_
          "idle_gaps": ("start_ns", "end_ns", "next_api_start_ns", "next_issue_start_ns"),
          "launch_overhead": ("api_start_ns", "issue_start_ns"),
          "step_breakdown": ("start_ns", "end_ns", "host_start_ns", "host_end_ns"), "sync": ("start_ns", "end_ns"),
-         "cp_host_nodes": ("start_ns", "end_ns")}
+         "cp_host_nodes": ("start_ns", "end_ns"), "exposed_comm_segments": ("start_ns", "end_ns")}
 # ids: stored from 1 within the process; the views add the base of the trace's GPU ops or host ops
 IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
        "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
