@@ -28,9 +28,10 @@ SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per proces
 # peaks on the worker); then step_breakdown (2.2 s, 1.0 GiB) and sync (1.6 s); then the critical
 # path's graph, cp_graph (3.1 s, 1.2 GiB), whose walk still runs on the client; then exposed_comm
 # (0.84 s, and the client's peak RSS 119 -> 390 MiB); then kernels, launch_bound_steps and mfu
-# (0.43, 0.45, 0.23 s; together +71 MiB of the client's peak at 256 ranks, +25 MiB at 64).
+# (0.43, 0.45, 0.23 s; together +71 MiB of the client's peak at 256 ranks, +25 MiB at 64); then
+# roofline, whose median per rank and op held every op of the job (+39 MiB at 256 ranks, +16 at 64).
 PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops", "op_work", "step_breakdown",
-                  "sync", "cp_graph", "exposed_comm", "kernels", "launch_bound_steps", "mfu")
+                  "sync", "cp_graph", "exposed_comm", "kernels", "launch_bound_steps", "mfu", "roofline")
 # what those read and the client makes too (op_classes for op_work's names, the view for critical_path.sql)
 WORKER_HELPERS = ("op_classes", "op_work_kernels")
 # the per-rank tables a worker writes: table -> (its schema, the column that says whose rows; 'op_id':
@@ -43,7 +44,8 @@ SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "r
            "op_work": ("main", "rank"), "step_breakdown": ("main", "rank"), "sync": ("main", "rank"),
            "cp_host_nodes": ("tf_internal", "rank"), "cp_gpu_preds": ("tf_internal", "op_id"),
            "exposed_comm": ("main", "rank"), "exposed_comm_segments": ("tf_internal", "rank"),
-           "kernels": ("main", "rank"), "launch_bound_steps": ("main", "rank"), "mfu": ("main", "rank")}
+           "kernels": ("main", "rank"), "launch_bound_steps": ("main", "rank"), "mfu": ("main", "rank"),
+           "roofline": ("main", "rank")}
 # times (ns since the epoch): the views add the rank's clock offset
 TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
          "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
