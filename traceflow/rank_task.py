@@ -11,6 +11,9 @@ The worker does not know the job's ranks, trace ids or clock offsets: each proce
 which the views give them their trace, rank, ids and clock offset. Ids are stored from 1 within the
 process (GPU ops in (start, end) order, host ops in the order read), which the views turn into the
 ids a local ingest gives.
+
+Size: most of it is the declarations of what a worker shards (tables, their time and id columns,
+and the measurement that moved each analysis here), which shard_views.py and the tests read too.
 """
 from __future__ import annotations
 

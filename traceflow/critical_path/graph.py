@@ -2,7 +2,10 @@
 (queries/cp_graph.sql) and the outermost host calls of each thread.
 
 Built from a database (`Graph.from_db`, then `window` and `ensure`), or from plain arrays
-(`Graph(...)`, `set_host_calls`), which is how the unit tests build small graphs by hand."""
+(`Graph(...)`, `set_host_calls`), which is how the unit tests build small graphs by hand.
+
+Size: the arrays, and the loading of a rank into them on demand, kept together: loading appends to
+every array at once and must keep positions stable, which is easiest to check in one place."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
