@@ -9,6 +9,27 @@ import sqlite3
 import pytest
 from conftest import connect, fixture_files, needs_shared, run_cli, truth
 
+PATH_ROWS = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
+
+
+def computed_paths(source, tmp_path, **variants) -> tuple[list, list]:
+    """The critical path computed again on a copy of `source` per variant (name -> options of
+    critical_path.compute); returns the copies and each one's path rows."""
+    import duckdb
+
+    from traceflow import critical_path
+    from traceflow.duck import use_internal_schema
+    paths = []
+    for name, options in variants.items():
+        path = tmp_path / f"{name}.duckdb"
+        shutil.copy(source, path)
+        con = duckdb.connect(str(path))
+        use_internal_schema(con)
+        critical_path.compute(con, **options)
+        con.close()
+        paths.append(path)
+    return paths, [connect(p).execute(PATH_ROWS).fetchall() for p in paths]
+
 pytestmark = needs_shared
 MULTI = ["h100/nsys/ddp4_sync_stall", "h100/nsys/ddp4_straggler", "h100/kineto/ddp4_sync_stall",
          "h100/kineto/ddp4_straggler", "public/param-dlrm8", "public/hta-2rank", "public/nsys-ai"]
@@ -202,21 +223,7 @@ def test_align_off_keeps_the_shift(tmp_path):
 @pytest.mark.parametrize("rel", ["h100/nsys/ddp4_sync_stall", "h100/kineto/launch_bound"])
 def test_host_stretches_with_numpy_equal_call_by_call(ingested, rel, tmp_path):
     """The walk takes long host stretches at once with numpy; the call-by-call loop is the reference."""
-    import duckdb
-
-    from traceflow import critical_path
-    from traceflow.duck import use_internal_schema
-    paths = []
-    for name, limit in (("numpy", 0), ("loop", 10**9)):
-        path = tmp_path / f"{name}.duckdb"
-        shutil.copy(ingested(rel), path)
-        con = duckdb.connect(str(path))
-        use_internal_schema(con)
-        critical_path.compute(con, scalar_host_calls=limit)
-        con.close()
-        paths.append(path)
-    q = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
-    a, b = (connect(p).execute(q).fetchall() for p in paths)
+    _, (a, b) = computed_paths(ingested(rel), tmp_path, numpy={"scalar_host_calls": 0}, loop={"scalar_host_calls": 10**9})
     assert len(a) > 100 and a == b
 
 
@@ -282,18 +289,8 @@ def test_the_walk_loads_only_the_ranks_it_stands_on(ingested, tmp_path, rel):
 
     from traceflow import critical_path
     from traceflow.duck import use_internal_schema
-    source = ingested(rel)
-    paths = []
-    for name, one_by_one in (("default", critical_path.graph.RANKS_ONE_BY_ONE), ("together", 0), ("then_all", 1)):
-        path = tmp_path / f"{name}.duckdb"
-        shutil.copy(source, path)
-        con = duckdb.connect(str(path))
-        use_internal_schema(con)
-        critical_path.compute(con, ranks_one_by_one=one_by_one)
-        con.close()
-        paths.append(path)
-    q = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
-    rows = [connect(p).execute(q).fetchall() for p in paths]
+    paths, rows = computed_paths(ingested(rel), tmp_path, default={}, together={"ranks_one_by_one": 0},
+                                 then_all={"ranks_one_by_one": 1})
     assert len(rows[0]) > 10 and rows[0] == rows[1] == rows[2]
 
     con = duckdb.connect(str(paths[0]), read_only=True)
