@@ -48,10 +48,10 @@ WITH unnamed AS (
     SELECT op_id, name FROM host_ops
     WHERE op_id IN (SELECT op_id FROM critical_path_raw UNION ALL SELECT op_id FROM covering)
 ), path_gpu AS (
-    -- likewise the GPU ops on the path, by id first: a join on gpu_ops itself built a hash table of
-    -- every op with its kernel name (3 M ops at 256 ranks: 0.84 s of this query's 1.64 s)
-    -- (each side filtered by id before the join: one side of a join was every op's row; at 256
-    -- ranks this query's peak RSS went 516 -> 235 MiB and 1.18 -> 0.72 s)
+    -- likewise the GPU ops on the path, and their CPU ops' work, each filtered by id before any join:
+    -- a join on gpu_ops itself built a hash table of every op with its kernel name (3 M ops at 256
+    -- ranks: 0.84 s of this query's 1.64 s); joined whole, op_work_kernels and op_work then held
+    -- every op's row (filtered first: 1.18 -> 0.72 s, peak RSS 516 -> 235 MiB)
     SELECT g.op_id, g.name, g.api_name, k.op_id AS cpu_op_id
     FROM (SELECT op_id, name, api_name FROM gpu_ops WHERE op_id IN (SELECT op_id FROM critical_path_raw)) g
     LEFT JOIN (SELECT gpu_op_id, op_id FROM op_work_kernels

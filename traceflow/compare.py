@@ -85,8 +85,6 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
     return d
 
 
-
-
 def as_database(path: str, scratch: Path, name: str) -> str:
     """A database as it is; trace files (a file, or a folder of them) ingested into `scratch`."""
     if not os.path.exists(path):

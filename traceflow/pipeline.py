@@ -222,7 +222,7 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
             # a registered object is a view in the catalog, dropped at some later commit on whichever
             # DuckDB thread runs it. After a Ctrl-C that was a pool thread during interpreter exit,
             # which needs the GIL to free the object: "terminate called without an active
-            # exception" (exit -6), or a hang (about 1 interrupted run in 20 on a loaded machine).
+            # exception" (exit -6), or a hang (4 of 50 interrupted runs on a loaded machine).
             incoming = ipc.open_stream(source)
             cols = ", ".join(f.name for f in reader_schema(table))
             if table == "host_ops":

@@ -199,7 +199,8 @@ class Graph:
         and end are sorted within a thread and a stretch of calls is a slice: a call is kept when it
         ends after every earlier call of its thread (a running max across batches). `silent`:
         threads known to have no call here."""
-        # filled in place (tens of millions of calls: no second copy from concatenating parts)
+        # filled in place (tens of millions of calls: no second copy from concatenating batches); the
+        # first load into a window takes these arrays as they are, a later rank's is appended
         h_start, h_end, h_op = (np.empty(n, dtype=np.int64) for _ in range(3))
         h_role, waited_ids = np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64)
         runs: list[list[int]] = []  # [rank, tid, first position, end position] per thread
@@ -228,11 +229,10 @@ class Graph:
             h_start[lo:k] = np.maximum(start[keep], enclosing[keep])
             h_end[lo:k], h_op[lo:k], h_role[lo:k], waited_ids[lo:k] = end[keep], op[keep], role[keep], waited[keep]
         base = len(self.h_start)
-        self.h_start = np.concatenate([self.h_start, h_start[:k]])
-        self.h_end = np.concatenate([self.h_end, h_end[:k]])
-        self.h_op = np.concatenate([self.h_op, h_op[:k]])
-        self.h_role = np.concatenate([self.h_role, h_role[:k]])
-        self.h_waited = np.concatenate([self.h_waited, self.position(waited_ids[:k]).astype(np.int32)])
+        append = (lambda old, new: np.concatenate([old, new]) if len(old) else new)  # noqa: E731
+        self.h_start, self.h_end = append(self.h_start, h_start[:k]), append(self.h_end, h_end[:k])
+        self.h_op, self.h_role = append(self.h_op, h_op[:k]), append(self.h_role, h_role[:k])
+        self.h_waited = append(self.h_waited, self.position(waited_ids[:k]).astype(np.int32))
         del waited_ids, h_start, h_end, h_op, h_role
         self.threads.update({key: (base, base) for key in silent})
         self.threads.update({(r, t): (base + a, base + b) for r, t, a, b in runs})
