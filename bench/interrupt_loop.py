@@ -1,0 +1,71 @@
+"""Ctrl-C at random moments of `traceflow postmortem` on the bundled job, many times: every run
+must end with exit 130 (or 0, when it finished first) and print no traceback.
+
+    python bench/interrupt_loop.py 120 --seed 7 [--cluster local:2] [--load]
+
+--load runs a busy process beside it (CI runs two test workers on two cores: the faults showed
+only under load). A run that hangs for 40 s gets its threads' stacks written (gdb) and is killed.
+Prints the count per exit status, and each odd run's stderr. How the Ctrl-C faults of session 11
+were found and their fixes checked.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", type=int)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cluster", help="run with --cluster ADDRESS instead of --jobs 3")
+    ap.add_argument("--load", action="store_true", help="a busy process beside the runs")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    inputs = sorted(str(p) for p in (ROOT / "fixtures" / "ddp4_sync_stall").glob("rank-*.json.gz"))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if a.load else None
+    codes: dict[int, int] = {}
+    try:
+        for _ in range(a.runs):
+            d = tempfile.mkdtemp(prefix="interrupt-loop-")
+            extra = ["--cluster", a.cluster] if a.cluster else ["--jobs", "3"]
+            p = subprocess.Popen([sys.executable, "-m", "traceflow.cli", "postmortem", *inputs, "-o", f"{d}/pm", *extra],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                 env=dict(os.environ, TMPDIR=d, PYTHONFAULTHANDLER="1"), cwd=d)
+            after = rng.uniform(0.5, 6.0) if a.cluster else rng.uniform(0.3, 3.0)
+            time.sleep(after)
+            os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+            try:
+                _, err = p.communicate(timeout=40)
+            except subprocess.TimeoutExpired:
+                stacks = subprocess.run(["gdb", "-p", str(p.pid), "-batch", "-ex", "thread apply all bt"],
+                                        capture_output=True, text=True).stdout if shutil.which("gdb") else ""
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+                print(f"HANG after {after:.2f} s\n{stacks[-4000:]}", flush=True)
+                codes[-999] = codes.get(-999, 0) + 1
+                continue
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            codes[p.returncode] = codes.get(p.returncode, 0) + 1
+            if p.returncode not in (0, 130) or "Traceback" in err:
+                print(f"exit {p.returncode} after {after:.2f} s:\n{err[-2000:]}", flush=True)
+    finally:
+        if hog:
+            hog.kill()
+    print(codes)
+    return 0 if set(codes) <= {0, 130} else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
