@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cluster", help="run with --cluster ADDRESS instead of --jobs 3")
     ap.add_argument("--load", action="store_true", help="a busy process beside the runs")
+    ap.add_argument("--between", type=float, nargs=2, metavar=("LO", "HI"),
+                    help="interrupt between LO and HI seconds after the start (default 0.3-3, cluster 0.5-6)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     inputs = sorted(str(p) for p in (ROOT / "fixtures" / "ddp4_sync_stall").glob("rank-*.json.gz"))
@@ -39,10 +41,11 @@ def main():
         for _ in range(a.runs):
             d = tempfile.mkdtemp(prefix="interrupt-loop-")
             extra = ["--cluster", a.cluster] if a.cluster else ["--jobs", "3"]
+            t0 = time.perf_counter()
             p = subprocess.Popen([sys.executable, "-m", "traceflow.cli", "postmortem", *inputs, "-o", f"{d}/pm", *extra],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                  env=dict(os.environ, TMPDIR=d, PYTHONFAULTHANDLER="1"), cwd=d)
-            after = rng.uniform(0.5, 6.0) if a.cluster else rng.uniform(0.3, 3.0)
+            after = rng.uniform(*(a.between or ((0.5, 6.0) if a.cluster else (0.3, 3.0))))
             time.sleep(after)
             os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
             try:
@@ -60,6 +63,8 @@ def main():
             codes[p.returncode] = codes.get(p.returncode, 0) + 1
             if p.returncode not in (0, 130) or "Traceback" in err:
                 print(f"exit {p.returncode} after {after:.2f} s:\n{err[-2000:]}", flush=True)
+            elif p.returncode == 0:  # finished before the Ctrl-C, or the Ctrl-C was lost: say which it looks like
+                print(f"exit 0: Ctrl-C at {after:.2f} s, exit {time.perf_counter() - t0:.2f} s after the start", flush=True)
     finally:
         if hog:
             hog.kill()

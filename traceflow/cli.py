@@ -34,7 +34,7 @@ import tempfile
 import click
 
 from .errors import InputError, UsageError, one_line
-from .outputs import disk_problem, os_problem
+from .outputs import BEFORE_REPLACE, disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
 from .text import printable
 
@@ -58,6 +58,16 @@ def _on_sigint(signum, frame):
     raise KeyboardInterrupt
 
 
+def _raise_if_interrupted():
+    """Raises again a Ctrl-C that an extension module swallowed: pyarrow turns a KeyboardInterrupt
+    raised inside its conversion of a list into its own error, which a reader's fallback for mixed
+    values then handled, and the run went on to the end (1 interrupted run in 100 on a loaded
+    machine). Called at each progress point (a file read, a phase started) and before any output
+    replaces its target (outputs.BEFORE_REPLACE)."""
+    if _SIGINT_SEEN:
+        raise KeyboardInterrupt
+
+
 def _unraisable(u):
     """A Ctrl-C that lands in code whose errors Python only reports (a weakref callback, a
     finalizer) printed "Exception ignored in ..." with a traceback, and was lost: 1 interrupted
@@ -74,6 +84,11 @@ def _unraisable(u):
 
 def _interrupted():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # CPython 3.11 marks a KeyboardInterrupt that ends an eval() of a string as never handled (and
+    # collections.namedtuple evals one per class it builds, while modules import): the interpreter
+    # then kills itself with SIGINT at exit, whatever sys.exit says (exit -2, 2 of 80 runs
+    # interrupted while starting). An eval() of a string that succeeds clears the mark.
+    eval("None")
     say("traceflow: interrupted", err=True)
     sys.exit(130)  # SIGINT ignored from here: a late one in interpreter shutdown showed as a death by SIGINT (-2)
 
@@ -90,6 +105,8 @@ class _Guard(click.Group):
         # click's own handling would print "Aborted!" (exit 1) for a Ctrl-C outside a command.
         signal.signal(signal.SIGINT, _on_sigint)  # from here, KeyboardInterrupt cleans up
         sys.unraisablehook = _unraisable
+        if _raise_if_interrupted not in BEFORE_REPLACE:
+            BEFORE_REPLACE.append(_raise_if_interrupted)
         try:
             rv = super().main(args, prog_name, standalone_mode=False, **extra)
         except (KeyboardInterrupt, click.exceptions.Abort):
@@ -175,7 +192,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
                peak_tflops=None, peak_gbps=None, cluster=None):
     from .pipeline import expand, ingest
     paths = expand(files)
-    with Progress(len(paths)) as progress:
+    with Progress(len(paths), _raise_if_interrupted) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
                      peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster)
@@ -340,7 +357,7 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     db = prepare(outdir, expand(files), force=force)
     with _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                     peak_tflops, peak_gbps, cluster) as job, \
-            Progress(0) as progress:
+            Progress(0, _raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])
     say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")

@@ -211,6 +211,13 @@ def _temp_files(tmp: Path) -> list[Path]:
     return [tmp, Path(f"{tmp}.wal")]
 
 
+# Run just before an output replaces its target. The command adds one that raises a Ctrl-C which an
+# extension module swallowed (cli._raise_if_interrupted): pyarrow and DuckDB, importing a module
+# mid-call, turned the KeyboardInterrupt into an error of their own and went on (2 of 60 runs
+# interrupted while the Perfetto trace was written finished and replaced their outputs).
+BEFORE_REPLACE: list = []
+
+
 @contextmanager
 def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_existing: bool = False):
     """Yields a temp path (same folder as the target) to write the new file to; renames it over
@@ -225,6 +232,8 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
         if copy_existing and target.exists() and target.stat().st_size:
             shutil.copyfile(target, tmp)
         yield tmp
+        for check in BEFORE_REPLACE:
+            check()
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)

@@ -18,9 +18,11 @@ def say(text, err: bool = False):
 class Progress:
     """The progress line on a terminal (stderr): files read, then each phase by name, so that it
     never sits at "4/4 files" through the analyses, the report and the Perfetto trace.
-    Called with a path when a file is read; .phase(name) when a phase starts."""
+    Called with a path when a file is read; .phase(name) when a phase starts. `check` runs first
+    at each of these points (the command's: raise a Ctrl-C that an extension swallowed)."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, check=None):
+        self.check = check or (lambda: None)
         self.prog = None
         if sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -38,10 +40,12 @@ class Progress:
             self.prog.stop()
 
     def __call__(self, path=None):
+        self.check()
         if self.prog and isinstance(path, str):
             self.prog.advance(self.task)
 
     def phase(self, name: str):
+        self.check()
         if self.prog:
             self.prog.update(self.task, description=printable(name))
             self.prog.refresh()  # shown now, however short the phase
