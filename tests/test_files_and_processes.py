@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import BUNDLED, FIX, TRACEFLOW, connect, on_a_terminal, run_cli, tagged_processes
+from conftest import BUNDLED, FIX, ROOT, TRACEFLOW, connect, on_a_terminal, run_cli, tagged_processes
 
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))
 NSYS_SMALL = FIX / "h100/nsys/graphs/rank0.sqlite"
@@ -533,3 +533,71 @@ except KeyboardInterrupt:
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "delivered" and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def test_a_ctrl_c_that_pyarrow_swallowed_is_raised_at_the_next_progress_point(tmp_path):
+    """pyarrow turns a KeyboardInterrupt raised inside its conversion of a list into ArrowInvalid,
+    which a reader's fallback for mixed values handles: the run went on to the end (1 interrupted
+    run in 100). The command's progress callback raises it again, and so does an output about to
+    replace its target."""
+    code = """
+import signal
+import pyarrow as pa
+from traceflow import cli
+from traceflow.terminal import Progress
+signal.signal(signal.SIGINT, cli._on_sigint)
+class Late:
+    def __index__(self):  # the SIGINT handler, run while pyarrow converts this value
+        cli._on_sigint(signal.SIGINT, None)
+try:
+    pa.array([1, Late()], pa.int64())
+except pa.ArrowInvalid:
+    print("swallowed", end=" ")
+try:
+    Progress(1, cli._raise_if_interrupted)("rank-0.json")
+    print("lost")
+except KeyboardInterrupt:
+    print("raised", end=" ")
+# and before any output replaces its target, for one swallowed after the last progress point
+import os, sys
+from traceflow.outputs import BEFORE_REPLACE, atomic_output
+BEFORE_REPLACE.append(cli._raise_if_interrupted)
+target = os.path.join(sys.argv[1], "trace.perfetto-trace")
+try:
+    with atomic_output(target, "perfetto") as tmp:
+        open(tmp, "wb").write(b"x")
+    print("replaced")
+except KeyboardInterrupt:
+    print("kept", *sorted(os.listdir(sys.argv[1])))
+"""
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "swallowed raised kept", r.stdout + r.stderr
+
+
+def test_readers_fork_only_from_a_process_without_other_python_threads():
+    """A forked reader starts at once (a spawned one first imports Arrow, ~0.2 s); a fork from a
+    process with another Python thread running could copy a lock that thread holds: spawn then."""
+    code = """
+import threading, time
+from traceflow.pipeline import _start_method
+alone = _start_method()
+t = threading.Thread(target=time.sleep, args=(1,)); t.start()
+print(alone, _start_method())
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == (["fork", "spawn"] if sys.platform.startswith("linux") else ["spawn", "spawn"]), r.stderr
+
+
+def test_a_ctrl_c_that_ends_an_eval_still_exits_130(tmp_path):
+    """CPython 3.11 marks a KeyboardInterrupt that ends an eval() of a string (namedtuple evals one
+    per class, while modules import) as unhandled, and the process then killed itself with SIGINT
+    (exit -2) after printing the interrupt line: 2 of 80 runs interrupted while starting."""
+    (tmp_path / "interrupted_in_eval.py").write_text(
+        "from traceflow import cli\n"
+        "try:\n"
+        "    eval('(_ for _ in ()).throw(KeyboardInterrupt)')\n"
+        "except KeyboardInterrupt:\n"
+        "    cli._interrupted()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    r = subprocess.run([sys.executable, "-m", "interrupted_in_eval"], capture_output=True, text=True, timeout=60, env=env)
+    assert (r.returncode, r.stderr.strip()) == (130, "traceflow: interrupted"), (r.returncode, r.stderr)

@@ -38,6 +38,15 @@ def _watch_parent(parent: int, every_s: float = 0.25):
     os._exit(1)
 
 
+def import_readers(formats) -> None:
+    """Imports the readers of these formats here, before this process forks its reader workers,
+    which then start with them (the Kineto reader takes ~45 ms to import, in each process)."""
+    if "kineto-json" in formats:
+        from . import kineto  # noqa: F401
+    if set(formats) - {"kineto-json"}:
+        from . import nsys  # noqa: F401
+
+
 def read_file(inp: Input | str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
     """The map step for one input (an Input from detect.identify, or a path, detected here)."""
     if isinstance(inp, str):
