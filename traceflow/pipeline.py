@@ -91,8 +91,9 @@ def _read_all(inputs: list[Input], folder, jobs, nsys_exe, progress):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
         # threads do as well as processes here, without a worker's start (~0.2 s).
         return _share(inputs, [read_file] * jobs, folder, nsys_exe, progress)
-    # A worker process takes ~0.2 s to start (a fresh interpreter importing Arrow): on small inputs
-    # this process reads too meanwhile, and takes the next file whenever it is free.
+    # A spawned worker takes ~0.2 s to start (a fresh interpreter importing Arrow; a forked one starts
+    # at once, _start_method): on small inputs this process reads too, and takes the next file
+    # whenever it is free.
     n_proc = jobs if big else jobs - 1
     method = _start_method()
     if method == "fork":
