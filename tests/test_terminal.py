@@ -58,6 +58,19 @@ def test_idle_gaps_sorted_by_duration_by_default(job):
     assert durs == sorted(durs, reverse=True) and durs[0] >= 20_000_000  # the injected ~40 ms stall comes first
 
 
+def test_ids_are_printed_whole_quantities_grouped(job):
+    """An op id is copied into a query: 13314, never 13,314 (a duration or a count keeps its separators)."""
+    rows = __import__("json").loads(run_cli("query", job, "idle-gaps", "--format", "json").stdout)
+    big = [r for r in rows if (r["next_op_id"] or 0) >= 10_000][:3]
+    assert big, "no op id of 5 digits or more in the bundled job's idle gaps"
+    out = ANSI.sub("", on_a_terminal("query", job, "idle-gaps", "--limit", "0", columns=250))
+    for r in big:
+        assert re.search(rf"[│ ]{r['next_op_id']}[│ ]", out), (r["next_op_id"], out[:2000])
+        assert f"{r['next_op_id']:,}" not in out
+    from traceflow.terminal import cell
+    assert (cell(13314, "next_op_id", False, False), cell(13314, "kernels", False, False)) == ("13314", "13,314")
+
+
 def test_empty_answer_says_what_the_database_holds(job):
     out = on_a_terminal("query", job, "idle-gaps", "--rank", "9")
     assert "no rows for --rank 9 (ranks 0–3, steps" in out

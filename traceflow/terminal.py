@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .text import printable, short_name
+from .text import is_identifier, printable, short_name
 
 
 def say(text, err: bool = False):
@@ -61,7 +61,7 @@ def cell(v, col: str, instant: bool, duration: bool) -> str:
         return f"{v / 1e6:,.3f}"
     if isinstance(v, float):
         return f"{v:,.2f}"
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000:
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000 and not is_identifier(col):
         return f"{v:,}"
     if isinstance(v, str) and col.endswith(NAME_COLUMNS):
         v = short_name(v)  # the full name: --format json / csv

@@ -52,3 +52,9 @@ def short_name(name) -> str:
     base = "".join(out).strip()
     base = base.rsplit(" ", 1)[-1] if " " in base else base  # drop a return type (`void`)
     return base or s
+
+
+def is_identifier(col: str) -> bool:
+    """A column of ids (op, trace, correlation, thread, process): labels to copy into a query, not
+    quantities, so shown without thousands separators (`WHERE op_id = 13,314` is no query)."""
+    return col == "id" or col.endswith(("_id", "tid", "pid"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..text import printable
+from ..text import is_identifier, printable
 
 KIND_COLORS = {"gpu_compute": "#4c78a8", "gpu_comm": "#f58518", "gpu_memory": "#54a24b", "peer_wait": "#e45756",
                "launch": "#b279a2", "host_cpu": "#9d755d", "host_sync": "#ff9da6", "idle": "#bab0ac"}
@@ -67,9 +67,9 @@ class Section:
     blocks: list = field(default_factory=list)
 
 
-def _cell(v) -> str:
-    """A value as the page shows it; trace text with control characters shown as escapes (the
-    template escapes HTML)."""
+def _cell(v, col: str = "") -> str:
+    """A value of column `col` as the page shows it; trace text with control characters shown as
+    escapes (the template escapes HTML)."""
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -77,7 +77,7 @@ def _cell(v) -> str:
     if isinstance(v, float):
         return f"{v:,.2f}"
     if isinstance(v, int):
-        return f"{v:,}"
+        return str(v) if is_identifier(col) else f"{v:,}"
     if isinstance(v, (list, tuple)):
         return printable(", ".join(map(str, v)))
     return printable(v)
@@ -91,7 +91,7 @@ def table(con, sql, params=None, headers=None, ms_cols=()) -> Table:
 def rows_table(cols: list[str], rows: list, headers=None, ms_cols=()) -> Table:
     """A Table from column names and rows (ns columns named in ms_cols shown in ms)."""
     cells = [[Cell(f"{v / 1e6:,.3f}", True) if c in ms_cols and v is not None
-             else Cell(_cell(v), isinstance(v, (int, float)) and not isinstance(v, bool)) for c, v in zip(cols, r)]
+             else Cell(_cell(v, c), isinstance(v, (int, float)) and not isinstance(v, bool)) for c, v in zip(cols, r)]
             for r in rows]
     return Table([printable(h) for h in (headers or cols)], cells)
 
