@@ -42,9 +42,9 @@ def run_cli(*args, cwd=None, env=None, input=None, timeout=600):
                           input=input, timeout=timeout)
 
 
-def on_a_terminal(*args, env=None, columns: int = 100) -> str:
+def on_a_terminal(*args, env=None, columns: int = 100, program=None) -> str:
     """The command's output with a pseudo-terminal of `columns` as its stdout and stderr, as a user
-    at a terminal sees it."""
+    at a terminal sees it. `program`: what runs with `args` (default: traceflow)."""
     import fcntl
     import pty
     import struct
@@ -52,7 +52,7 @@ def on_a_terminal(*args, env=None, columns: int = 100) -> str:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     e = {**os.environ, **(env or {}), "COLUMNS": str(columns), "LINES": "50"}
-    p = subprocess.Popen([*TRACEFLOW, *map(str, args)], stdout=slave, stderr=slave, env=e)
+    p = subprocess.Popen([*(program or TRACEFLOW), *map(str, args)], stdout=slave, stderr=slave, env=e)
     os.close(slave)
     chunks = []
     while True:

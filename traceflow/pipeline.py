@@ -15,7 +15,7 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pyarrow as pa
@@ -95,22 +95,26 @@ def _read_all(inputs: list[Input], folder, jobs, nsys_exe, progress):
     # at once, _start_method): on small inputs this process reads too, and takes the next file
     # whenever it is free.
     n_proc = jobs if big else jobs - 1
-    method = _start_method()
-    if method == "fork":
-        import_readers({i.format for i in inputs})
-    pool = ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context(method),
-                               initializer=worker_start, initargs=(os.getpid(),))
+    pool = None
     try:
-        slots = [lambda *a: _submit(pool, read_file, *a).result()] * n_proc + ([] if big else [read_file])
-        try:
-            if method == "fork":  # inside the try: a Ctrl-C now must still stop and join the pool
+        # A terminal's progress display redraws from a thread of its own, which would rule out a fork.
+        with getattr(progress, "paused", nullcontext)():
+            method = _start_method()
+            if method == "fork":
+                import_readers({i.format for i in inputs})
+            pool = ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context(method),
+                                       initializer=worker_start, initargs=(os.getpid(),))
+            if method == "fork":
                 _fork_workers_now(pool)
-            return _share(inputs, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
-        except BaseException:
+        slots = [lambda *a: _submit(pool, read_file, *a).result()] * n_proc + ([] if big else [read_file])
+        return _share(inputs, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
+    except BaseException:
+        if pool is not None:
             _stop_workers(pool)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
-            raise
+        raise
     finally:
-        _close_pool(pool)
+        if pool is not None:
+            _close_pool(pool)
 
 
 def _start_method() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 
 import click
 
@@ -38,6 +39,22 @@ class Progress:
     def __exit__(self, *exc):
         if self.prog:
             self.prog.stop()
+
+    @contextmanager
+    def paused(self):
+        """The display's redraw thread stopped for a moment: reader workers are forked only from a
+        process that runs no other thread (pipeline._start_method)."""
+        if self.prog:
+            # rich's stop() only asks its redraw thread to end: wait until it has
+            redraw = getattr(self.prog.live, "_refresh_thread", None)
+            self.prog.stop()
+            if redraw is not None:
+                redraw.join(timeout=1)
+        try:
+            yield
+        finally:
+            if self.prog:
+                self.prog.start()
 
     def __call__(self, path=None):
         self.check()
