@@ -225,6 +225,17 @@ def test_postmortem_output_is_a_file_or_holds_foreign_files(sandbox):
     assert not (folder / "job.duckdb").exists()  # refused before any work
 
 
+def test_a_refused_postmortem_leaves_no_folder_it_made(sandbox):
+    run, trace, db = sandbox
+    notes = _text_file(run.root)
+    out = run.root / "new-pm"
+    assert_refused(run("postmortem", notes, "-o", out), 3, "unknown format")
+    assert not out.exists()  # made for the outputs, and none came
+    out.mkdir()
+    assert_refused(run("postmortem", notes, "-o", out), 3, "unknown format")
+    assert out.is_dir()  # the user's own folder stays
+
+
 # --- scratch folders ----------------------------------------------------------------------------
 
 def test_foreign_scratch_look_alikes_are_never_removed(sandbox):
@@ -273,6 +284,8 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(sandbox, after_s):
         lines = [x for x in err.strip().splitlines() if not x.startswith(("traceflow: warning:", "traceflow: note:"))]
         assert lines == ["traceflow: interrupted"], err
     assert db.read_bytes() == old
+    pm = run.root / "pm"
+    assert not pm.exists() or any(pm.iterdir()), "an empty output folder left behind"
     after = snapshot(run.root)
     assert all(after.get(k) == v for k, v in before.items())
     assert [x.name for x in run.root.rglob("*") if ".traceflow-tmp-" in x.name or x.name.endswith(".traceflow-lock")] == []

@@ -353,10 +353,10 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
       traceflow postmortem runs/rank*.sqlite -o postmortem/
     """
     from .pipeline import expand
-    from .postmortem import finish, prepare
-    db = prepare(outdir, expand(files), force=force)
-    with _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                    peak_tflops, peak_gbps, cluster) as job, \
+    from .postmortem import finish, output_folder
+    with output_folder(outdir, expand(files), force=force) as db, \
+            _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
+                       peak_tflops, peak_gbps, cluster) as job, \
             Progress(0, _raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])

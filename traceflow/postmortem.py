@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 from .errors import OutputError
 from .job import Job
@@ -24,6 +25,24 @@ def prepare(outdir: str, inputs, force: bool = False) -> str:
     return os.path.join(outdir, FILES["database"])
 
 
+@contextmanager
+def output_folder(outdir: str, inputs, force: bool = False):
+    """prepare(), yielding the database path; on any error (a bad input, Ctrl-C) the folder goes
+    again if this run created it and nothing was written into it: a refused run left an empty
+    folder behind."""
+    created = not os.path.lexists(outdir)
+    db = prepare(outdir, inputs, force)
+    try:
+        yield db
+    except BaseException:
+        if created:
+            try:
+                os.rmdir(outdir)  # only an empty folder: never anything written into it
+            except OSError:
+                pass
+        raise
+
+
 def finish(job: Job, outdir: str, force: bool = False, progress=None) -> dict:
     """The report, the Perfetto trace and the verdict of one Job: one connection, findings computed once."""
     phase = getattr(progress, "phase", lambda _: None)
@@ -37,6 +56,5 @@ def finish(job: Job, outdir: str, force: bool = False, progress=None) -> dict:
 def run(files, outdir: str = "postmortem", **ingest_options) -> dict:
     from .pipeline import expand, ingest
     force = ingest_options.pop("force", False)
-    db = prepare(outdir, expand(files), force)
-    with ingest(files, db, force=force, **ingest_options) as job:
+    with output_folder(outdir, expand(files), force) as db, ingest(files, db, force=force, **ingest_options) as job:
         return finish(job, outdir, force)
