@@ -620,6 +620,43 @@ print("threads", before, during, after)
     assert f"threads 2 {expected} 2" in out, out
 
 
+def test_a_ctrl_c_waits_until_an_extension_module_has_initialised():
+    """A Ctrl-C while DuckDB's C extension initialised left it half-made ("ImportError:
+    initialization failed") and the process crashed at exit (3 of 80 ingests interrupted while
+    loading: SIGSEGV). The command holds SIGINT back during an extension's init and delivers it
+    right after: the KeyboardInterrupt comes from its hold, not from inside the init."""
+    code = """
+import signal, sys, traceback
+from importlib.machinery import ExtensionFileLoader
+from traceflow import cli
+signal.signal(signal.SIGINT, cli._on_sigint)
+cli._hold_interrupts_in_extension_inits()
+fired = []
+def prof(frame, event, arg):  # a Ctrl-C at the first Python call made from inside an extension's init
+    if fired or event != "call":
+        return
+    f = frame.f_back
+    while f is not None:
+        if f.f_code.co_name == "create_module" and isinstance(f.f_locals.get("self"), ExtensionFileLoader) \
+                and frame.f_code.co_filename != f.f_code.co_filename:
+            fired.append(1)
+            signal.raise_signal(signal.SIGINT)
+            return
+        f = f.f_back
+sys.setprofile(prof)
+try:
+    import duckdb
+    print("not interrupted")
+except KeyboardInterrupt as e:
+    sys.setprofile(None)
+    print("raised in", traceback.extract_tb(e.__traceback__)[-2].name)
+import duckdb
+print(duckdb.connect().execute("SELECT 1 + 2").fetchone()[0])
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.split("\n")[:2] == ["raised in run", "3"], r.stdout + r.stderr
+
+
 def test_a_ctrl_c_that_ends_an_eval_still_exits_130(tmp_path):
     """CPython 3.11 marks a KeyboardInterrupt that ends an eval() of a string (namedtuple evals one
     per class, while modules import) as unhandled, and the process then killed itself with SIGINT

@@ -5,9 +5,11 @@ and progress are terminal.py.
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
+import threading
 
 
 def _interrupted_while_starting(signum, frame):
@@ -68,6 +70,46 @@ def _raise_if_interrupted():
         raise KeyboardInterrupt
 
 
+_held: dict = {"depth": 0, "signals": 0}  # extension inits running on the main thread, SIGINTs held back
+
+
+def _note_sigint(signum, frame):
+    _held["signals"] += 1
+
+
+def _hold_interrupts_in_extension_inits():
+    """A Ctrl-C while a C extension module initialises (pyarrow's Cython modules, DuckDB, numpy;
+    most are imported lazily, some by DuckDB itself) left it half-made: "ImportError:
+    initialization failed", then a crash at exit (3 of 80 ingests interrupted while loading ended
+    with SIGSEGV). The command holds SIGINT back while any extension's init runs, on the main
+    thread, and delivers it as soon as the outermost one is done."""
+    from importlib.machinery import ExtensionFileLoader
+    if getattr(ExtensionFileLoader, "traceflow_holds_sigint", False):
+        return
+
+    def held(method):
+        @functools.wraps(method)
+        def run(self, arg):
+            if threading.current_thread() is not threading.main_thread():
+                return method(self, arg)
+            if _held["depth"] == 0:
+                _held["previous"] = signal.signal(signal.SIGINT, _note_sigint)
+            _held["depth"] += 1
+            try:
+                return method(self, arg)
+            finally:
+                _held["depth"] -= 1
+                if _held["depth"] == 0:
+                    signal.signal(signal.SIGINT, _held.pop("previous"))
+                    if _held["signals"]:
+                        _held["signals"] = 0
+                        signal.raise_signal(signal.SIGINT)  # runs the command's handler, now
+        return run
+    for name in ("create_module", "exec_module"):
+        setattr(ExtensionFileLoader, name, held(getattr(ExtensionFileLoader, name)))
+    ExtensionFileLoader.traceflow_holds_sigint = True
+
+
 def _unraisable(u):
     """A Ctrl-C that lands in code whose errors Python only reports (a weakref callback, a
     finalizer) printed "Exception ignored in ..." with a traceback, and was lost: 1 interrupted
@@ -105,6 +147,7 @@ class _Guard(click.Group):
         # click's own handling would print "Aborted!" (exit 1) for a Ctrl-C outside a command.
         signal.signal(signal.SIGINT, _on_sigint)  # from here, KeyboardInterrupt cleans up
         sys.unraisablehook = _unraisable
+        _hold_interrupts_in_extension_inits()
         if _raise_if_interrupted not in BEFORE_REPLACE:
             BEFORE_REPLACE.append(_raise_if_interrupted)
         try:

@@ -153,7 +153,19 @@ def _submit(pool: ProcessPoolExecutor, fn, *args):
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _manager_thread(pool: ProcessPoolExecutor):
+    """The pool's manager thread (concurrent.futures keeps it private), remembered on the pool:
+    shutdown(wait=False) drops its own reference unjoined, so a later shutdown(wait=True) joined
+    nothing and the thread raced Python's exit after a Ctrl-C (the traceback of _close_pool's
+    docstring, again 1 of 200 interrupted runs at a terminal)."""
+    thread = getattr(pool, "_executor_manager_thread", None)
+    if thread is not None:
+        pool.traceflow_manager_thread = thread  # type: ignore[attr-defined]
+    return getattr(pool, "traceflow_manager_thread", None)
+
+
 def _stop_workers(pool: ProcessPoolExecutor):
+    _manager_thread(pool)
     pool.shutdown(wait=False, cancel_futures=True)
     procs = list((getattr(pool, "_processes", None) or {}).values())
     for proc in procs:
@@ -171,7 +183,10 @@ def _close_pool(pool: ProcessPoolExecutor):
     interrupted = False
     while True:
         try:
+            manager = _manager_thread(pool)
             pool.shutdown(wait=True)
+            if manager is not None:
+                manager.join()  # ends once the workers are gone, killed or done
             break
         except KeyboardInterrupt:
             interrupted = True
