@@ -100,7 +100,8 @@ def _hold_interrupts_in_extension_inits():
             finally:
                 _held["depth"] -= 1
                 if _held["depth"] == 0:
-                    signal.signal(signal.SIGINT, _held.pop("previous"))
+                    previous = _held.pop("previous")  # None: a handler set from C, not Python's
+                    signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
                     if _held["signals"]:
                         _held["signals"] = 0
                         signal.raise_signal(signal.SIGINT)  # runs the command's handler, now
