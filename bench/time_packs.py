@@ -10,28 +10,18 @@ found which analyses grew faster than the ranks on the client.
 from __future__ import annotations
 
 import resource
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-import duckdb
+from db_copy import writable_copy
 
 from traceflow import packs
-from traceflow.duck import use_internal_schema
-from traceflow.pipeline import db_config
 from traceflow.rank_task import PER_RANK_PACKS
 from traceflow.shard_views import folder_of
 
 
 def main(database: str):
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "copy.duckdb"
-        shutil.copyfile(database, copy)
-        con = duckdb.connect(str(copy), config=db_config(tmp))
-        use_internal_schema(con, create=True)
-        con.execute("SET enable_progress_bar = false")
+    with writable_copy(database) as con:
         done_on_workers = PER_RANK_PACKS if folder_of(con) else ()
         con.execute("BEGIN TRANSACTION")
         for name in packs.run_order():
@@ -41,7 +31,6 @@ def main(database: str):
             con.execute(packs.pack_sql(name))
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             print(f"{name:24s} {time.perf_counter() - t0:6.2f} s   peak RSS {rss:7.0f} MiB", flush=True)
-        con.close()
 
 
 if __name__ == "__main__":

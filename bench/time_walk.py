@@ -10,18 +10,13 @@ docs/scale-out.md measured the walk loading ranks on demand.
 from __future__ import annotations
 
 import resource
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-import duckdb
+from db_copy import writable_copy
 
 from traceflow import critical_path
-from traceflow.duck import use_internal_schema
 from traceflow.packs import pack_sql
-from traceflow.pipeline import db_config
 
 
 def rss_mib() -> float:
@@ -29,12 +24,7 @@ def rss_mib() -> float:
 
 
 def main(database: str):
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "copy.duckdb"
-        shutil.copyfile(database, copy)
-        con = duckdb.connect(str(copy), config=db_config(tmp))
-        use_internal_schema(con, create=True)
-        con.execute("SET enable_progress_bar = false")
+    with writable_copy(database) as con:
         n = [con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("gpu_ops", "cp_host_nodes", "traces")]
         print(f"{n[0]:,} GPU ops, {n[1]:,} host nodes, {n[2]} traces")
         stored = con.execute("SELECT * FROM critical_path_raw").to_arrow_table()  # noqa: F841 - read by name below
@@ -60,7 +50,6 @@ def main(database: str):
         t = time.perf_counter()
         con.execute(pack_sql("critical_path"))
         print(f"naming       {time.perf_counter() - t:6.2f} s   peak RSS {rss_mib():5.0f} MiB")
-        con.close()
 
 
 if __name__ == "__main__":
