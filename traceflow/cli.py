@@ -117,7 +117,6 @@ def _unraisable(u):
     `--cluster local:2` run in 30 on a loaded machine. Deliver it again to the main thread instead."""
     if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
         import _thread
-        import threading
         # from another thread, a moment later: raised here it would be lost again in the same callback;
         # once the command has returned (SIGINT ignored) this does nothing
         threading.Timer(0.05, _thread.interrupt_main).start()

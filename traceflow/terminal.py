@@ -37,19 +37,22 @@ class Progress:
         return self
 
     def __exit__(self, *exc):
+        self._stop()
+
+    def _stop(self):
+        """rich's stop() only asks its redraw thread to end: wait until it has (no thread left
+        behind to run during a fork, or during the interpreter's exit)."""
         if self.prog:
+            redraw = getattr(self.prog.live, "_refresh_thread", None)
             self.prog.stop()
+            if redraw is not None:
+                redraw.join(timeout=1)
 
     @contextmanager
     def paused(self):
         """The display's redraw thread stopped for a moment: reader workers are forked only from a
         process that runs no other thread (pipeline._start_method)."""
-        if self.prog:
-            # rich's stop() only asks its redraw thread to end: wait until it has
-            redraw = getattr(self.prog.live, "_refresh_thread", None)
-            self.prog.stop()
-            if redraw is not None:
-                redraw.join(timeout=1)
+        self._stop()
         try:
             yield
         finally:
