@@ -304,7 +304,7 @@ def query(database, name, list_, rank, step, fmt, limit):
         if name == "critical-path" and fmt == "table" and sys.stdout.isatty():
             for line in critical_path_lines(job.con, step):
                 say(line)
-        print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step))
+        print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step), pack=name)
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(job, rank):
                 say(line)
