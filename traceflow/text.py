@@ -169,6 +169,7 @@ def decimal_text(v: float) -> str:
     significant digits below 0.1 (`0.000123`, never `0.00`). (A column of whole doubles, a count
     computed as a double, is shown as integers by the table that holds it.)"""
     import math
+    v = float(v)  # a numpy double's repr is `np.float64(...)`
     if not math.isfinite(v):
         return str(v)
     if abs(v) >= 1e15:
