@@ -68,6 +68,27 @@ def on_a_terminal(*args, env=None, columns: int = 100, program=None) -> str:
     return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
 
 
+# Temporary files stay inside the clone (ignored by git), not in /tmp/pytest-of-<user>: one folder per run,
+# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN); the folders of the
+# last three runs that ended are kept for a look, older ones removed.
+TMP_ROOT = ROOT / ".pytest-tmp"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if config.option.basetemp or hasattr(config, "workerinput"):  # given, or a worker (xdist gave it one)
+        return
+    TMP_ROOT.mkdir(exist_ok=True)
+    ended = []
+    for d in TMP_ROOT.glob("run-*"):
+        pid = d.name[4:]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            ended.append(d)
+    for d in sorted(ended, key=lambda d: d.stat().st_mtime)[:-3]:
+        shutil.rmtree(d, ignore_errors=True)
+    config.option.basetemp = str(TMP_ROOT / f"run-{os.getpid()}")
+
+
 _DBS: dict[str, Path] = {}
 
 
