@@ -339,6 +339,16 @@ def test_postmortem_verdict(tmp_path):
         assert (tmp_path / "pm" / f).stat().st_size > 0
 
 
+def test_perfetto_gzip_header_names_no_file(report_dbs, tmp_path):
+    """The trace is written to a temp file and renamed: gzip's FNAME field held the temp file's name."""
+    out = tmp_path / "job.perfetto-trace"
+    assert run_cli("annotate", report_dbs["kineto"], "-o", out, "--step", "4").returncode == 0
+    head = out.read_bytes()[:64]
+    assert head[:3] == b"\x1f\x8b\x08" and not head[3] & 0x08, head  # FLG: no FNAME
+    assert b".tmp" not in head and b"perfetto" not in head
+    assert gzip.decompress(out.read_bytes())  # and it is whole
+
+
 def test_perfetto_trace_interned_with_launch_flows_and_small(tmp_path):
     """Names interned (each written once), launch -> kernel flow arrows, and the file no bigger than
     the job's own gzip'd traces."""

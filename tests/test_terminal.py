@@ -131,6 +131,8 @@ def test_progress_names_each_phase(tmp_path):
     for phase in ("reading", "loading into DuckDB", "running the analyses", "computing the critical path",
                   "writing the report", "writing the Perfetto trace"):
         assert phase in out, (phase, out[-2000:])
+    assert "0/0 files" not in out  # the report's and the trace's phases count no files (issue 36)
+    assert re.search(r"reading .*\d/4 files", out)
 
 
 # --- issue 36: what a 100-column terminal keeps, numbers as the query gave them, pipes ------------

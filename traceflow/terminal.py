@@ -27,8 +27,11 @@ class Progress:
         self.prog = None
         if sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-            self.prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total} files"), TimeElapsedColumn(), transient=True)
+            # files read out of how many, when there are files to read: the report and the Perfetto
+            # trace of `postmortem` (a display of their own) showed "0/0 files"
+            counts = [BarColumn(), TextColumn("{task.completed}/{task.total} files")] if total else []
+            self.prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), *counts, TimeElapsedColumn(),
+                                 transient=True)
             self.task = self.prog.add_task("reading", total=total)
 
     def __enter__(self):
