@@ -210,6 +210,8 @@ def main():
 
 
 def _ingest_options(f):
+    f = click.option("--name", metavar="NAME", help="The job's name in titles (report, diff); default: its input folder, "
+                     "or its first file. Kept in the database.")(f)
     f = click.option("--append", is_flag=True, help="Add these files to an existing database (ranks already there are kept; identical files are skipped).")(f)
     f = click.option("--rank-pattern", metavar="REGEX", help=r"Take each file's rank from its name with this regex (first group), e.g. 'node\d+-gpu(\d+)'.")(f)
     f = click.option("--align", type=click.Choice(["off", "auto", "collectives"]), default="auto", show_default=True,
@@ -232,13 +234,13 @@ def _ingest_options(f):
 
 
 def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-               peak_tflops=None, peak_gbps=None, cluster=None):
+               peak_tflops=None, peak_gbps=None, cluster=None, name=None):
     from .pipeline import expand, ingest
     paths = expand(files)
     with Progress(len(paths), _raise_if_interrupted) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
-                     peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster)
+                     peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster, name=name)
     for w in res.warnings:
         say(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
@@ -251,7 +253,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
 def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps,
-           cluster):
+           cluster, name):
     """Read rank profiles into one DuckDB database.
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
@@ -267,7 +269,7 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest /shared/runs/rank*.sqlite -o /shared/job.duckdb --cluster tcp://scheduler:8786
     """
     with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                    peak_tflops, peak_gbps, cluster) as job:
+                    peak_tflops, peak_gbps, cluster, name) as job:
         rows = job.rank_summary()
     say(f"wrote {job.path}: {plural(len(rows), 'rank')}")
     for rank, fmt, n_gpu, n_steps, off in rows:
@@ -388,18 +390,19 @@ def annotate(database, output, ranks, steps, force):
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @_ingest_options
 def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
-               peak_gbps, cluster):
+               peak_gbps, cluster, name):
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
     \b
     Example:
       traceflow postmortem runs/rank*.sqlite -o postmortem/
+      traceflow postmortem runs/rank*.sqlite -o pm/ --name "llama-70b, 64 GPUs, before the fix"
     """
     from .pipeline import expand
     from .postmortem import finish, output_folder
     with output_folder(outdir, expand(files), force=force) as db, \
             _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                       peak_tflops, peak_gbps, cluster) as job, \
+                       peak_tflops, peak_gbps, cluster, name) as job, \
             Progress(0, _raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])

@@ -144,7 +144,7 @@ def print_table(cols: list[str], rows: list[tuple], first: list[str] | tuple = (
              for k, c in enumerate(cols)]
     # a column of whole doubles (a count computed as a double) prints as integers: `4`, not `4.00`
     whole = [all(not isinstance(v, float) or v.is_integer() for v in col) for col in zip(*rows)]
-    cells = [[cell(short[k].get(v, v) if short[k] and isinstance(v, str) else
+    cells = [[cell(m.get(v, v) if (m := short[k]) is not None and isinstance(v, str) else
                    int(v) if whole[k] and isinstance(v, float) and abs(v) < 1e15 else v, c, i, d)
               for k, (v, c, i, d) in enumerate(zip(r, cols, instant, duration))] for r in rows]
     numeric = [i or all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in col)

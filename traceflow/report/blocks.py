@@ -140,7 +140,7 @@ class Plots:
     """The page's charts; `db`: the database's name, for the commands a table's "N more" names."""
 
     def __init__(self, db: str = "job.duckdb"):
-        self.specs = []
+        self.specs: list[dict] = []
         self.db = db
 
     def hint(self, pack: str, *args) -> str:

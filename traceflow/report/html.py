@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def build(job: Job) -> str:
     """The page's HTML for a Job (its connection and its findings, computed once)."""
-    return _build(job.con, job.path, job.findings())
+    return _build(job.con, job.path, job.findings(), job.name)
 
 
 def _coverage(con) -> list:
@@ -35,20 +35,20 @@ def _coverage(con) -> list:
     return [Note("GPU time inside steps: " + "; ".join(items) + ".")]
 
 
-def _build(con, database: str, f: dict) -> str:
+def _build(con, database: str, f: dict, name: str) -> str:
     P = Plots(os.path.basename(database))
     names = PAGE_NAMES.set(tuple(r[0] for r in con.execute("SELECT DISTINCT name FROM gpu_ops WHERE name IS NOT NULL").fetchall()))
     try:
-        return _page(con, database, f, P)
+        return _page(con, name, f, P)
     finally:
         PAGE_NAMES.reset(names)
 
 
-def _page(con, database: str, f: dict, P: Plots) -> str:
+def _page(con, name: str, f: dict, P: Plots) -> str:
     sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
                 _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
                 _inputs(con, P)]
-    return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
+    return render(title=printable(f"traceflow post-mortem: {name}"), sections=sections,
                   specs=P.script_json())
 
 
