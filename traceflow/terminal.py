@@ -1,5 +1,9 @@
 """What a person sees on a terminal: tables sized to its width, the progress line, and the
-one-line summaries; --format json/csv bypass all of it and keep raw values."""
+one-line summaries; --format json/csv bypass all of it and keep raw values.
+
+Size: the table is most of it (columns chosen by the pack's priority, headers folded, names
+shortened, numbers as the query gave them); splitting it would scatter one layout over files.
+"""
 from __future__ import annotations
 
 import json
