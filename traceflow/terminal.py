@@ -161,26 +161,7 @@ def print_table(cols: list[str], rows: list[tuple], first: list[str] | tuple = (
     natural = [max(data[k], *(len(x) for x in h.split("\n"))) for k, h in enumerate(heads)]
     # A text column may shrink to 16 characters (then ends in …); a number or a time never shrinks.
     least = [n if numeric[k] else min(n, 16) for k, n in enumerate(natural)]
-    keep = list(range(len(cols)))
-    if width:
-        order = [cols.index(c) for c in first if c in cols]
-        order += [k for k in range(len(cols)) if k not in order]
-        used, chosen = 1, set()
-        for k in order:
-            if used + least[k] + 3 <= width:
-                chosen.add(k)
-                used += least[k] + 3
-        keep = sorted(chosen)
-    # Every column gets its width here (rich would squeeze some to nothing): numbers their own,
-    # text columns share what is left, each at least its `least`.
-    size = {k: natural[k] for k in keep}
-    if width:
-        text = [k for k in keep if not numeric[k]]
-        spare = width - 1 - sum(3 + (size[k] if numeric[k] else least[k]) for k in keep)
-        for k in sorted(text, key=lambda k: natural[k]):  # narrow ones first take all they need
-            size[k] = least[k] + min(natural[k] - least[k], spare // max(1, len(text)))
-            spare -= size[k] - least[k]
-            text.remove(k)
+    keep, size = _fit(cols, natural, least, numeric, first, width)
     t = Table(show_lines=False, header_style="bold")
     for k in keep:
         t.add_column(Text("\n".join(printable(x) for x in heads[k].split("\n"))), justify="right" if numeric[k] else "left", no_wrap=True,
@@ -192,6 +173,31 @@ def print_table(cols: list[str], rows: list[tuple], first: list[str] | tuple = (
     if len(keep) < len(cols):
         left = ", ".join(cols[k] for k in range(len(cols)) if k not in keep)
         say(f"(not shown at this width: {left}; a wider terminal, COLUMNS=... or --format csv/json shows them)")
+
+
+def _fit(cols, natural, least, numeric, first, width) -> tuple[list[int], dict[int, int]]:
+    """The columns kept at `width` (those in `first` first, then in table order, while they fit at
+    their `least`) and each one's width: numbers their own, text columns share what is left."""
+    keep = list(range(len(cols)))
+    if width:
+        order = [cols.index(c) for c in first if c in cols]
+        order += [k for k in range(len(cols)) if k not in order]
+        used, chosen = 1, set()
+        for k in order:
+            if used + least[k] + 3 <= width:
+                chosen.add(k)
+                used += least[k] + 3
+        keep = sorted(chosen)
+    # Every column gets its width here (rich would squeeze some to nothing).
+    size = {k: natural[k] for k in keep}
+    if width:
+        text = [k for k in keep if not numeric[k]]
+        spare = width - 1 - sum(3 + (size[k] if numeric[k] else least[k]) for k in keep)
+        for k in sorted(text, key=lambda k: natural[k]):  # narrow ones first take all they need
+            size[k] = least[k] + min(natural[k] - least[k], spare // max(1, len(text)))
+            spare -= size[k] - least[k]
+            text.remove(k)
+    return keep, size
 
 
 def output_width() -> int:
