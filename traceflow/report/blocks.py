@@ -153,7 +153,8 @@ class Plots:
         pid = f"plot{len(self.specs)}"
         # the legend on the right, clear of the x axis's title
         base = {"margin": {"l": 60, "r": 10, "t": 40, "b": 45}, "height": 300, "barmode": "stack",
-                "font": {"size": 12}, "title": {"text": title}}
+                # the title at the left: the tool bar Plotly shows on hover sits at the right
+                "font": {"size": 12}, "title": {"text": title, "x": 0, "xref": "paper", "xanchor": "left"}}
         for axis, text in (("xaxis", x), ("yaxis", y)):
             base[axis] = {**layout.pop(axis, {}), "title": {"text": text}, "automargin": True}
         base.update(layout)
