@@ -336,8 +336,10 @@ def sql_cmd(database, text, fmt, limit):
     """
     import duckdb
 
+    from .api import check_sql
     from .job import open as open_job
     with open_job(database) as job:
+        check_sql(job.con, text)
         try:
             rel = job.con.execute(text)  # DB-API: any statement, rows fetched as plain tuples
         except duckdb.Error as e:

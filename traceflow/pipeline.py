@@ -22,10 +22,11 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from . import schema
+from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .job import IngestInfo, Job
-from .outputs import atomic_output, scratch_folder
+from .outputs import PARTS, atomic_output, scratch_folder
 from .readers import ranks
 from .readers.detect import Input, identify
 from .readers.model import ProcessTrace, reader_schema
@@ -315,8 +316,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
-        import duckdb  # here, not at the top: reader processes import this package and never need it
-        con = duckdb.connect(str(tmp), config=db_config(scratch))
+        con = duck_connect(tmp, config=db_config(scratch))
         con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
         # FSST string compression is tried on every text column and chosen for almost none: the
         # file has the same blocks without it (long4 Kineto 88, the bundled job 51, nsys-ai 40)
@@ -405,8 +405,6 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
 
 
-PARTS = ".parts-"  # job.duckdb.parts-XXXX: a cluster job's shards, beside its database
-
 
 @contextmanager
 def _parts_folder(output: str, cluster):
@@ -441,7 +439,7 @@ def _check_step_pattern(pattern: str):
     """The pattern runs in DuckDB (RE2 syntax): try it there, before reading anything."""
     import duckdb
     try:
-        duckdb.connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
+        duck_connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
     except duckdb.Error as e:
         raise UsageError(f"--step-pattern is not a valid regular expression with one group ({one_line(e)})") from None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .duck import connect as duck_connect
 from .duck import sql_string
 
 SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per process of the run)
@@ -93,12 +94,11 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
 
 
 def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None, peaks: tuple):
-    import duckdb
 
     from . import schema
     from .derive import PER_RANK, derive_tables, host_clock
     from .pipeline import TRACE_SPANS, _load
-    con = duckdb.connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
+    con = duck_connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
     try:
         con.execute("SET enable_progress_bar = false")
         con.execute(schema.TRACES_DDL)
