@@ -529,9 +529,9 @@ def test_a_ctrl_c_that_lands_in_a_weakref_callback_is_not_lost():
     interrupted cluster runs). The command's hook delivers it again to the main thread."""
     code = """
 import signal, sys, time, weakref
-from traceflow import cli
-signal.signal(signal.SIGINT, cli._on_sigint)
-sys.unraisablehook = cli._unraisable
+from traceflow import interrupts
+signal.signal(signal.SIGINT, interrupts._on_signal)
+sys.unraisablehook = interrupts._unraisable
 class A: pass
 def callback(_):
     raise KeyboardInterrupt  # as the SIGINT handler does, wherever the main thread is
@@ -556,25 +556,25 @@ def test_a_ctrl_c_that_pyarrow_swallowed_is_raised_at_the_next_progress_point(tm
     code = """
 import signal
 import pyarrow as pa
-from traceflow import cli
+from traceflow import interrupts
 from traceflow.terminal import Progress
-signal.signal(signal.SIGINT, cli._on_sigint)
+signal.signal(signal.SIGINT, interrupts._on_signal)
 class Late:
     def __index__(self):  # the SIGINT handler, run while pyarrow converts this value
-        cli._on_sigint(signal.SIGINT, None)
+        interrupts._on_signal(signal.SIGINT, None)
 try:
     pa.array([1, Late()], pa.int64())
 except pa.ArrowInvalid:
     print("swallowed", end=" ")
 try:
-    Progress(1, cli._raise_if_interrupted)("rank-0.json")
+    Progress(1, interrupts.raise_if_interrupted)("rank-0.json")
     print("lost")
 except KeyboardInterrupt:
     print("raised", end=" ")
 # and before any output replaces its target, for one swallowed after the last progress point
 import os, sys
 from traceflow.outputs import BEFORE_REPLACE, atomic_output
-BEFORE_REPLACE.append(cli._raise_if_interrupted)
+BEFORE_REPLACE.append(interrupts.raise_if_interrupted)
 target = os.path.join(sys.argv[1], "trace.perfetto-trace")
 try:
     with atomic_output(target, "perfetto") as tmp:
@@ -628,9 +628,9 @@ def test_a_ctrl_c_waits_until_an_extension_module_has_initialised():
     code = """
 import signal, sys, traceback
 from importlib.machinery import ExtensionFileLoader
-from traceflow import cli
-signal.signal(signal.SIGINT, cli._on_sigint)
-cli._hold_interrupts_in_extension_inits()
+from traceflow import interrupts
+signal.signal(signal.SIGINT, interrupts._on_signal)
+interrupts._hold_signals_in_extension_inits()
 fired = []
 def prof(frame, event, arg):  # a Ctrl-C at the first Python call made from inside an extension's init
     if fired or event != "call":
@@ -662,11 +662,11 @@ def test_a_ctrl_c_that_ends_an_eval_still_exits_130(tmp_path):
     per class, while modules import) as unhandled, and the process then killed itself with SIGINT
     (exit -2) after printing the interrupt line: 2 of 80 runs interrupted while starting."""
     (tmp_path / "interrupted_in_eval.py").write_text(
-        "from traceflow import cli\n"
+        "from traceflow import interrupts\n"
         "try:\n"
         "    eval('(_ for _ in ()).throw(KeyboardInterrupt)')\n"
         "except KeyboardInterrupt:\n"
-        "    cli._interrupted()\n")
+        "    interrupts.exit_interrupted()\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     r = subprocess.run([sys.executable, "-m", "interrupted_in_eval"], capture_output=True, text=True, timeout=60, env=env)
     assert (r.returncode, r.stderr.strip()) == (130, "traceflow: interrupted"), (r.returncode, r.stderr)

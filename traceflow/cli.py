@@ -5,30 +5,16 @@ and progress are terminal.py.
 """
 from __future__ import annotations
 
-import functools
 import os
-import signal
 import sys
-import threading
 
+from . import interrupts
 
-def _interrupted_while_starting(signum, frame):
-    os.write(2, b"traceflow: interrupted\n")
-    os._exit(130)
-
-
-# Ctrl-C while the command is still importing (nothing to clean up yet): one line, exit 130, never an
-# import traceback. Only when this runs as the command; _Guard.main hands SIGINT back to Python.
-_AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow"
-# A process that multiprocessing spawns from the command (a Dask nanny or worker of --cluster local:N)
-# imports this module as its __mp_main__ with the command's argv: it ignores Ctrl-C, which the
-# terminal sends to the whole process group; the command itself stops it (else every worker printed
-# its own KeyboardInterrupt traceback, or this module's one line).
-_SPAWNED = "__mp_main__" in sys.modules  # set by multiprocessing in the processes it spawns, never in the command
-if _SPAWNED:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-elif _AS_COMMAND:
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+# Ctrl-C or SIGTERM while the command is still importing: one line, never an import traceback. Only
+# when this runs as the command (`traceflow`, `python -m traceflow[.cli]`); _Guard.main installs the
+# handlers that clean up.
+interrupts.starting(__name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow"
+                    or sys.argv[0].endswith(os.path.join("traceflow", "__main__.py")))
 
 import json
 import tempfile
@@ -36,7 +22,7 @@ import tempfile
 import click
 
 from .errors import InputError, UsageError, one_line
-from .outputs import BEFORE_REPLACE, disk_problem, os_problem
+from .outputs import disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
 from .text import printable
 
@@ -48,121 +34,23 @@ def _fail(message, code: int = EXIT_INPUT):
     sys.exit(code)
 
 
-_SIGINT_SEEN = False
-
-
-def _on_sigint(signum, frame):
-    """Python's default handler, remembering that it ran: an extension module can turn the
-    KeyboardInterrupt into its own error (DuckDB's InterruptException, "ImportError:
-    initialization failed" from a lazy import of a C extension)."""
-    global _SIGINT_SEEN
-    _SIGINT_SEEN = True
-    raise KeyboardInterrupt
-
-
-def _raise_if_interrupted():
-    """Raises again a Ctrl-C that an extension module swallowed: pyarrow turns a KeyboardInterrupt
-    raised inside its conversion of a list into its own error, which a reader's fallback for mixed
-    values then handled, and the run went on to the end (1 interrupted run in 100 on a loaded
-    machine). Called at each progress point (a file read, a phase started) and before any output
-    replaces its target (outputs.BEFORE_REPLACE)."""
-    if _SIGINT_SEEN:
-        raise KeyboardInterrupt
-
-
-_held: dict = {"depth": 0, "signals": 0}  # extension inits running on the main thread, SIGINTs held back
-
-
-def _note_sigint(signum, frame):
-    _held["signals"] += 1
-
-
-def _hold_interrupts_in_extension_inits():
-    """A Ctrl-C while a C extension module initialises (pyarrow's Cython modules, DuckDB, numpy;
-    most are imported lazily, some by DuckDB itself) left it half-made: "ImportError:
-    initialization failed", then a crash at exit (3 of 80 ingests interrupted while loading ended
-    with SIGSEGV). The command holds SIGINT back while any extension's init runs, on the main
-    thread, and delivers it as soon as the outermost one is done."""
-    from importlib.machinery import ExtensionFileLoader
-    if getattr(ExtensionFileLoader, "traceflow_holds_sigint", False):
-        return
-
-    def held(method):
-        @functools.wraps(method)
-        def run(self, arg):
-            if threading.current_thread() is not threading.main_thread():
-                return method(self, arg)
-            if _held["depth"] == 0:
-                _held["previous"] = signal.signal(signal.SIGINT, _note_sigint)
-            _held["depth"] += 1
-            try:
-                return method(self, arg)
-            finally:
-                _held["depth"] -= 1
-                if _held["depth"] == 0:
-                    previous = _held.pop("previous")  # None: a handler set from C, not Python's
-                    signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-                    if _held["signals"]:
-                        _held["signals"] = 0
-                        signal.raise_signal(signal.SIGINT)  # runs the command's handler, now
-        return run
-    for name in ("create_module", "exec_module"):
-        setattr(ExtensionFileLoader, name, held(getattr(ExtensionFileLoader, name)))
-    ExtensionFileLoader.traceflow_holds_sigint = True
-
-
-def _unraisable(u):
-    """A Ctrl-C that lands in code whose errors Python only reports (a weakref callback, a
-    finalizer) printed "Exception ignored in ..." with a traceback, and was lost: 1 interrupted
-    `--cluster local:2` run in 30 on a loaded machine. Deliver it again to the main thread instead."""
-    if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
-        import _thread
-        # from another thread, a moment later: raised here it would be lost again in the same callback;
-        # once the command has returned (SIGINT ignored) this does nothing
-        threading.Timer(0.05, _thread.interrupt_main).start()
-        return
-    sys.__unraisablehook__(u)
-
-
-def _interrupted():
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # CPython 3.11 marks a KeyboardInterrupt that ends an eval() of a string as never handled (and
-    # collections.namedtuple evals one per class it builds, while modules import): the interpreter
-    # then kills itself with SIGINT at exit, whatever sys.exit says (exit -2, 2 of 80 runs
-    # interrupted while starting). An eval() of a string that succeeds clears the mark.
-    eval("None")
-    say("traceflow: interrupted", err=True)
-    sys.exit(130)  # SIGINT ignored from here: a late one in interpreter shutdown showed as a death by SIGINT (-2)
-
-
-def _is_interrupt(e: BaseException) -> bool:
-    """Any error once Ctrl-C was pressed is the interrupt's doing; DuckDB also names its own."""
-    return _SIGINT_SEEN or type(e).__name__ == "InterruptException" or "Query interrupted" in str(e)
-
-
 class _Guard(click.Group):
     """Turns every error into one line and an exit code, never a traceback (TRACEFLOW_DEBUG=1 shows it)."""
 
     def main(self, args=None, prog_name=None, **extra):
         # click's own handling would print "Aborted!" (exit 1) for a Ctrl-C outside a command.
-        signal.signal(signal.SIGINT, _on_sigint)  # from here, KeyboardInterrupt cleans up
-        sys.unraisablehook = _unraisable
-        _hold_interrupts_in_extension_inits()
-        if _raise_if_interrupted not in BEFORE_REPLACE:
-            BEFORE_REPLACE.append(_raise_if_interrupted)
+        interrupts.install()  # from here, Ctrl-C and SIGTERM raise KeyboardInterrupt, which cleans up
         try:
             rv = super().main(args, prog_name, standalone_mode=False, **extra)
         except (KeyboardInterrupt, click.exceptions.Abort):
-            _interrupted()
+            interrupts.exit_interrupted()
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
         except BrokenPipeError:  # `traceflow query ... | head`: the reader left; so do we, quietly
             sys.stdout = open(os.devnull, "w")
             sys.exit(141)
-        # The work is done: a Ctrl-C from here on (interpreter shutdown) must not turn a finished run
-        # into a death by SIGINT (seen as exit -2 when it landed just after the command returned).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupts.ignore()  # the work is done
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
@@ -171,7 +59,7 @@ class _Guard(click.Group):
         except (InputError, UsageError) as e:
             _fail(e, e.exit_code)
         except KeyboardInterrupt:
-            _interrupted()
+            interrupts.exit_interrupted()
         except BrokenPipeError:
             raise
         except OSError as e:  # an output path or the scratch folder: the input side raises InputError
@@ -180,8 +68,8 @@ class _Guard(click.Group):
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
         except Exception as e:
-            if _is_interrupt(e):
-                _interrupted()
+            if interrupts.is_interrupt(e):
+                interrupts.exit_interrupted()
             if (problem := disk_problem(e)) is not None:
                 _fail(f"{tempfile.gettempdir()}: {problem} (while writing; set TMPDIR to a folder with room)")
             if os.environ.get("TRACEFLOW_DEBUG"):
@@ -235,7 +123,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
                peak_tflops=None, peak_gbps=None, cluster=None):
     from .pipeline import expand, ingest
     paths = expand(files)
-    with Progress(len(paths), _raise_if_interrupted) as progress:
+    with Progress(len(paths), interrupts.raise_if_interrupted) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
                      peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster)
@@ -402,7 +290,7 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     with output_folder(outdir, expand(files), force=force) as db, \
             _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                        peak_tflops, peak_gbps, cluster) as job, \
-            Progress(0, _raise_if_interrupted) as progress:
+            Progress(0, interrupts.raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])
     say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")

@@ -242,7 +242,7 @@ def _temp_files(tmp: Path) -> list[Path]:
 
 
 # Run just before an output replaces its target. The command adds one that raises a Ctrl-C which an
-# extension module swallowed (cli._raise_if_interrupted): pyarrow and DuckDB, importing a module
+# extension module swallowed (interrupts.raise_if_interrupted): pyarrow and DuckDB, importing a module
 # mid-call, turned the KeyboardInterrupt into an error of their own and went on (2 of 60 runs
 # interrupted while the Perfetto trace was written finished and replaced their outputs).
 BEFORE_REPLACE: list = []

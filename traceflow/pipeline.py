@@ -302,6 +302,9 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
+    if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
+        from .cluster import check_address
+        check_address(cluster)
     if cluster is not None and append:
         raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
                          "shards; ingest all the rank files again")
@@ -349,7 +352,7 @@ def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, peaks, 
     if cluster is None:
         return _read_all(inputs, scratch, jobs, nsys, progress)
     from .cluster import client_for, read_all
-    with client_for(cluster) as client:
+    with client_for(cluster, scratch) as client:
         return read_all(client, inputs, parts, nsys, step_pattern, peaks, progress)
 
 
