@@ -9,7 +9,7 @@ from . import packs
 from .duck import check_read_only, lock_down, relation, use_internal_schema
 from .duck import connect as duck_connect
 from .errors import InputError, UsageError, one_line
-from .outputs import is_duckdb_file, parts_folders
+from .outputs import is_duckdb_file, is_utf8_name, os_problem, parts_folders
 
 
 def connect(database: str) -> duckdb.DuckDBPyConnection:
@@ -19,6 +19,12 @@ def connect(database: str) -> duckdb.DuckDBPyConnection:
         raise InputError(database, "no such database (run `traceflow ingest` first)")
     if os.path.isdir(database):
         raise InputError(database, "is a folder, not a traceflow database")
+    if not is_utf8_name(os.path.abspath(database)):
+        raise InputError(database, "its name is not valid UTF-8, which DuckDB cannot open: rename it")
+    try:
+        os.close(os.open(database, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as e:
+        raise InputError(database, f"cannot read it ({os_problem(e)})") from None
     if not is_duckdb_file(database):  # an nsys .sqlite, a trace, a FIFO: never handed to DuckDB
         raise InputError(database, "not a DuckDB database (run `traceflow ingest` on trace files first)")
     try:

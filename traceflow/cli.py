@@ -27,6 +27,9 @@ from .terminal import Progress, critical_path_lines, empty_message, plural, prin
 from .text import printable
 
 EXIT_INPUT = 3
+# Paths are not checked by click: an unreadable input is bad input (one line naming it, exit 3), not a
+# usage error with click's three-line message (exit 2).
+_PATH = click.Path(readable=False)
 
 
 def _fail(message, code: int = EXIT_INPUT):
@@ -135,7 +138,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
 def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps,
@@ -163,13 +166,13 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
 
 
 @main.command()
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.argument("name", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the packs with a line on each.")
 @click.option("--rank", type=int, help="Only this rank.")
 @click.option("--step", type=int, help="Only this step.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--limit", type=int, default=50, show_default=True, help="Rows shown in table format (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, help="Rows shown in table format (0: all).")
 def query(database, name, list_, rank, step, fmt, limit):
     """Run a query pack (its result is a table in the database too).
 
@@ -210,10 +213,10 @@ def _coverage_lines(job, rank) -> list[str]:
 
 
 @main.command("sql")
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.argument("text")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--limit", type=int, default=100, show_default=True, help="Rows shown in table format (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True, help="Rows shown in table format (0: all).")
 def sql_cmd(database, text, fmt, limit):
     """Run any SQL against the database (read-only).
 
@@ -237,7 +240,7 @@ def sql_cmd(database, text, fmt, limit):
 
 
 @main.command()
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.option("-o", "--output", default="report.html", show_default=True)
 @click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
 def report(database, output, force):
@@ -253,7 +256,7 @@ def report(database, output, force):
 
 
 @main.command()
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.option("-o", "--output", default="job.perfetto-trace", show_default=True)
 @click.option("--rank", "ranks", type=int, multiple=True, help="Keep only these ranks (repeatable).")
 @click.option("--step", "steps", type=int, multiple=True, help="Keep only these steps (repeatable).")
@@ -274,7 +277,7 @@ def annotate(database, output, ranks, steps, force):
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @_ingest_options
 def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
@@ -297,7 +300,7 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
 
 
 @main.command("whatif")
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.option("--step", "steps", type=int, multiple=True, help="The step(s) to replay (repeatable; default: all).")
 @click.option("--scale-kernels", multiple=True, metavar="REGEX=FACTOR", help="Kernels whose name matches run FACTOR times as long.")
 @click.option("--scale-kind", multiple=True, metavar="KIND=FACTOR", help="compute, comm or memory run FACTOR times as long.")
@@ -345,14 +348,14 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
 
 
 @main.command("diff")
-@click.argument("a", type=click.Path())
-@click.argument("b", type=click.Path())
+@click.argument("a", type=_PATH)
+@click.argument("b", type=_PATH)
 @click.option("--step-a", type=int, help="The step of run a to compare (default: the steps both runs have).")
 @click.option("--step-b", type=int, help="The step of run b to compare.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--table", "which", type=click.Choice(["steps", "critical_path", "kernels", "op_classes", "collectives", "idle"]),
               default="steps", show_default=True, help="With --format csv: the comparison to write.")
-@click.option("--limit", type=int, default=12, show_default=True, help="Rows per table in table format (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=12, show_default=True, help="Rows per table in table format (0: all).")
 @click.option("-o", "--output", help="Also write the diff as one HTML page (e.g. diff.html).")
 @click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
 def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
@@ -405,7 +408,7 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
 
 
 @main.command("scaling")
-@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.argument("runs", nargs=-1, required=True, type=_PATH)
 @click.option("--mode", type=click.Choice(["strong", "weak"]), default="strong", show_default=True,
               help="strong: the same global batch on more ranks; weak: the same batch per rank.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
@@ -442,7 +445,7 @@ def scaling_cmd(runs, mode, fmt, output, force):
 
 @main.command()
 @click.argument("name")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", "database", default="traceflow.duckdb", show_default=True, help="Database to add the recipe's tables to.")
 @click.option("--nsys", metavar="PATH", help="nsys executable (default: nsys on PATH).")
 def recipe(name, files, database, nsys):

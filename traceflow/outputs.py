@@ -60,6 +60,14 @@ def os_problem(e: OSError) -> str:
     return disk_problem(e) or _PATH_PROBLEMS.get(e.errno or 0) or (e.strerror or str(e))
 
 
+def is_utf8_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # bytes that are not UTF-8, as os.fsdecode keeps them
+        return False
+
+
 def parts_folders(database) -> list[Path]:
     """The shard folders beside a database (`<its real path>.parts-*`), as real paths."""
     real = Path(os.path.realpath(database))
@@ -155,6 +163,8 @@ def check_output(path, kind: str, inputs=(), force: bool = False, appending: boo
     first (`--append`), so it must be a database traceflow can open (a missing one is made anew).
     """
     p = Path(path)
+    if kind == "database" and not is_utf8_name(os.path.abspath(p)):
+        raise OutputError(p, "its name is not valid UTF-8, which DuckDB cannot open: name another file")
     try:
         st = os.stat(p)
     except FileNotFoundError:

@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from .readers import ranks
 from .readers.detect import Input, identify
 from .readers.model import ProcessTrace, reader_schema
 from .readers.worker import import_readers, read_file, worker_start
+from .text import as_text
 
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
@@ -54,11 +56,19 @@ def _looks_like_trace(p: Path) -> bool:
 
 
 def expand(files) -> list[str]:
-    """Files as given; a folder stands for the trace files in it."""
+    """Files as given; a folder stands for the trace files in it (its regular files with a trace's
+    suffix: a pipe, device, socket, folder or broken link among them is passed over). A pipe, device
+    or socket given by name is refused: reading it would block or never end."""
     out = []
     for f in files:
         p = Path(f)
-        if p.is_dir():
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            mode = 0  # missing, a symlink loop, no permission: the reader names the problem
+        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InputError(p, "is not a regular file (a pipe, device or socket): traceflow reads only files")
+        if stat.S_ISDIR(mode):
             found = sorted(str(x) for x in p.iterdir() if x.is_file() and x.name.endswith(SUFFIXES) and _looks_like_trace(x))
             if not found:
                 raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files")
@@ -542,7 +552,7 @@ def _build(con, traces, result, append, rank_pattern, load):
         con.execute("""INSERT INTO traces (trace_id, rank, world_size, source_path, source_format, source_hash,
                        profiler_version, hostname, pid, device_name, clock_offset_ns, rank_source, warnings)
                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)""",
-                    [tid, rank, trace.world_size or world, os.path.abspath(trace.source_path), trace.source_format,
+                    [tid, rank, trace.world_size or world, as_text(os.path.abspath(trace.source_path)), trace.source_format,
                      trace.source_hash, trace.profiler_version, trace.hostname, trace.pid, trace.device_name, src,
                      trace.warnings])
         loads.append((trace, tid, rank))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .duck import connect as duck_connect
 from .duck import sql_string
+from .text import as_text
 
 SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per process of the run)
 # Analyses (queries/) a worker runs on its rank: each reads only per-rank tables and gives each rank
@@ -106,7 +107,7 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
             con.execute(schema.ddl(t))
         for j, t in enumerate(traces):
             con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format, device_name) VALUES (?, ?, ?, ?, ?)",
-                        [j, j, t.source_path, t.source_format, t.device_name])
+                        [j, j, as_text(t.source_path), t.source_format, t.device_name])
             _load(con, scratch, t, j, j)
         spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded: before any clock moves
         notes = dict(host_clock.reconcile(con))

@@ -108,9 +108,10 @@ def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
 def print_csv(cols: list[str], rows: list):
     import csv
     w = csv.writer(sys.stdout)
-    w.writerow(cols)
-    if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
+    if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw (header too: a PIVOT names columns by values)
+        cols = [printable(c) for c in cols]
         rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
+    w.writerow(cols)
     w.writerows(rows)
 
 

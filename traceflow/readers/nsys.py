@@ -69,7 +69,7 @@ def connect_sqlite(path: str, spill_dir: str | None = None) -> duckdb.DuckDBPyCo
     # A URI, so that SQLite opens it read-only and immutable: it never creates a journal, -wal or -shm
     # file beside the user's file (a WAL-mode export), and reads from a read-only folder;
     # the path is %-escaped (a '?' or '#' in a file name is not a URI part).
-    uri = "file:" + quote(str(Path(path).resolve())) + "?mode=ro&immutable=1"
+    uri = "file:" + quote(os.fsencode(Path(path).resolve())) + "?mode=ro&immutable=1"
     con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
     try:
         con.execute("SET preserve_insertion_order = false")
