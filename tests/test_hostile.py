@@ -121,6 +121,29 @@ print(again.sql("SELECT count(*) AS n FROM gpu_ops")["n"][0] > 0)
     assert snapshot(run.root) == before
 
 
+def test_a_database_whose_views_read_other_files_is_refused(sandbox):
+    """A malicious database (a view of a pack's table over /etc/hostname, or over another job's
+    shard folder): the locked connection never follows it; one line, exit 3."""
+    import duckdb
+    run, trace, db = sandbox
+    other = run.root / "other.duckdb.parts-x"
+    other.mkdir()
+    con = duckdb.connect(str(db))
+    con.execute(f"COPY (SELECT * FROM gpu_ops) TO '{other}/0.gpu_ops.parquet'")
+    con.execute("DROP TABLE idle_gaps")
+    con.execute("CREATE VIEW idle_gaps AS SELECT content AS next_op FROM read_text('/etc/hostname')")
+    con.execute("DROP TABLE step_breakdown")  # the steps pack's table
+    con.execute(f"CREATE VIEW step_breakdown AS SELECT * FROM read_parquet('{other}/*.gpu_ops.parquet')")
+    con.close()
+    before = snapshot(run.root)
+    for cmd, needle in ((["query", db, "idle-gaps"], "/etc/hostname"), (["query", db, "steps"], "other.duckdb.parts-x"),
+                        (["report", db, "-o", run.root / "r.html"], "/etc/hostname")):
+        assert_refused(run(*cmd), 3, needle, "outside itself")
+    r = run("sql", db, "select * from idle_gaps")
+    assert_refused(r, 2, "Permission Error")
+    assert_clean(run, before, run.root)
+
+
 @needs_nsys
 def test_an_nsys_export_given_as_a_database_never_reaches_for_the_network(sandbox):
     """DuckDB opened an SQLite file by fetching its SQLite extension over the network: traceflow

@@ -73,6 +73,11 @@ class _Guard(click.Group):
         except Exception as e:
             if interrupts.is_interrupt(e):
                 interrupts.exit_interrupted()
+            if type(e).__name__ == "PermissionException":  # a database whose view reads a file elsewhere (duck.lock_down)
+                import re
+                m = re.search(r'access (?:file|directory) "([^"]*)"', str(e))
+                _fail(f"the database reaches for {m.group(1) if m else 'a file'} outside itself (a view over another "
+                      "file): refused, traceflow reads only a database and its own shard folder")
             if (problem := disk_problem(e)) is not None:
                 _fail(f"{tempfile.gettempdir()}: {problem} (while writing; set TMPDIR to a folder with room)")
             if os.environ.get("TRACEFLOW_DEBUG"):
