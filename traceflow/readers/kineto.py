@@ -252,6 +252,12 @@ def _read(path, sink, key):
                 dropped += bad
         except msgspec.DecodeError as e:
             raise InputError(path, f"truncated or invalid JSON ({one_line(e, 200)})") from None
+        late = meta_tail.baseTimeNanoseconds
+        if late is not None and int(late) != conv.base and sum(conv.n.values()):
+            # the time base comes after the events (a trace re-serialised with its keys in another
+            # order): the batches already written were timed without it. Half of a public MI300 trace
+            # sat 56 years from the other half, its launch latencies overflowing INT64 when summed.
+            sink.shift_times(key, int(late) - conv.base)
         conv.set_meta(meta_tail)
         conv.add(meta_tail.traceEvents, sink, key)
         digest = raw.hexdigest()  # the read-ahead thread is done: it has handed over the end of the stream
