@@ -4,10 +4,10 @@ from __future__ import annotations
 import time
 from importlib import resources
 
-ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
+ORDER = ["comm_kernels", "steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
 # Each of these looks at one rank at a time (its rows, partitioned by rank or trace): a cluster's
 # workers run them per rank file (traceflow/rank_task.py); the rest needs every rank.
-PER_RANK = ("steps", "gpu_ops", "step_windows")
+PER_RANK = ("comm_kernels", "steps", "gpu_ops", "step_windows")
 PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, or add columns to gpu_ops
 
 

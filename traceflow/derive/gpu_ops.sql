@@ -1,7 +1,8 @@
 -- gpu_ops: classify every GPU op and attach its launch and step.
 -- Inputs: gpu_ops as read, host_ops (with op_id), steps.
 -- Adds / fills:
---   category  'communication' (NCCL/RCCL kernels) | 'memory' (memcpy, memset) | 'compute' (other kernels)
+--   category  'communication' (kernels comm_kernels.sql names: NCCL, RCCL, DeepEP, NVSHMEM, custom all-reduce ...)
+--             | 'memory' (memcpy, memset) | 'compute' (other kernels)
 --   collective AllReduce | AllGather | ReduceScatter | Broadcast | SendRecv | ... from the kernel name
 --              when the profiler gave none
 --   copy_kind  HtoD | DtoH | DtoD | ... for memcpy
@@ -21,7 +22,7 @@
 --              between steps) get the step whose GPU window holds them in step_windows.sql.
 -- Kernel names are long (C++ templates, often 1 KB): they stay out of the sorts and joins, which
 -- run on a narrow table of the derived columns, which then updates gpu_ops in place by rowid.
--- requires: gpu_ops, host_ops, steps, traces
+-- requires: comm_kernels, gpu_ops, host_ops, steps, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -93,21 +94,37 @@ WITH launch AS (
            CASE WHEN k.trace_id NOT IN (SELECT trace_id FROM traces WHERE cpu_clock_consistent IS FALSE)
                 THEN h.start_ns END AS issue_start_ns
     FROM (SELECT * FROM linked UNION ALL SELECT * FROM nested) k JOIN host_ops h ON h.op_id = k.cpu_op_id
+), comm_names AS (
+    -- communication kernels by name (comm_kernels.sql: the table of which libraries' kernels are), once
+    -- per distinct name (a few thousand), not per op
+    SELECT n.name, arg_min(c.library, c.priority) AS library, arg_min(c.op, c.priority) AS op
+    FROM (SELECT DISTINCT name FROM gpu_ops WHERE kind = 'kernel') n
+    JOIN comm_kernels c ON regexp_matches(n.name, '(?i)' || c.pattern)
+    GROUP BY n.name
+), comm_ops AS (
+    SELECT name, coalesce(op,
+        CASE lower(regexp_extract(name, '(?i)^\s*(?:void\s+)?(?:nccl|rccl)(?:DevKernel|Kernel)?_([A-Za-z]+)', 1))
+            WHEN 'allreduce' THEN 'AllReduce' WHEN 'allgather' THEN 'AllGather'
+            WHEN 'reducescatter' THEN 'ReduceScatter' WHEN 'broadcast' THEN 'Broadcast'
+            WHEN 'reduce' THEN 'Reduce' WHEN 'sendrecv' THEN 'SendRecv' WHEN 'send' THEN 'SendRecv'
+            WHEN 'recv' THEN 'SendRecv' WHEN 'alltoall' THEN 'AllToAll' WHEN '' THEN NULL
+            ELSE regexp_extract(name, '(?i)^\s*(?:void\s+)?(?:nccl|rccl)(?:DevKernel|Kernel)?_([A-Za-z]+)', 1) END,
+        -- other libraries' kernels: a word in the name
+        CASE WHEN regexp_matches(name, '(?i)all_?reduce') THEN 'AllReduce'
+             WHEN regexp_matches(name, '(?i)all_?gather') THEN 'AllGather'
+             WHEN regexp_matches(name, '(?i)reduce_?scatter') THEN 'ReduceScatter'
+             WHEN regexp_matches(name, '(?i)all_?to_?all') THEN 'AllToAll'
+             WHEN regexp_matches(name, '(?i)broadcast') THEN 'Broadcast'
+             WHEN regexp_matches(name, '(?i)send|recv|put|get') THEN 'SendRecv' END) AS op
+    FROM comm_names
 ), ops AS (
     SELECT g.rowid AS rid, g.trace_id, g.rank, g.correlation_id, g.start_ns, g.end_ns,
-        CASE WHEN g.kind = 'kernel' AND regexp_matches(g.name, '(?i)^\s*(void\s+)?(nccl|rccl)') THEN 'communication'
+        CASE WHEN c.name IS NOT NULL THEN 'communication'
              WHEN g.kind IN ('memcpy', 'memset') THEN 'memory'
              ELSE 'compute' END AS category,
-        coalesce(g.collective, CASE WHEN g.kind = 'kernel' THEN
-            CASE lower(regexp_extract(g.name, '(?i)^\s*(?:void\s+)?(?:nccl|rccl)(?:DevKernel|Kernel)?_([A-Za-z]+)', 1))
-                WHEN 'allreduce' THEN 'AllReduce' WHEN 'allgather' THEN 'AllGather'
-                WHEN 'reducescatter' THEN 'ReduceScatter' WHEN 'broadcast' THEN 'Broadcast'
-                WHEN 'reduce' THEN 'Reduce' WHEN 'sendrecv' THEN 'SendRecv' WHEN 'send' THEN 'SendRecv'
-                WHEN 'recv' THEN 'SendRecv' WHEN 'alltoall' THEN 'AllToAll' WHEN '' THEN NULL
-                ELSE regexp_extract(g.name, '(?i)^\s*(?:void\s+)?(?:nccl|rccl)(?:DevKernel|Kernel)?_([A-Za-z]+)', 1)
-            END END) AS collective,
+        coalesce(g.collective, c.op) AS collective,
         coalesce(g.copy_kind, nullif(regexp_extract(g.name, '^Memcpy ([A-Za-z]+)', 1), '')) AS copy_kind
-    FROM gpu_ops g
+    FROM gpu_ops g LEFT JOIN comm_ops c ON g.kind = 'kernel' AND c.name = g.name
 ), joined AS (
     SELECT o.rid, o.rank, o.start_ns, o.category, o.collective, o.copy_kind,
         row_number() OVER (ORDER BY o.trace_id, o.start_ns, o.end_ns) AS op_id,
