@@ -221,6 +221,7 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     meta = _meta(src)
     _check_tables(src, path)
     base, time_warnings = _session_start(src, path)
+    real_times = _whole_ns_times(src)
 
     con.execute("CREATE TEMP TABLE strings AS SELECT id, value FROM src.StringIds")
     gpu = _gpu_ops(src, base)  # noqa: F841 - the SQL below reads it by name (a DuckDB replacement scan)
@@ -235,7 +236,7 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
         raise InputError(path, f"StringIds lacks the names of {n_unresolved} host calls (damaged export)")
     _ranges(src, base)
     _emit_nvtx_ops(con)
-    warnings = list(time_warnings)
+    warnings = list(time_warnings) + real_times
     for rel, what in (("g", "GPU ops"), ("h", "host calls"), ("rng", "NVTX ranges")):
         # Times are ns after the session start: one before it, or 146 years after, is damage that would
         # stretch the rank's timeline (and overflow the arithmetic of every figure).
@@ -324,6 +325,29 @@ def _check_tables(src: _Src, path: str):
         missing = [c for c in cols if src.has(t) and not src.has(t, c)]
         if missing:
             raise InputError(path, f"nsys export table {t} lacks column(s) {', '.join(missing)} (unsupported or damaged schema)")
+
+
+def _whole_ns_times(src: _Src) -> list[str]:
+    """Times are INTEGER ns; SQLite stores a REAL there as readily, and then the whole column comes as
+    DOUBLE, every time rounded to 256 ns once the session start is added. Rows whose start or end is
+    not a whole number are dropped (counted); the rest are read as the integers they are (exact
+    below 2^53 ns, 104 days into a session)."""
+    notes = []
+    for t in (*_GPU_TABLES, "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API", "NVTX_EVENTS"):
+        if not src.has(t, "start") or not src.has(t, "end"):
+            continue
+        types = dict(src.con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'src' "
+                                     "AND table_name = ? AND column_name IN ('start', 'end')", [t]).fetchall())
+        if all(v in ("BIGINT", "INTEGER") for v in types.values()):
+            continue
+        whole = '(start IS NULL OR start = floor(start)) AND ("end" IS NULL OR "end" = floor("end"))'
+        bad = src.con.execute(f"SELECT count(*) FROM src.{t} WHERE NOT ({whole})").fetchone()[0]
+        src.con.execute(f"""CREATE OR REPLACE VIEW src.{t} AS SELECT * REPLACE (start::BIGINT AS start, "end"::BIGINT AS "end")
+                            FROM {_ident('_sqlite_' + t)} WHERE {whole}""")
+        if bad:
+            notes.append(f"dropped {bad} rows of {t} whose start or end is not a whole number of ns (a REAL "
+                         "in an INTEGER time column)")
+    return notes
 
 
 def _col(src: _Src, table: str, col: str, sql_type: str) -> str:
