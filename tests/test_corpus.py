@@ -280,3 +280,143 @@ def test_communication_kernels_from_the_table(tmp_path):
     comm_a = connect(a).execute("select sum(end_ns - start_ns) from gpu_ops where category = 'communication'").fetchone()[0]
     added = sum(round(dur * 1000) for n in COMM_NAMES for _, dur in renamed.get(n, []))
     assert abs((comm_b - comm_a) - added) <= len(renamed) * 2
+
+
+# --- issue 37: absurd input is dropped with a count, or refused; never a silent 53-day window -----
+
+def _ingest_cli(paths, db):
+    r = CliRunner().invoke(main, ["ingest", *map(str, paths), "-o", str(db)])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "Traceback" not in r.stderr
+    return r
+
+
+def _span_and_longest_window(db):
+    c = connect(db)
+    return c.execute("""select max(end_ns) - min(start_ns), (select max(end_ns - start_ns) from tf_internal.step_windows)
+                        from gpu_ops""").fetchone()
+
+
+@pytest.mark.parametrize("edit,dropped", [
+    ("tiny ts", 2), ("a day late", 1), ("both", 3)])
+def test_stray_kineto_kernels(tmp_path, edit, dropped):
+    """Kernels with a tiny positive ts, or one a day late: dropped and counted; the rank spans its
+    capture again and every figure is the one of the trace without them."""
+    src = BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz"
+    d = _kineto(src)
+    ks = [e for e in d["traceEvents"] if e.get("cat") == "kernel"]
+    moved = []
+    if edit in ("tiny ts", "both"):
+        moved += ks[10:12]
+        for e in ks[10:12]:
+            e["ts"] = 1.5
+    if edit in ("a day late", "both"):
+        moved.append(ks[-1])
+        ks[-1]["ts"] += 86400e6
+    ref = _kineto(src)
+    gone = {(e["args"].get("correlation"), e["name"]) for e in moved}
+    ref["traceEvents"] = [e for e in ref["traceEvents"] if not (e.get("cat") == "kernel" and (e["args"].get("correlation"), e["name"]) in gone)]
+    r = _ingest_cli([_write_gz(d, tmp_path / "rank0.json.gz")], tmp_path / "a.duckdb")
+    assert r.exit_code == 0, r.stderr
+    assert f"dropped {dropped} stray GPU ops" in r.stderr, r.stderr
+    (tmp_path / "ref").mkdir()
+    assert _ingest_cli([_write_gz(ref, tmp_path / "ref" / "rank0.json.gz")], tmp_path / "b.duckdb").exit_code == 0
+    q = "select step, wall_ns, busy_ns, idle_ns, compute_ns, exposed_comm_ns from step_breakdown order by all"
+    assert connect(tmp_path / "a.duckdb").execute(q).fetchall() == connect(tmp_path / "b.duckdb").execute(q).fetchall()
+    span, longest = _span_and_longest_window(tmp_path / "a.duckdb")
+    assert longest <= span < 60 * 10**9
+
+
+def test_every_event_recorded_twice(tmp_path):
+    """A trace whose events are all written twice (two flushes): the copies are dropped and counted;
+    per-kernel counts and summed times are those of the trace itself."""
+    src = BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz"
+    d = _kineto(src)
+    n_gpu = sum(1 for e in d["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    d["traceEvents"] = d["traceEvents"] + d["traceEvents"]
+    r = _ingest_cli([_write_gz(d, tmp_path / "rank0.json.gz")], tmp_path / "a.duckdb")
+    assert r.exit_code == 0 and f"dropped {n_gpu} gpu ops recorded twice" in r.stderr, r.stderr
+    assert _ingest_cli([src], tmp_path / "b.duckdb").exit_code == 0
+    for q in ("select name, count, total_ns from kernels order by all",
+              "select step, wall_ns, busy_ns, compute_ns, exposed_comm_ns from step_breakdown order by all",
+              "select count(*) from host_ops"):
+        assert connect(tmp_path / "a.duckdb").execute(q).fetchall() == connect(tmp_path / "b.duckdb").execute(q).fetchall(), q
+
+
+def test_wrong_values_in_kineto_fields_are_counted(tmp_path):
+    """A kernel named by a number, a memcpy of -1 bytes, device -1, a non-numeric correlation and stream:
+    each kept or made NULL as docs/bad-input.md says, with its count in the warnings."""
+    d = _kineto(BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz")
+    ks = [e for e in d["traceEvents"] if e.get("cat") == "kernel"]
+    ms = [e for e in d["traceEvents"] if e.get("cat") == "gpu_memcpy"]
+    ks[0]["name"] = 42
+    ks[1]["args"]["device"] = -1
+    ks[2]["args"]["correlation"] = "abc"
+    ks[3]["args"]["stream"] = "x"
+    ks[4]["args"]["stream"] = "y"
+    ms[0]["args"]["bytes"] = -1
+    r = _ingest_cli([_write_gz(d, tmp_path / "rank0.json.gz")], tmp_path / "a.duckdb")
+    assert r.exit_code == 0, r.stderr
+    for text in ("1 GPU ops named by a non-string", "1 GPU ops with a negative device index (NULL)",
+                 "1 GPU ops with a correlation id that is no whole number", "2 GPU ops with a stream that is no whole number",
+                 "1 GPU ops with a negative byte count (NULL)"):
+        assert text in r.stderr, (text, r.stderr)
+    c = connect(tmp_path / "a.duckdb")
+    assert c.execute("select count(*) from gpu_ops where name = '42'").fetchone()[0] == 1
+    assert c.execute("select count(*) from gpu_ops where bytes < 0 or device < 0").fetchone()[0] == 0
+
+
+@needs_shared
+@pytest.mark.parametrize("edit,text", [
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 8640000000000000, \"end\" = \"end\" + 8640000000000000 "
+     "WHERE rowid = 5", "dropped 1 stray GPU ops"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = \"end\" + 8640000000000000 WHERE rowid = 5", "dropped 1 stray GPU ops"),
+    ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 0.5 WHERE rowid % 100 = 0",
+     "rows of CUPTI_ACTIVITY_KIND_KERNEL whose start or end is not a whole number"),
+], ids=["100 days later", "lasting 100 days", "REAL in INTEGER"])
+def test_absurd_nsys_times(tmp_path, edit, text):
+    """nsys: a kernel 100 days after the others or lasting 100 days, REALs in the INTEGER start column:
+    dropped and counted; the other kernels keep their exact ns."""
+    import sqlite3
+    src = SHARED / "h100/nsys/graphs/rank0.sqlite"
+    dst = tmp_path / "rank0.sqlite"
+    shutil.copyfile(src, dst)
+    c = sqlite3.connect(dst)
+    c.execute(edit)
+    c.commit()
+    c.close()
+    r = _ingest_cli([dst], tmp_path / "a.duckdb")
+    assert r.exit_code == 0 and text in r.stderr, r.stderr
+    span, longest = _span_and_longest_window(tmp_path / "a.duckdb")
+    assert longest <= span < 3600 * 10**9
+    raw = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    base = raw.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    kept = {r[0] for r in connect(tmp_path / "a.duckdb").execute("select start_ns from gpu_ops where kind = 'kernel'").fetchall()}
+    orig = {base + r[0] for r in raw.execute("select start from CUPTI_ACTIVITY_KIND_KERNEL")}
+    assert kept <= orig and len(orig - kept) >= 1
+
+
+def test_invariant_violation_names_rank_and_invariant(tmp_path):
+    """The checks run on a real database whose tables were then damaged (a step window made a day
+    long, a row's identity broken): each raises the one-line InputError (exit 3) naming the rank's
+    file, the rank and the invariant."""
+    import duckdb
+
+    from traceflow import invariants
+    from traceflow.errors import InputError
+    src = BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz"
+    db = tmp_path / "job.duckdb"
+    assert _ingest_cli([src], db).exit_code == 0
+    con = duckdb.connect(str(db))
+    invariants.check(con)  # holds as written
+    for damage, name in [
+        ("UPDATE tf_internal.step_windows SET end_ns = end_ns + 86400 * 10::BIGINT ** 9 WHERE step = 4",
+         "no step window longer than the capture"),
+        ("UPDATE step_breakdown SET idle_ns = idle_ns + 1 WHERE step = 4", "busy + idle = wall")]:
+        con.execute("BEGIN")
+        con.execute(damage)
+        with pytest.raises(InputError) as e:
+            invariants.check(con)
+        con.execute("ROLLBACK")
+        assert e.value.exit_code == 3 and "\n" not in str(e.value)
+        assert str(src) in str(e.value) and "rank 0" in str(e.value) and name in str(e.value), str(e.value)
