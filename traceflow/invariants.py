@@ -97,10 +97,10 @@ _CHECKS = [
                       GROUP BY rank)
         SELECT w.rank, 'step ' || coalesce(w.step::VARCHAR, '(none)') || ': window ' || (w.end_ns - w.start_ns)
                || ' ns, capture ' || s.ns || ' ns'
-        FROM step_windows w JOIN span s USING (rank) WHERE w.end_ns - w.start_ns > s.ns"""),
+        FROM tf_internal.step_windows w JOIN span s USING (rank) WHERE w.end_ns - w.start_ns > s.ns"""),
     ("no negative duration", """
         SELECT rank, 'a GPU op ends before it starts' FROM gpu_ops WHERE end_ns < start_ns
-        UNION ALL SELECT rank, 'step ' || step || ': window ends before it starts' FROM step_windows WHERE end_ns < start_ns
+        UNION ALL SELECT rank, 'step ' || step || ': window ends before it starts' FROM tf_internal.step_windows WHERE end_ns < start_ns
         UNION ALL SELECT rank, part || ' row at ' || start_ns || ': a negative figure' FROM step_breakdown
         WHERE least(wall_ns, busy_ns, idle_ns, compute_ns, exposed_comm_ns, exposed_memory_ns) < 0"""),
     ("busy + idle = wall, compute + exposed comm + exposed memory + idle = wall, per step_breakdown row", """
