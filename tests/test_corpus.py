@@ -420,3 +420,32 @@ def test_invariant_violation_names_rank_and_invariant(tmp_path):
         con.execute("ROLLBACK")
         assert e.value.exit_code == 3 and "\n" not in str(e.value)
         assert str(src) in str(e.value) and "rank 0" in str(e.value) and name in str(e.value), str(e.value)
+
+
+@needs_shared
+def test_cannot_answer(tmp_path):
+    """CPU ops scattered so that no clock offset fits (derived from a real trace): launch dispatch is
+    NULL for every launch, never 0, and cannot_answer says so for exactly those ops; a trace without
+    step annotations says its per-step figures are for the whole trace."""
+    src = fixture_files("h100/kineto/launch_bound")[0]
+    d = _kineto(src)
+    for i, e in enumerate(d["traceEvents"]):
+        if e.get("cat") == "cpu_op" and "ts" in e:
+            e["ts"] -= (i % 7) * 1e5
+    db = str(tmp_path / "s.duckdb")
+    traceflow.ingest([_write_gz(d, tmp_path / "rank0.json.gz")], db)
+    c = connect(db)
+    n, = c.execute("select count(*) from launch_overhead").fetchone()
+    assert n > 0 and c.execute("select count(*) from launch_overhead where dispatch_ns is not null").fetchone()[0] == 0
+    assert c.execute("select figure, reason, n_ops from cannot_answer where figure = 'launch dispatch'").fetchall() == \
+        [("launch dispatch", "CPU ops on a clock the runtime calls do not share", n)]
+    d = _kineto(src)
+    d["traceEvents"] = [e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")]
+    (tmp_path / "nostep").mkdir()
+    db2 = str(tmp_path / "n.duckdb")
+    traceflow.ingest([_write_gz(d, tmp_path / "nostep" / "rank0.json.gz")], db2)
+    assert connect(db2).execute("select count(*) from cannot_answer where figure = 'per-step figures'").fetchone()[0] == 1
+    # and the untouched trace can answer everything
+    full = str(tmp_path / "f.duckdb")
+    traceflow.ingest([src], full)
+    assert connect(full).execute("select count(*) from cannot_answer where figure <> 'launch latency'").fetchone()[0] == 0
