@@ -109,8 +109,12 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
             con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format, device_name) VALUES (?, ?, ?, ?, ?)",
                         [j, j, as_text(t.source_path), t.source_format, t.device_name])
             _load(con, scratch, t, j, j)
+        from .invariants import drop_absurd
+        absurd = drop_absurd(con)  # here each trace's rank is its id
         spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded: before any clock moves
         notes = dict(host_clock.reconcile(con))
+        for tid, text in absurd:
+            notes[tid] = f"{notes[tid]}; {text}" if tid in notes else text
         derive_tables(con, step_pattern, PER_RANK)
         from .hardware import load_peaks
         load_peaks(con, *peaks)  # (its warnings are the client's to give, once per job)
