@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -34,6 +34,7 @@ class Scenario:
     no_launch_overhead: bool = False
     no_allocator_calls: bool = False
     no_host_syncs: bool = False
+    host_ranks: list[int] = field(default_factory=list)  # launch / allocator / sync edits on these ranks only (empty: all)
     overlap_comm: bool = False
     no_stragglers: bool = False
 
@@ -44,6 +45,9 @@ class Scenario:
         parts += [n for n, on in (("no launch overhead", self.no_launch_overhead),
                                   ("no allocator calls", self.no_allocator_calls), ("no host syncs", self.no_host_syncs),
                                   ("comm overlapped", self.overlap_comm), ("no stragglers", self.no_stragglers)) if on]
+        if self.host_ranks and (self.no_launch_overhead or self.no_allocator_calls or self.no_host_syncs):
+            parts = [p + (f" on rank {', '.join(map(str, self.host_ranks))}"
+                          if p in ("no launch overhead", "no allocator calls", "no host syncs") else "") for p in parts]
         return ", ".join(parts) or "as measured"
 
 
@@ -138,7 +142,8 @@ class StepGraph:
                 start2[i] = self.start[i]  # nothing in the trace explains when it started: as measured
             else:
                 lag = max(0, self.start[i] - bind_m)
-                if sc.no_launch_overhead and host_m is not None and host_m >= max(meas, default=-1):
+                if (sc.no_launch_overhead and host_m is not None and host_m >= max(meas, default=-1)
+                        and (not sc.host_ranks or self.rank[i] in sc.host_ranks)):
                     # the launch was what it waited for: its call and its ordinary latency go; a delay
                     # beyond the rank's median is the device busy with work outside the graph (another
                     # process on a shared GPU: 7 ms on h100 ddp4_sync_stall rank 1), not launch overhead
@@ -212,11 +217,12 @@ class StepGraph:
         host_time_spans: exactly the scenario's own cause) and whether syncs still wait."""
         causes = tuple(c for c, on in (("launch", sc.no_launch_overhead), ("allocator", sc.no_allocator_calls),
                                        ("sync", sc.no_host_syncs)) if on)
-        cuts: dict[int, list] = {r: list(v) for r, v in self._cause_spans(causes).items()} if causes else {}
+        edited = set(sc.host_ranks) if sc.host_ranks else set(self.rank)
+        cuts: dict[int, list] = {r: list(v) for r, v in self._cause_spans(causes).items() if r in edited} if causes else {}
         for r in sc.remove_host_stall:
             cuts.setdefault(r, []).extend((a, b) for a, b, _ in self.stall_cuts().get(r, []))
-        return {r: _Host(self.syncs.get(r, []), sorted(cuts.get(r, [])), not sc.no_host_syncs, self.pos, self.end)
-                for r in set(self.rank)}
+        return {r: _Host(self.syncs.get(r, []), sorted(cuts.get(r, [])), not (sc.no_host_syncs and r in edited),
+                         self.pos, self.end) for r in set(self.rank)}
 
     def _cause_spans(self, causes: tuple[str, ...]) -> dict[int, list]:
         """The step's host stretches of these causes, per rank (relative times)."""
@@ -387,12 +393,37 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
         best = max(rows, key=lambda r: (r["gain_ns"], -r["step"]))
         fix = {"scenario": sc.describe(), "gain_ns": int(best["gain_ns"]), "step": best["step"], "steps": rows,
                "gain_pct": round(100.0 * best["gain_ns"] / best["measured_ns"], 1) if best["measured_ns"] else 0.0}
+        cause = "launch" if sc.no_launch_overhead else "allocator" if sc.no_allocator_calls else "sync" if sc.no_host_syncs else None
+        if cause and fix["gain_ns"] > 0:
+            fix["fault"] = _attribute(con, graphs[steps.index(best["step"])], sc, cause, best)
+            if fix["fault"]:
+                f = fix["fault"]
+                fix["scenario"] += (f" ({f['gain_ns'] / 1e6:.1f} ms of it from rank {f['rank']}'s {cause} calls alone "
+                                    f"in step {f['step']})")
         if sc.remove_host_stall:  # what it removes: the fault, named
             rank, step, cause, ns = abnormal[0]
             fix["fault"] = {"rank": rank, "step": step, "cause": cause, "host_ns": int(ns)}
             fix["scenario"] = f"no host stall on rank {rank} ({ns / 1e6:.1f} ms of abnormal {cause} host time in step {step})"
         out.append(fix)
     return sorted(out, key=lambda r: -r["gain_ns"])[:top]
+
+
+def _attribute(con, g: StepGraph, sc: Scenario, cause: str, row: dict, candidates: int = 4) -> dict | None:
+    """Which rank's edit a host-cause fix's gain on its step comes from: the scenario replayed on one
+    rank at a time (the `candidates` ranks whose GPU idled longest through that cause in the step,
+    host_time); the rank whose edit alone gains the most, with its share of the whole fix's gain."""
+    ranks = [r for r, in con.execute("""SELECT rank FROM host_time WHERE step = ? AND cause = ? AND gpu_idle_ns > 0
+                                        ORDER BY gpu_idle_ns DESC, rank LIMIT ?""", [g.step, cause, candidates]).fetchall()]
+    best = None
+    for r in ranks:
+        alone = replace(sc, host_ranks=[r])
+        gain = row["replayed_ns"] - g.replay(alone)[0]
+        if best is None or gain > best[1]:
+            best = (r, gain)
+    if best is None or best[1] <= 0:
+        return None
+    return {"rank": int(best[0]), "step": g.step, "cause": cause, "gain_ns": int(best[1]),
+            "share": round(best[1] / row["gain_ns"], 3) if row["gain_ns"] else None}
 
 
 def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,
