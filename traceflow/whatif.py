@@ -246,7 +246,7 @@ class StepGraph:
         whatever range or annotation it sits in."""
         if getattr(self, "_stall_cuts", None) is None:
             rows = self.con.execute(f"""
-                WITH ex AS ({_EXCESS_SQL}),
+                WITH ex AS ({_EXCESS_SQL.format(MIN_STALL_SHARE=MIN_STALL_SHARE)}),
                 sp AS (SELECT rank, cause, start_ns, end_ns, end_ns - start_ns AS len,
                               sum(end_ns - start_ns) OVER (PARTITION BY rank, cause ORDER BY end_ns - start_ns DESC, start_ns
                                                            ROWS UNBOUNDED PRECEDING) AS run
@@ -285,19 +285,20 @@ class StepGraph:
 
 OUTLIER_MADS = 3 * 1.4826  # 3 standard deviations of a normal spread, estimated from the MAD
 STALL_CAUSES = ("no_op", "cpu_op", "data_loading", "allocator", "cuda_other")  # host work, not waits nor launches
+MIN_STALL_SHARE = 0.01  # an excess under 1 % of the rank's median step is not a stall worth naming (0.1 ms on long4)
 # Per rank, step and host cause: its time beyond the rank's median over its steps, where abnormal.
 # Parameters: the causes, OUTLIER_MADS.
 _EXCESS_SQL = """
-    WITH per AS (SELECT rank, step, cause, ns FROM host_time WHERE list_contains(?, cause) AND ns IS NOT NULL),
-    base AS (SELECT rank, cause, median(ns) AS med, mad(ns) AS mad FROM per GROUP BY ALL)
+    WITH per AS (SELECT rank, step, cause, ns, step_ns FROM host_time WHERE list_contains(?, cause) AND ns IS NOT NULL),
+    base AS (SELECT rank, cause, median(ns) AS med, mad(ns) AS mad, median(step_ns) AS step_med FROM per GROUP BY ALL)
     SELECT p.rank, p.step, p.cause, p.ns - b.med AS excess FROM per p JOIN base b USING (rank, cause)
-    WHERE p.ns > b.med + ? * b.mad"""
+    WHERE p.ns > b.med + ? * b.mad AND p.ns - b.med >= {MIN_STALL_SHARE} * b.step_med"""
 
 
 def abnormal_host_time(con, skip_step: int | None = None) -> list[tuple[int, int, str, int]]:
     """(rank, step, cause, excess ns) of every abnormal host time of the job (the stall what-if's
     definition: StepGraph.stall_cuts), the largest first."""
-    return con.execute(f"""SELECT rank, step, arg_max(cause, excess), sum(excess)::BIGINT AS ns FROM ({_EXCESS_SQL})
+    return con.execute(f"""SELECT rank, step, arg_max(cause, excess), sum(excess)::BIGINT AS ns FROM ({_EXCESS_SQL.format(MIN_STALL_SHARE=MIN_STALL_SHARE)})
                            WHERE step IS DISTINCT FROM ? GROUP BY rank, step ORDER BY ns DESC, rank, step""",
                        [list(STALL_CAUSES), OUTLIER_MADS, skip_step]).fetchall()
 
