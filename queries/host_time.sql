@@ -7,7 +7,8 @@
 -- Parameters: tf_data_pattern — a CPU op or host range whose name matches is data loading
 --   [(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch].
 --
--- The rank's host timeline is its launching threads (those that launched GPU work) taken together.
+-- The rank's host timeline is its launching threads (those that launched GPU work) and the thread
+-- holding its steps, taken together.
 -- At each instant the cause is the first of these that any of those threads is inside:
 --   launch       a CUDA call that enqueued GPU work (cudaLaunchKernel, cuLaunchKernelEx,
 --                cudaMemcpyAsync to pinned memory, cudaMemsetAsync, cudaEventRecord, ...)
@@ -46,7 +47,13 @@ WITH pat AS (
     SELECT coalesce(getvariable('tf_data_pattern'),
                     '(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch') AS p
 ), threads AS (
-    SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
+    SELECT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
+    UNION  -- and the thread that holds the steps (a rank without GPU work has no launching thread)
+    SELECT r.rank, r.tid FROM ranges r JOIN steps s ON r.rank = s.rank AND r.start_ns = s.start_ns AND r.end_ns = s.end_ns
+    WHERE NOT r.on_gpu
+    UNION
+    SELECT h.rank, h.tid FROM host_ops h JOIN steps s ON h.rank = s.rank AND h.start_ns = s.start_ns AND h.end_ns = s.end_ns
+    WHERE h.kind = 'cpu_op'
 ), launched AS (
     SELECT DISTINCT launch_op_id AS op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL
 ), calls AS (

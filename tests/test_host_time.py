@@ -6,6 +6,8 @@ import gzip
 import json
 import re
 import statistics
+import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
@@ -45,6 +47,7 @@ def sweep_kineto(path) -> dict[tuple[int, str], int]:
     pageable = {e["args"].get("correlation") for e in gpu if e["cat"] == "gpu_memcpy" and "pageable" in e["name"].lower()}
     calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     threads = {e["tid"] for e in calls if e["args"].get("correlation") in launched}
+    threads |= {e["tid"] for e in ev if re.match(r"ProfilerStep#\d+$", e["name"])}  # the thread holding the steps
 
     def cause_of_call(e) -> int:
         name, corr = e["name"], e["args"].get("correlation")
@@ -203,3 +206,47 @@ def test_nsys_causes_match_a_sweep_of_the_raw_export(ingested):
     excess = no_op[4] - statistics.median(v for s, v in no_op.items() if s != 4)
     fault = next(t for t in json.loads((raw_file.parent / "truth-rank3.json").read_text()) if t["kind"].startswith("host_stall"))
     assert fault["step"] == 4 and excess >= 0.9 * fault["dur_ns"]
+
+
+CPU_SCRIPT = """
+import sys, time, torch, traceflow.torch
+from torch.utils.data import DataLoader, TensorDataset
+loader = DataLoader(TensorDataset(torch.randn(512, 64), torch.randn(512, 8)), batch_size=32)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with traceflow.torch.profile(sys.argv[1], wait=1, warmup=1, active=4) as prof:
+    for step, (x, y) in enumerate(loader):
+        if step == 6:
+            break
+        if step == 4:
+            with torch.profiler.record_function("my_region"):
+                time.sleep(0.03)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward(); opt.step(); opt.zero_grad()
+        prof.step()
+"""
+
+
+def test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range(tmp_path):
+    """A real torch run (CPU build: no GPU work, so the timeline is the thread holding the steps),
+    with a DataLoader (its `enumerate(DataLoader)...__next__` annotations are data loading) and a
+    30 ms time.sleep inside a record_function range in step 4 (no op at all, not the range)."""
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-c", CPU_SCRIPT, str(tmp_path / "traces")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    traceflow.ingest([str(tmp_path / "traces" / "rank-0.pt.trace.json.gz")], str(tmp_path / "t.duckdb"))
+    con = connect(tmp_path / "t.duckdb")
+    rows = con.execute("SELECT step, cause, ns, step_ns, gpu_idle_ns FROM host_time").fetchall()
+    raw = sweep_kineto(tmp_path / "traces" / "rank-0.pt.trace.json.gz")
+    per: dict[int, int] = defaultdict(int)
+    for step, cause, ns, step_ns, idle in rows:
+        per[step] += ns
+        assert idle == ns  # no GPU: every host nanosecond is one the GPU (absent) did not overlap
+        assert abs(ns - raw.get((step, cause), 0)) <= 200, (step, cause, ns, raw.get((step, cause)))
+    assert all(per[s] == n for s, _, _, n, _ in rows)
+    got = {(s, c): ns for s, c, ns, _, _ in rows}
+    steps = sorted({s for s, *_ in rows})
+    assert all(got[(s, "data_loading")] > 0 for s in steps)  # the loader's __next__ in every step
+    assert all(got[(s, c)] == 0 for s in steps for c in ("launch", "sync", "allocator", "cuda_other"))
+    others = statistics.median(got[(s, "no_op")] for s in steps if s != 4)
+    assert got[(4, "no_op")] - others >= 0.9 * 30e6
