@@ -250,3 +250,23 @@ def test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range(tmp_path):
     assert all(got[(s, c)] == 0 for s in steps for c in ("launch", "sync", "allocator", "cuda_other"))
     others = statistics.median(got[(s, "no_op")] for s in steps if s != 4)
     assert got[(4, "no_op")] - others >= 0.9 * 30e6
+
+
+def test_two_clocks_with_no_consistent_offset_give_no_split(stall_db, tmp_path):
+    """A rank whose CPU ops and CUDA calls are on clocks with no consistent offset (derived here by
+    marking rank 1 so, as host_clock does): its split would mix them, so ns is NULL; rank 0 keeps its."""
+    import shutil
+
+    import duckdb
+
+    from traceflow.duck import use_internal_schema
+    from traceflow.packs import pack_sql
+    copy = tmp_path / "two_clocks.duckdb"
+    shutil.copy(stall_db, copy)
+    con = duckdb.connect(str(copy))
+    use_internal_schema(con)
+    before = con.execute("SELECT rank, step, cause, ns FROM host_time WHERE rank = 0 ORDER BY ALL").fetchall()
+    con.execute("UPDATE traces SET cpu_clock_consistent = FALSE WHERE rank = 1")
+    con.execute(pack_sql("host_time"))
+    assert con.execute("SELECT count(*) FROM host_time WHERE rank = 1 AND ns IS NOT NULL").fetchone()[0] == 0
+    assert con.execute("SELECT rank, step, cause, ns FROM host_time WHERE rank = 0 ORDER BY ALL").fetchall() == before
