@@ -125,7 +125,8 @@ class Job:
         """Predicted step times after a fix, by replaying each step's dependency graph (docs/whatif.md).
 
         scenario: scale_kernels=[(regex, factor)], scale_kind={"compute"|"comm"|"memory": factor},
-        remove_host_stall=[rank], no_launch_overhead, overlap_comm, no_stragglers (booleans).
+        remove_host_stall=[rank], no_launch_overhead, no_allocator_calls, no_host_syncs, overlap_comm,
+        no_stragglers (booleans).
         Returns one dict per step: measured_ns, replayed_ns, replay_error_pct, predicted_ns, gain_ns,
         and the same per rank under "ranks"; predicted_ns is None (with "refused") where the replay
         of the measured graph is more than 2 % off."""

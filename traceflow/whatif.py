@@ -13,6 +13,7 @@ Size: the replay and its scenarios share the step's arrays; one concept, one mod
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -31,6 +32,8 @@ class Scenario:
     scale_kind: dict[str, float] = field(default_factory=dict)             # compute | comm | memory -> factor
     remove_host_stall: list[int] = field(default_factory=list)             # ranks
     no_launch_overhead: bool = False
+    no_allocator_calls: bool = False
+    no_host_syncs: bool = False
     overlap_comm: bool = False
     no_stragglers: bool = False
 
@@ -38,8 +41,9 @@ class Scenario:
         parts = [f"kernels /{p}/ x{f:g}" for p, f in self.scale_kernels]
         parts += [f"{k} x{f:g}" for k, f in self.scale_kind.items()]
         parts += [f"no host stall on rank {r}" for r in self.remove_host_stall]
-        parts += [n for n, on in (("no launch overhead", self.no_launch_overhead), ("comm overlapped", self.overlap_comm),
-                                  ("no stragglers", self.no_stragglers)) if on]
+        parts += [n for n, on in (("no launch overhead", self.no_launch_overhead),
+                                  ("no allocator calls", self.no_allocator_calls), ("no host syncs", self.no_host_syncs),
+                                  ("comm overlapped", self.overlap_comm), ("no stragglers", self.no_stragglers)) if on]
         return ", ".join(parts) or "as measured"
 
 
@@ -83,15 +87,16 @@ class StepGraph:
         for k, m in enumerate(self.members):
             for i in m:
                 self.group[i] = k
-        # host calls of the launching threads in the step's span: syncs move the thread with the GPU
+        # the rank's synchronizing calls in the step's span: they move the rank's host with the GPU
         lo, hi = min(self.start), max(self.end)
-        rows = con.execute("""SELECT rank, tid, start_ns, end_ns, role, coalesce(waited_op_id, -1)
-                              FROM tf_internal.cp_host_nodes WHERE role IN ('sync', 'launch', 'other')
-                                AND end_ns >= ? AND start_ns <= ? ORDER BY rank, tid, start_ns""",
+        rows = con.execute("""SELECT rank, start_ns, end_ns, coalesce(waited_op_id, -1)
+                              FROM tf_internal.cp_host_nodes WHERE role = 'sync'
+                                AND end_ns >= ? AND start_ns <= ? ORDER BY rank, end_ns, start_ns""",
                             [lo + base - 10**9, hi + base]).fetchall()
-        self.calls: dict[tuple[int, int], list] = {}
-        for r, t, s, e, role, w in rows:
-            self.calls.setdefault((r, t), []).append((s - base, e - base, role, w))
+        self.syncs: dict[int, list] = {}
+        for r, s, e, w in rows:
+            self.syncs.setdefault(r, []).append((s - base, e - base, w))
+        self._spans_by_cause: dict[tuple[str, ...], dict[int, list]] = {}
 
     def measured(self) -> tuple[int, dict[int, int]]:
         return self._spans(self.end)
@@ -114,11 +119,10 @@ class StepGraph:
             factor *= np.where(np.array(self.kind) == KINDS[kind], f, 1.0)
         if sc.no_stragglers:
             factor *= self._straggler_factors()
-        host_cut = {r: self._stall(r) for r in sc.remove_host_stall}
+        hosts = self._hosts(sc)
         start2, end2 = [0.0] * n, [0.0] * n
         why: list[tuple] = [("measured", None)] * n  # what each op's start waited for in the replay
         last_of: dict[int, int] = {}  # a collective member -> the member whose start ended it
-        shift: dict[tuple[int, int], list] = {}  # thread -> [index of next sync, current shift]
         for i in range(n):
             preds = self.preds[i]
             if sc.overlap_comm and self.kind[i] == 1:  # a collective waits for comm only, not for compute
@@ -128,16 +132,14 @@ class StepGraph:
             host_m = host_n = None
             if self.api[i] >= 0:
                 host_m = self.api[i]
-                host_n = self.api[i] + self._host_shift(i, end2, shift, host_cut)
+                host_n = self.api[i] + hosts[self.rank[i]].shift(self.api[i], end2)
             bind_m = max(meas + ([host_m] if host_m is not None else []), default=None)
             if bind_m is None:
                 start2[i] = self.start[i]  # nothing in the trace explains when it started: as measured
             else:
                 lag = max(0, self.start[i] - bind_m)
-                if sc.no_launch_overhead:
-                    host_n = None
-                    if host_m is not None and host_m >= max(meas, default=-1):
-                        lag = 0  # the launch was what it waited for
+                if sc.no_launch_overhead and host_m is not None and host_m >= max(meas, default=-1):
+                    lag = 0  # the launch was what it waited for: its call and its latency go
                 cands = new + ([(host_n, ("host", host_n))] if host_n is not None else [])
                 if cands:
                     bind_n, why[i] = max(cands, key=lambda c: c[0])
@@ -191,56 +193,66 @@ class StepGraph:
         return {"by_kind_ns": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
                 "longest": [{"rank": r, "kind": k, "name": nm, "dur_ns": int(b - a)} for r, k, nm, a, b in top]}
 
-    def _host_shift(self, i, end2, shift, host_cut) -> float:
-        """How far the launch thread of op i has moved by its api time: syncs return when the op
-        they waited for ends in the replay; a removed stall moves every later call."""
-        key = (self.rank[i], self.tid[i])
-        calls = self.calls.get(key, [])
-        st = shift.setdefault(key, [0, 0.0])
-        t = self.api[i]
-        while st[0] < len(calls) and calls[st[0]][1] <= t:
-            s, e, role, w = calls[st[0]]
-            if role == "sync" and w in self.pos:
-                wi = self.pos[w]
-                release = max(s + st[1], end2[wi])
-                st[1] = release + (e - max(s, self.end[wi])) - e
-            st[0] += 1
-        cut = host_cut.get(self.rank[i])
-        extra = -cut[1] if cut and t >= cut[0] else 0.0
-        return st[1] + extra
+    def _hosts(self, sc: Scenario) -> dict[int, _Host]:
+        """Each rank's host timeline under the scenario: the stretches of host time it removes (from
+        host_time_spans: exactly the scenario's own cause) and whether syncs still wait."""
+        causes = tuple(c for c, on in (("launch", sc.no_launch_overhead), ("allocator", sc.no_allocator_calls),
+                                       ("sync", sc.no_host_syncs)) if on)
+        cuts: dict[int, list] = {r: list(v) for r, v in self._cause_spans(causes).items()} if causes else {}
+        for r in sc.remove_host_stall:
+            cuts.setdefault(r, []).extend((a, b) for a, b, _ in self.stall_cuts().get(r, []))
+        return {r: _Host(self.syncs.get(r, []), sorted(cuts.get(r, [])), not sc.no_host_syncs, self.pos, self.end)
+                for r in set(self.rank)}
 
-    def _stall(self, rank: int) -> tuple[float, float]:
-        """The rank's host stall in this step: on each of its launching threads, the time between
-        CUDA calls inside the step's host range, beyond that thread's median over the job's steps;
-        on the thread with the most, it is cut from its longest gap (at most the gap), and every
-        later call comes that much earlier. Returns (the gap's end, relative; how much is removed)."""
-        return self.stalls().get(rank, (0.0, 0.0))
+    def _cause_spans(self, causes: tuple[str, ...]) -> dict[int, list]:
+        """The step's host stretches of these causes, per rank (relative times)."""
+        if causes not in self._spans_by_cause:
+            rows = self.con.execute("""SELECT rank, start_ns - ?, end_ns - ? FROM tf_internal.host_time_spans
+                                       WHERE step = ? AND list_contains(?, cause) ORDER BY rank, start_ns""",
+                                    [self.t0, self.t0, self.step, list(causes)]).fetchall()
+            out: dict[int, list] = {}
+            for r, a, b in rows:
+                out.setdefault(r, []).append((float(a), float(b)))
+            self._spans_by_cause[causes] = out
+        return self._spans_by_cause[causes]
 
-    def stalls(self) -> dict[int, tuple[float, float]]:
-        """_stall for every rank at once (one query: a query per rank was 5 s of a 64-rank report)."""
-        if getattr(self, "_stalls", None) is None:
+    def stall_cuts(self) -> dict[int, list[tuple[float, float, str]]]:
+        """Each rank's abnormal host time in this step: for each host cause that is neither a launch
+        nor a sync (no_op, cpu_op, data_loading, allocator, cuda_other), its time in the step beyond
+        the rank's median over its steps (host_time) where it is abnormal (beyond the median by more
+        than OUTLIER_MADS scaled median absolute deviations: a robust outlier bound, so that a step a
+        little above the median keeps its time), cut from the cause's longest stretches in the
+        step, the longest first. Returns rank -> [(start, end, cause)] of the time removed (relative),
+        whatever range or annotation it sits in."""
+        if getattr(self, "_stall_cuts", None) is None:
             rows = self.con.execute("""
-                WITH threads AS (SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL),
-                c AS (
-                    SELECT h.rank, h.tid, h.start_ns,
-                           max(h.end_ns) OVER (PARTITION BY h.rank, h.tid ORDER BY h.start_ns, h.end_ns
-                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                    FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
-                    WHERE h.kind IN ('cuda_runtime', 'cuda_driver')
-                ), g AS (
-                    SELECT c.rank, s.step, c.tid, greatest(c.start_ns - c.prev_end, 0) AS gap, c.start_ns
-                    FROM c JOIN steps s ON s.rank = c.rank AND c.start_ns >= s.start_ns AND c.start_ns < s.end_ns
-                    WHERE c.prev_end IS NOT NULL
-                ), per AS (
-                    SELECT rank, step, tid, sum(gap) AS total, max(gap) AS longest, arg_max(start_ns, gap) AS at_ns
-                    FROM g GROUP BY ALL
-                ), x AS (
-                    SELECT rank, step, tid, total - median(total) OVER (PARTITION BY rank, tid) AS excess, longest, at_ns FROM per
-                )
-                SELECT rank, arg_max(at_ns, excess), arg_max(least(excess, longest), excess), max(excess)
-                FROM x WHERE step = ? GROUP BY rank""", [self.step]).fetchall()
-            self._stalls = {int(r): (float(at - self.t0), float(cut)) for r, at, cut, ex in rows if ex is not None and ex > 0}
-        return self._stalls
+                WITH per AS (SELECT rank, step, cause, ns FROM host_time WHERE list_contains(?, cause) AND ns IS NOT NULL),
+                base AS (SELECT rank, cause, median(ns) AS med, mad(ns) AS mad FROM per GROUP BY ALL),
+                ex AS (SELECT p.rank, p.cause, p.ns - b.med AS excess FROM per p JOIN base b USING (rank, cause)
+                       WHERE p.step = ? AND p.ns > b.med + ? * b.mad),
+                sp AS (SELECT rank, cause, start_ns, end_ns, end_ns - start_ns AS len,
+                              sum(end_ns - start_ns) OVER (PARTITION BY rank, cause ORDER BY end_ns - start_ns DESC, start_ns
+                                                           ROWS UNBOUNDED PRECEDING) AS run
+                       FROM tf_internal.host_time_spans WHERE step = ? AND list_contains(?, cause))
+                SELECT sp.rank, sp.end_ns - least(sp.len, ex.excess - (sp.run - sp.len)) - ?, sp.end_ns - ?, sp.cause
+                FROM sp JOIN ex USING (rank, cause) WHERE sp.run - sp.len < ex.excess
+                ORDER BY sp.rank, sp.start_ns""", [list(STALL_CAUSES), self.step, OUTLIER_MADS, self.step, list(STALL_CAUSES),
+                                                   self.t0, self.t0]).fetchall()
+            out: dict[int, list] = {}
+            for r, a, b, c in rows:
+                out.setdefault(int(r), []).append((float(a), float(b), c))
+            self._stall_cuts = out
+        return self._stall_cuts
+
+    def stalls(self) -> dict[int, tuple[float, str]]:
+        """Per rank: the abnormal host time stall_cuts removes in this step (ns) and its largest cause."""
+        out = {}
+        for r, cuts in self.stall_cuts().items():
+            by: dict[str, float] = {}
+            for a, b, c in cuts:
+                by[c] = by.get(c, 0.0) + (b - a)
+            out[r] = (sum(by.values()), max(by, key=lambda c: by[c]))
+        return out
 
     def _straggler_factors(self) -> np.ndarray:
         """Every rank's compute in the step scaled down to the median rank's."""
@@ -253,6 +265,48 @@ class StepGraph:
             if tot > med > 0:
                 f[(ranks == r) & (kinds == 0)] = med / tot
         return f
+
+OUTLIER_MADS = 3 * 1.4826  # 3 standard deviations of a normal spread, estimated from the MAD
+STALL_CAUSES = ("no_op", "cpu_op", "data_loading", "allocator", "cuda_other")  # host work, not waits nor launches
+
+
+class _Host:
+    """One rank's host timeline in the replay: how far a host time t has moved. Removed stretches
+    (`cuts`, sorted, disjoint) bring every later call earlier; a synchronizing call returns when the
+    op it waited for ends in the replay, so the host re-anchors there (unless syncs are removed)."""
+
+    def __init__(self, syncs: list, cuts: list, anchor: bool, pos: dict, end_m: list):
+        self.syncs = syncs if anchor else []
+        self.pos, self.end_m = pos, end_m
+        self.cut_start = np.array([a for a, _ in cuts], dtype=np.float64)
+        self.cut_end = np.array([b for _, b in cuts], dtype=np.float64)
+        self.cum = np.concatenate([[0.0], np.cumsum(self.cut_end - self.cut_start)])
+        self.a_end: list[float] = []   # end of each sync call that re-anchored, in order
+        self.a_shift: list[float] = []  # the shift right after it
+        self.k = 0                      # next sync call to look at
+
+    def removed(self, t: float) -> float:
+        """Host time removed before t."""
+        j = int(np.searchsorted(self.cut_end, t, side="right"))
+        part = max(0.0, t - self.cut_start[j]) if j < len(self.cut_start) else 0.0
+        return float(self.cum[j]) + part
+
+    def _at(self, t: float) -> float:
+        j = bisect.bisect_right(self.a_end, t) - 1
+        if j < 0:
+            return -self.removed(t)
+        return self.a_shift[j] - (self.removed(t) - self.removed(self.a_end[j]))
+
+    def shift(self, t: float, end2: list) -> float:
+        while self.k < len(self.syncs) and self.syncs[self.k][1] <= t:
+            s, e, w = self.syncs[self.k]
+            self.k += 1
+            if w in self.pos:
+                wi = self.pos[w]
+                release = max(s + self._at(s), end2[wi])
+                self.a_end.append(e)
+                self.a_shift.append(release + (e - max(s, self.end_m[wi])) - e)
+        return self._at(t)
 
 
 def whatif(con, steps: list[int], scenario: Scenario) -> list[dict]:
@@ -290,25 +344,30 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
     steps = sorted({walls[-1][0], walls[len(walls) // 2][0]})
     graphs = [StepGraph(con, s) for s in steps]
     base = [g.replay(Scenario()) for g in graphs]
-    stalls = [max(((cut, r) for r, (_, cut) in g.stalls().items()), default=(0.0, None)) for g in graphs]
-    stall_rank = max(stalls)[1] if stalls and max(stalls)[0] > 0 else None
-    candidates = [Scenario(no_launch_overhead=True), Scenario(overlap_comm=True), Scenario(no_stragglers=True),
-                  Scenario(scale_kind={"compute": 0.5})]
-    if stall_rank is not None:
-        candidates.insert(0, Scenario(remove_host_stall=[stall_rank]))
+    # the largest abnormal host time of any rank on these steps: (ns, rank, step, cause)
+    stall = max(((ns, r, g.step, cause) for g in graphs for r, (ns, cause) in g.stalls().items()), default=None)
+    candidates = [Scenario(no_launch_overhead=True), Scenario(no_allocator_calls=True), Scenario(no_host_syncs=True),
+                  Scenario(overlap_comm=True), Scenario(no_stragglers=True), Scenario(scale_kind={"compute": 0.5})]
+    if stall is not None and stall[0] > 0:
+        candidates.insert(0, Scenario(remove_host_stall=[stall[1]]))
     out = []
     for sc in candidates:
         rows = [_one(g, sc, b) for g, b in zip(graphs, base)]
         if any(r["predicted_ns"] is None for r in rows):
             continue
         gain = sum(r["gain_ns"] for r in rows) / len(rows)
-        out.append({"scenario": sc.describe(), "gain_ns": int(gain), "steps": rows,
-                    "gain_pct": round(100.0 * gain / (sum(r["measured_ns"] for r in rows) / len(rows)), 1)})
+        fix = {"scenario": sc.describe(), "gain_ns": int(gain), "steps": rows,
+               "gain_pct": round(100.0 * gain / (sum(r["measured_ns"] for r in rows) / len(rows)), 1)}
+        if sc.remove_host_stall and stall is not None:  # what it removes: the fault, named
+            fix["fault"] = {"rank": stall[1], "step": stall[2], "cause": stall[3], "host_ns": int(stall[0])}
+            fix["scenario"] = (f"no host stall on rank {stall[1]} ({stall[0] / 1e6:.1f} ms of abnormal {stall[3]} "
+                               f"host time in step {stall[2]})")
+        out.append(fix)
     return sorted(out, key=lambda r: -r["gain_ns"])[:top]
 
 
 def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,
-                   overlap_comm=False, no_stragglers=False) -> Scenario:
+                   overlap_comm=False, no_stragglers=False, no_allocator_calls=False, no_host_syncs=False) -> Scenario:
     """A Scenario from the command line's strings: 'PATTERN=FACTOR', 'compute=0.5'."""
     def pair(text: str, flag: str) -> tuple[str, float]:
         key, sep, value = text.rpartition("=")
@@ -330,4 +389,5 @@ def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_lau
     if bad:
         raise UsageError(f"--scale-kind {sorted(bad)[0]!r}: one of compute, comm, memory")
     return Scenario(scale_kernels=kernels, scale_kind=kinds, remove_host_stall=list(remove_host_stall),
-                    no_launch_overhead=no_launch_overhead, overlap_comm=overlap_comm, no_stragglers=no_stragglers)
+                    no_launch_overhead=no_launch_overhead, overlap_comm=overlap_comm, no_stragglers=no_stragglers,
+                    no_allocator_calls=no_allocator_calls, no_host_syncs=no_host_syncs)
