@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .text import size
+from .text import short_name, size
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
@@ -104,13 +104,15 @@ def _generic(r: dict, con) -> str:
 
 
 # What the time of a class (and cause) is, in words; and what shortens it.
-_HOST_CAUSE = {
+_HOST_CAUSE = {  # host_time's causes (docs/host-time.md)
     "launch": "launching GPU work (the launch API calls)",
     "sync": "blocking calls waiting for the GPU (synchronize, .item(), a copy to pageable memory)",
     "allocator": "allocator calls (cudaMalloc / cudaFree: the caching allocator going to the driver)",
     "cuda_other": "other CUDA calls",
-    "os_call": "an OS call (sleep, I/O, a lock)",
-    "host": "host work outside any traced GPU call (framework or Python code, a sleep, data loading)",
+    "data_loading": "data loading",
+    "cpu_op": "framework CPU work inside ops (ATen / Python ops between launches)",
+    "no_op": "host time in no op at all (Python between ops, a sleep, the GIL, I/O)",
+    "unattributed": "host work outside the steps' host ranges",
 }
 _ADVICE = {
     "compute": "faster kernels (fusion, lower precision, better shapes) are what shortens the step",
@@ -120,6 +122,9 @@ _ADVICE = {
     "launch": "capture the launches in a CUDA graph or fuse kernels (torch.compile)",
     "sync": "remove the blocking calls (.item(), .cpu(), torch.cuda.synchronize()) from the step",
     "allocator": "keep the caching allocator warm (no empty_cache, stable shapes, expandable segments)",
+    "data_loading": "more DataLoader workers, pinned memory and prefetching",
+    "cpu_op": "cut the framework work between launches (torch.compile, CUDA graphs, fewer and larger ops)",
+    "no_op": "find what the host does outside any op on that rank (a sleep, I/O, the GIL; py-spy shows it)",
 }
 
 
@@ -150,7 +155,7 @@ def _step_outlier(r: dict, con) -> str:
     if r["class"] == "host" and r["evidence_ns"]:
         s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if r["activity"] else "")
     elif r["evidence"]:
-        s += f" (longest: {r['evidence']})"
+        s += f" (longest: {short_name(r['evidence'])})"
     if r["peer_wait_ns"] and r["peers"]:
         s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it in the collectives it started last"
     return s + "."
@@ -184,16 +189,18 @@ def _dominant(r: dict, con) -> str:
     if r["class"] == "memory copies" and r["bytes"]:
         s += f", {size(r['bytes'])} copied"
     if r["evidence"] and r["class"] in ("compute", "communication", "memory copies"):
-        s += f"; longest: {r['evidence']}"
+        s += f"; longest: {short_name(r['evidence'])}"
+    elif r["evidence"] and r["class"] == "host":
+        s += f"; the longest stretch in {short_name(r['evidence'])}"
     advice = _advice(r["class"], r["cause"])
     return s + (f" — {advice}." if advice else ".")
 
 
 @sentence("shared_gpu")
 def _shared_gpu(r: dict, con) -> str:
-    consequence = ("each rank's MFU counts the whole device's peak for itself (the device's is up to their sum), "
-                   "and each rank's idle and exposed-communication time include time the GPU spent on the other "
-                   "ranks' kernels")
+    consequence = ("each rank's MFU divides by the whole GPU's peak, so the GPU's own MFU is up to their sum, and each "
+                   "rank's idle and exposed-communication time include time the GPU ran the other ranks' kernels: "
+                   "they read higher than on a GPU of its own")
     if r["note"] and "no host" in r["note"]:
         return (f"{_ranks(r['ranks']).capitalize()} ran on the same device index and their traces record neither host "
                 f"nor GPU id, so they may share one GPU: if they do, {consequence}.")
