@@ -9,6 +9,9 @@ Adding findings from another pack (hang forensics, memory): make a table with th
 `findings` (queries/findings.sql; NULL where a column means nothing), add its name to
 FINDING_TABLES, and register a sentence for each new `kind` with `@sentence("kind")`. A table
 that a database lacks is skipped, so older databases keep working.
+
+Size: one short function per kind of finding and the words for each cause and its fix; the figures
+are all in queries/findings.sql.
 """
 from __future__ import annotations
 
@@ -111,7 +114,7 @@ _HOST_CAUSE = {  # host_time's causes (docs/host-time.md)
     "cuda_other": "other CUDA calls",
     "data_loading": "data loading",
     "cpu_op": "framework CPU work inside ops (ATen / Python ops between launches)",
-    "no_op": "host time in no op at all (Python between ops, a sleep, the GIL, I/O)",
+    "no_op": "host time in no traced op (a sleep, I/O, the GIL, Python between ops)",
     "unattributed": "host work outside the steps' host ranges",
 }
 _ADVICE = {
