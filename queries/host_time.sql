@@ -7,7 +7,8 @@
 -- Parameters: tf_data_pattern — a CPU op or host range whose name matches is data loading
 --   [(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch].
 --
--- The rank's host timeline is its launching threads (those that launched GPU work) taken together.
+-- The rank's host timeline is its launching threads (those that launched GPU work) and the thread
+-- holding its steps, taken together.
 -- At each instant the cause is the first of these that any of those threads is inside:
 --   launch       a CUDA call that enqueued GPU work (cudaLaunchKernel, cuLaunchKernelEx,
 --                cudaMemcpyAsync to pinned memory, cudaMemsetAsync, cudaEventRecord, ...)
@@ -46,7 +47,13 @@ WITH pat AS (
     SELECT coalesce(getvariable('tf_data_pattern'),
                     '(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch') AS p
 ), threads AS (
-    SELECT DISTINCT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
+    SELECT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
+    UNION  -- and the thread that holds the steps (a rank without GPU work has no launching thread)
+    SELECT r.rank, r.tid FROM ranges r JOIN steps s ON r.rank = s.rank AND r.start_ns = s.start_ns AND r.end_ns = s.end_ns
+    WHERE NOT r.on_gpu
+    UNION
+    SELECT h.rank, h.tid FROM host_ops h JOIN steps s ON h.rank = s.rank AND h.start_ns = s.start_ns AND h.end_ns = s.end_ns
+    WHERE h.kind = 'cpu_op'
 ), launched AS (
     SELECT DISTINCT launch_op_id AS op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL
 ), calls AS (
@@ -71,32 +78,27 @@ WITH pat AS (
 ), iv AS (
     SELECT * FROM calls UNION ALL SELECT * FROM cpu
 ), ev AS (
-    -- +1 / -1 at each edge of an interval, per cause (1..6); 7: the GPU busy; 0: a step edge (splits only)
-    SELECT rank, start_ns AS t, cause, 1 AS d FROM iv
-    UNION ALL SELECT rank, end_ns, cause, -1 FROM iv
-    UNION ALL SELECT rank, start_ns, 7, 1 FROM gpu_islands
-    UNION ALL SELECT rank, end_ns, 7, -1 FROM gpu_islands
-    UNION ALL SELECT rank, start_ns, 0, 0 FROM steps
-    UNION ALL SELECT rank, end_ns, 0, 0 FROM steps
+    -- an interval of cause k (1..6) opens and closes a count of its own: 16 bits each of one HUGEINT,
+    -- so that one running sum counts all seven (7, the GPU busy; a step edge adds 0 and only splits).
+    -- Seven running sums were 12 s of 14 on long4's nsys capture (1 M edges); one is 10x faster.
+    SELECT rank, start_ns AS t, 1::HUGEINT << (16 * cause) AS d FROM iv
+    UNION ALL SELECT rank, end_ns, -(1::HUGEINT << (16 * cause)) FROM iv
+    UNION ALL SELECT rank, start_ns, 1::HUGEINT << 112 FROM gpu_islands
+    UNION ALL SELECT rank, end_ns, -(1::HUGEINT << 112) FROM gpu_islands
+    UNION ALL SELECT rank, start_ns, 0::HUGEINT FROM steps
+    UNION ALL SELECT rank, end_ns, 0::HUGEINT FROM steps
 ), edges AS (
-    SELECT rank, t,
-           sum(d) FILTER (WHERE cause = 1) AS d1, sum(d) FILTER (WHERE cause = 2) AS d2,
-           sum(d) FILTER (WHERE cause = 3) AS d3, sum(d) FILTER (WHERE cause = 4) AS d4,
-           sum(d) FILTER (WHERE cause = 5) AS d5, sum(d) FILTER (WHERE cause = 6) AS d6,
-           sum(d) FILTER (WHERE cause = 7) AS d7
-    FROM ev GROUP BY rank, t
+    SELECT rank, t, sum(d) AS d FROM ev GROUP BY rank, t
 ), run AS (
-    SELECT rank, t AS start_ns, lead(t) OVER w AS end_ns,
-           sum(coalesce(d1, 0)) OVER w AS n1, sum(coalesce(d2, 0)) OVER w AS n2, sum(coalesce(d3, 0)) OVER w AS n3,
-           sum(coalesce(d4, 0)) OVER w AS n4, sum(coalesce(d5, 0)) OVER w AS n5, sum(coalesce(d6, 0)) OVER w AS n6,
-           sum(coalesce(d7, 0)) OVER w AS n7
+    SELECT rank, t AS start_ns, lead(t) OVER w AS end_ns, sum(d) OVER w AS n
     FROM edges WINDOW w AS (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING)
 ), seg AS (
     SELECT rank, start_ns, end_ns,
-           CASE WHEN n1 > 0 THEN 'launch' WHEN n2 > 0 THEN 'sync' WHEN n3 > 0 THEN 'allocator'
-                WHEN n4 > 0 THEN 'cuda_other' WHEN n5 > 0 THEN 'data_loading' WHEN n6 > 0 THEN 'cpu_op'
+           CASE WHEN (n >> 16) & 65535 > 0 THEN 'launch' WHEN (n >> 32) & 65535 > 0 THEN 'sync'
+                WHEN (n >> 48) & 65535 > 0 THEN 'allocator' WHEN (n >> 64) & 65535 > 0 THEN 'cuda_other'
+                WHEN (n >> 80) & 65535 > 0 THEN 'data_loading' WHEN (n >> 96) & 65535 > 0 THEN 'cpu_op'
                 ELSE 'no_op' END AS cause,
-           n7 > 0 AS gpu_busy
+           (n >> 112) & 65535 > 0 AS gpu_busy
     FROM run WHERE end_ns > start_ns
 )
 SELECT g.rank, s.step, g.start_ns, g.end_ns, g.cause, g.gpu_busy

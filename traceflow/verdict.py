@@ -265,8 +265,9 @@ def _fix_sentence(con, out: dict):
         return
     if out["fixes"] and out["fixes"][0]["gain_pct"] >= 2:
         f = out["fixes"][0]
-        out["sentences"].append(f"Worth the most, by replaying the slowest and the median step: {f['scenario']}, "
-                                f"{f['gain_ns'] / 1e6:.1f} ms ({f['gain_pct']:.0f}%) per step (`traceflow whatif` for others).")
+        out["sentences"].append(f"Worth the most, by replaying the slowest, the median and the most abnormal step: "
+                                f"{f['scenario']}, {f['gain_ns'] / 1e6:.1f} ms ({f['gain_pct']:.0f}%) on step {f['step']} "
+                                f"(`traceflow whatif` for others).")
 
 
 def verdict(con) -> str:
