@@ -72,3 +72,14 @@ def is_identifier(col: str) -> bool:
     """A column of ids (op, trace, correlation, thread, process): labels to copy into a query, not
     quantities, so shown without thousands separators (`WHERE op_id = 13,314` is no query)."""
     return col == "id" or col.endswith(("_id", "tid", "pid"))
+
+
+def size(n) -> str:
+    """Bytes in the largest binary unit that keeps a figure of at least 1: 704 B, 1.5 KiB, 256 MiB
+    (never "0 MiB" for 704 bytes)."""
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n >= 100 else f"{n:.1f} {unit}".replace(".0 ", " ")
+        n /= 1024
+    return f"{n:.0f} TiB"  # unreachable

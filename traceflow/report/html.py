@@ -141,7 +141,11 @@ def _inputs(con, P: Plots) -> Section:
                headers=["rank", "file", "format", "profiler", "rank from", "host", "device", "clock offset (ms)", "clock spread (ms)"],
                ms_cols=("clock_offset_ns", "clock_spread_ns"))
     t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""")
-    return Section("inputs", "Inputs", [t1, Heading("Warnings from ingest"), t2])
+    # the clock decisions beside the readers' warnings: "Warnings from ingest: none" under a clock
+    # warning read as if ingest had nothing to say
+    t3 = table(con, """SELECT rank, clock_note FROM traces WHERE clock_note IS NOT NULL ORDER BY rank""",
+               headers=["rank", "clock alignment (docs/clock-alignment.md)"])
+    return Section("inputs", "Inputs", [t1, Heading("Warnings from the readers"), t2, Heading("Clock alignment"), t3])
 
 
 def render(**values) -> str:
