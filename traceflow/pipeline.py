@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -22,14 +23,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from . import schema
+from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .job import IngestInfo, Job
-from .outputs import atomic_output, scratch_folder
+from .outputs import PARTS, atomic_output, scratch_folder
 from .readers import ranks
 from .readers.detect import Input, identify
 from .readers.model import ProcessTrace, reader_schema
 from .readers.worker import import_readers, read_file, worker_start
+from .text import as_text
 
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
@@ -53,11 +56,19 @@ def _looks_like_trace(p: Path) -> bool:
 
 
 def expand(files) -> list[str]:
-    """Files as given; a folder stands for the trace files in it."""
+    """Files as given; a folder stands for the trace files in it (its regular files with a trace's
+    suffix: a pipe, device, socket, folder or broken link among them is passed over). A pipe, device
+    or socket given by name is refused: reading it would block or never end."""
     out = []
     for f in files:
         p = Path(f)
-        if p.is_dir():
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            mode = 0  # missing, a symlink loop, no permission: the reader names the problem
+        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InputError(p, "is not a regular file (a pipe, device or socket): traceflow reads only files")
+        if stat.S_ISDIR(mode):
             found = sorted(str(x) for x in p.iterdir() if x.is_file() and x.name.endswith(SUFFIXES) and _looks_like_trace(x))
             if not found:
                 raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files")
@@ -302,6 +313,9 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     `name` names the job in titles (default: its input folder or first file; job_name.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
+    if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
+        from .cluster import check_address
+        check_address(cluster)
     if cluster is not None and append:
         raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
                          "shards; ingest all the rank files again")
@@ -316,8 +330,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
-        import duckdb  # here, not at the top: reader processes import this package and never need it
-        con = duckdb.connect(str(tmp), config=db_config(scratch))
+        con = duck_connect(tmp, config=db_config(scratch))
         con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
         # FSST string compression is tried on every text column and chosen for almost none: the
         # file has the same blocks without it (long4 Kineto 88, the bundled job 51, nsys-ai 40)
@@ -352,7 +365,7 @@ def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, peaks, 
     if cluster is None:
         return _read_all(inputs, scratch, jobs, nsys, progress)
     from .cluster import client_for, read_all
-    with client_for(cluster) as client:
+    with client_for(cluster, scratch) as client:
         return read_all(client, inputs, parts, nsys, step_pattern, peaks, progress)
 
 
@@ -408,8 +421,6 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
 
 
-PARTS = ".parts-"  # job.duckdb.parts-XXXX: a cluster job's shards, beside its database
-
 
 @contextmanager
 def _parts_folder(output: str, cluster):
@@ -444,7 +455,7 @@ def _check_step_pattern(pattern: str):
     """The pattern runs in DuckDB (RE2 syntax): try it there, before reading anything."""
     import duckdb
     try:
-        duckdb.connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
+        duck_connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
     except duckdb.Error as e:
         raise UsageError(f"--step-pattern is not a valid regular expression with one group ({one_line(e)})") from None
 
@@ -544,7 +555,7 @@ def _build(con, traces, result, append, rank_pattern, load):
         con.execute("""INSERT INTO traces (trace_id, rank, world_size, source_path, source_format, source_hash,
                        profiler_version, hostname, pid, device_name, clock_offset_ns, rank_source, warnings)
                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)""",
-                    [tid, rank, trace.world_size or world, os.path.abspath(trace.source_path), trace.source_format,
+                    [tid, rank, trace.world_size or world, as_text(os.path.abspath(trace.source_path)), trace.source_format,
                      trace.source_hash, trace.profiler_version, trace.hostname, trace.pid, trace.device_name, src,
                      trace.warnings])
         loads.append((trace, tid, rank))

@@ -96,7 +96,7 @@ DOCS = {
         "api_start_ns": "when the launch call started (ns since epoch)", "api_end_ns": "when it returned (ns since epoch)",
         "launch_tid": "the host thread that launched it", "launch_op_id": "host_ops.op_id of the launch call",
         "issue_start_ns": "when the host began issuing it: the start of the CPU op around the launch call, else the launch call's",
-        "cpu_op_id": "host_ops.op_id of the CPU op that made the launch call, e.g. aten::mm: Kineto's External id; nsys: the innermost emit_nvtx op open on the launching thread"}),
+        "cpu_op_id": "host_ops.op_id of the CPU op that made the launch call, e.g. aten::mm: the op Kineto's External id names if it contains the call on its thread, else the innermost CPU op around the call on that thread; NULL: none does"}),
     "host_ops": ("one row per host call: CPU ops, CUDA runtime and driver calls, OS runtime calls", {
         "pid": "the process id", "kind": "cpu_op | cuda_runtime | cuda_driver | osrt | ...",
         "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op",

@@ -153,8 +153,13 @@ def _inputs(con, P: Plots) -> Section:
                ms_cols=("clock_offset_ns", "clock_spread_ns"), cap=None, folded="The files read, one per rank")
     n = con.execute("SELECT count(*) FROM (SELECT unnest(warnings) FROM traces)").fetchone()[0]
     t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""",
-               hint="traceflow sql " + P.db + " \"select rank, unnest(warnings) from traces\"", folded=f"Warnings from ingest ({n})")
-    return Section("inputs", "Inputs", [t1, t2])
+               hint="traceflow sql " + P.db + " \"select rank, unnest(warnings) from traces\"", folded=f"Warnings from the readers ({n})")
+    # the clock decisions beside the readers' warnings: "Warnings from ingest: none" under a clock
+    # warning read as if ingest had nothing to say
+    n = con.execute("SELECT count(*) FROM traces WHERE clock_note IS NOT NULL").fetchone()[0]
+    t3 = table(con, """SELECT rank, clock_note FROM traces WHERE clock_note IS NOT NULL ORDER BY rank""",
+               headers=["rank", "clock alignment (docs/clock-alignment.md)"], folded=f"Clock alignment ({n})", cap=None)
+    return Section("inputs", "Inputs", [t1, t2, t3])
 
 
 def render(**values) -> str:

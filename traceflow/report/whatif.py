@@ -1,5 +1,6 @@
 """The report's "what if" section: the three fixes worth the most, predicted by replaying the
-slowest and the median step with a fixed set of scenarios (traceflow/whatif.py)."""
+slowest step, the median step and the step of the largest abnormal host time with a fixed set of
+scenarios (traceflow/whatif.py, docs/whatif.md)."""
 from __future__ import annotations
 
 from .blocks import Note, Plots, Section, rows_table
@@ -20,12 +21,16 @@ def section(f: dict, P: Plots) -> Section:
                     "x": [round(r[1] / 1e6, 3) for r in rows][::-1], "marker": {"color": "#54a24b"},
                     "text": [r[0] for r in rows][::-1], "textposition": "auto", "cliponaxis": False}],
                   # the fixes named on their bars: long tick labels ran under the axis title
-                  "Predicted gain per step, by fix", x="step time saved (ms)", y="fix", yaxis={"showticklabels": False})
+                  "Predicted gain on the step where each fix gains most", x="step time saved (ms)", y="fix",
+                  yaxis={"showticklabels": False})
     return Section("whatif", title, [
         chart,
         rows_table(["fix", "gain", "gain_pct", "steps", "err"], rows,
-                   ["fix", "gain per step (ms)", "gain %", "predicted", "replay error %"], ("gain",)),
+                   ["fix", "gain on its best step (ms)", "gain %", "predicted", "replay error %"], ("gain",)),
         Note("Each step's dependency graph across ranks (streams, launches, syncs, cross-stream waits, collectives) "
              "is replayed with the fix applied; the replay of the unedited graph reproduces the measured step "
-             "within the error shown. Scenarios: the largest host stall removed, no launch overhead, communication "
-             "overlapped, no stragglers, compute twice as fast (for scale). `traceflow whatif` runs any other.")])
+             "within the error shown. Each fix removes exactly its own cause of host time (docs/host-time.md). "
+             "Scenarios: the largest abnormal host time removed (its rank, step and cause named), no launch overhead, "
+             "no allocator calls, no host syncs, communication overlapped, no stragglers; compute twice as fast is a "
+             "yardstick, listed after the fixes. A fix is worth its gain on the step where it gains most. "
+             "`traceflow whatif` runs any other.")])
