@@ -202,7 +202,7 @@ def test_report_names_short_distinct_and_full_on_hover(report_dbs, tmp_path):
     assert longest > 1000  # the bundled job's longest demangled name (3,009 characters)
     body = text[text.index("<main>"): text.index("</main>")]
     cells = [htmlmod.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", body, re.S)]
-    assert cells and max(len(c) for c in cells) <= 120, max(cells, key=len)
+    assert cells and max(len(c) for c in cells) <= 300, max(cells, key=len)  # a sentence at most; a name was 3,143
     shown: dict[str, str] = {}
     for title, short in re.findall(r'<td title="([^"]*)">([^<]*)</td>', body):
         full, short = htmlmod.unescape(title), htmlmod.unescape(short)
