@@ -141,6 +141,10 @@ SLOW_TESTS = {
     "test_perfetto_trace_interned_with_launch_flows_and_small": "Perfetto traces of the shared jobs",
     "test_packets_equal_protobuf_library": "every packet against the protobuf library",
     "test_cli_json_and_page": "scaling across three ingests",
+    "test_every_schema_version_is_read": "ingests an export of every nsys schema version",
+    "test_host_calls_loaded_per_step_equal_all_at_once": "walks every fixture twice",
+    "test_the_walk_loads_only_the_ranks_it_stands_on": "walks the nsys jobs rank by rank",
+    "test_nsys_rep_exported_through_nsys": "runs nsys export",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

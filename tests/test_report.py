@@ -380,28 +380,28 @@ def test_perfetto_trace_interned_with_launch_flows_and_small(tmp_path):
 
 # --- issue 36: titles name the job by its input ----------------------------------------------------
 
-def test_titles_name_the_job_by_its_input(tmp_path):
+def test_titles_name_the_job_by_its_input(report_dbs, tmp_path):
     """"traceflow post-mortem: job.duckdb" and "diff: job.duckdb vs job.duckdb" said nothing: the title
     names the job by its input folder (or first file, or --name), kept in the database at ingest."""
+    import traceflow
     folder = BUNDLED / "ddp4_sync_stall"
-    a, b = tmp_path / "a" / "job.duckdb", tmp_path / "b" / "job.duckdb"
-    a.parent.mkdir()
+    a = report_dbs["kineto"]  # the bundled job's four files, all in one folder
+    with traceflow.open(str(a)) as job:
+        assert job.name == "ddp4_sync_stall"
+    b = tmp_path / "b" / "job.duckdb"
     b.parent.mkdir()
-    assert run_cli("ingest", folder, "-o", a).returncode == 0
     r = run_cli("ingest", folder / "rank-0.pt.trace.json.gz", folder / "rank-1.pt.trace.json.gz", "-o", b, "--name", "two ranks <b>")
     assert r.returncode == 0, r.stderr
     assert connect(b).execute("SELECT value FROM tf_internal.metadata WHERE key = 'name'").fetchone()[0] == "two ranks <b>"
-    for db, name in ((a, "ddp4_sync_stall"), (b, "two ranks &lt;b&gt;")):
-        page = db.parent / "report.html"
-        assert run_cli("report", db, "-o", page).returncode == 0
-        assert f"<title>traceflow post-mortem: {name}</title>" in page.read_text()
+    page = tmp_path / "report.html"
+    assert run_cli("report", b, "-o", page).returncode == 0
+    assert "<title>traceflow post-mortem: two ranks &lt;b&gt;</title>" in page.read_text()
     page = tmp_path / "diff.html"
     assert run_cli("diff", a, b, "-o", page).returncode == 0
     assert "<title>traceflow diff: ddp4_sync_stall vs two ranks &lt;b&gt;</title>" in page.read_text()
     # one file: its name without extensions; --append keeps the name the database has
     c = tmp_path / "c.duckdb"
-    assert run_cli("ingest", folder / "rank-2.pt.trace.json.gz", "-o", c).returncode == 0
-    assert run_cli("ingest", folder / "rank-3.pt.trace.json.gz", "-o", c, "--append").returncode == 0
-    import traceflow
+    traceflow.ingest([str(folder / "rank-2.pt.trace.json.gz")], str(c)).close()
+    traceflow.ingest([str(folder / "rank-3.pt.trace.json.gz")], str(c), append=True).close()
     with traceflow.open(str(c)) as job:
-        assert job.name == "rank-2"
+        assert job.name == "rank-2" and job.ranks() == [2, 3]
