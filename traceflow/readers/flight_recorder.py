@@ -123,6 +123,13 @@ def _int(v) -> int | None:
     return v
 
 
+def _num(v) -> int | None:
+    """An int, also written as text (the JSON variant writes pg_status's ids as strings: "3")."""
+    if isinstance(v, str) and re.fullmatch(r"-?\d{1,19}", v.strip()):
+        return int(v)
+    return _int(v)
+
+
 def _time(v) -> int | None:
     v = _int(v)
     return v if v else None
@@ -167,8 +174,8 @@ def _tables(dump: dict, path: str) -> tuple[pa.Table, pa.Table, list[str]]:
             str(e["pg_id"]) if e.get("pg_id") is not None else None, None)
         prof = e.get("profiling_name")
         prof = prof if isinstance(prof, str) else None
-        coll = _int(e.get("collective_seq_id", e.get("seq_id")))
-        p2p = _int(e.get("p2p_seq_id"))
+        coll = _num(e.get("collective_seq_id", e.get("seq_id")))
+        p2p = _num(e.get("p2p_seq_id"))
         is_p2p = e.get("is_p2p")
         if not isinstance(is_p2p, bool):
             is_p2p = _op(prof) in ("send", "recv")
@@ -228,7 +235,7 @@ def _groups(dump: dict, entries: dict) -> pa.Table:
         r = rows.setdefault(str(key), {"pg": str(key), "pg_desc": desc_of.get(str(key))})
         for a, b in (("last_enqueued", "last_enqueued_collective"), ("last_started", "last_started_collective"),
                      ("last_completed", "last_completed_collective")):
-            v = _int(st.get(b))
+            v = _num(st.get(b))
             r[a] = v if v is not None and v >= 0 else None  # -1: none yet (gloo never marks one started)
     for name in desc_of:  # a group seen only in the entries (a version without pg_config / pg_status)
         rows.setdefault(name, {"pg": name, "pg_desc": desc_of[name]})
