@@ -19,6 +19,10 @@ def findings(con) -> dict:
     """Structured findings; `sentences` is the verdict in words."""
     # Long because: the verdict's sentences in the order a reader gets them, each a query and a sentence.
     out: dict[str, Any] = {"sentences": []}
+    from .hang import findings as hang_findings
+    if (hang := hang_findings(con)) is not None:  # a stopped job: why it stopped comes first
+        out["hang"] = hang
+        out["sentences"].append(hang["sentence"])
     steps = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS wall FROM step_windows GROUP BY step ORDER BY step""").fetchall()
     if not steps:
         out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
