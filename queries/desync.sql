@@ -29,7 +29,7 @@
 --   pg, rank
 --   dumped          FALSE: no dump from this rank
 --   last_enqueued   the last collective seq it enqueued in the group
---   last_completed  the last one it completed
+--   last_completed  the last one it completed: the later of pg_status's and its entries' (completed or retired)
 --   state           no_dump | not_entered (never enqueued the group's first disagreement) |
 --                   waiting (enqueued a collective it never completed) | idle (all it enqueued completed)
 --   op              the op of its last enqueued collective
@@ -50,15 +50,17 @@ SELECT pg, pg_desc, unnest(members) AS rank FROM cfg WHERE members IS NOT NULL
 UNION ALL
 SELECT DISTINCT g.pg, c.pg_desc, g.rank FROM fr_groups g JOIN cfg c USING (pg) WHERE c.members IS NULL;
 
--- Where each member stood in each group: pg_status, else what its entries say.
+-- Where each member stood in each group: pg_status and its entries. gloo updates pg_status's last
+-- completed id late (a recorded dump said 2 where entry 3 was already retired): the later of the two.
 CREATE OR REPLACE TABLE tf_internal.desync_progress AS
 WITH e AS (
-    SELECT pg, rank, min(seq) AS min_seq, max(seq) AS max_seq, max(seq) FILTER (WHERE state = 'completed') AS max_done
+    SELECT pg, rank, min(seq) AS min_seq, max(seq) AS max_seq,
+           max(seq) FILTER (WHERE state = 'completed' OR retired) AS max_done
     FROM fr_entries WHERE NOT is_p2p GROUP BY pg, rank
 )
 SELECT m.pg, m.pg_desc, m.rank, m.rank IN (SELECT rank FROM fr_dumps) AS dumped,
        coalesce(g.last_enqueued, e.max_seq) AS last_enqueued,
-       coalesce(g.last_completed, e.max_done) AS last_completed, e.min_seq
+       greatest(g.last_completed, e.max_done) AS last_completed, e.min_seq
 FROM desync_members m
 LEFT JOIN fr_groups g ON g.pg = m.pg AND g.rank = m.rank
 LEFT JOIN e ON e.pg = m.pg AND e.rank = m.rank;
@@ -70,7 +72,7 @@ SELECT e.pg, e.seq, e.rank, e.op,
        CASE WHEN e.output_sizes IS NULL OR e.output_sizes = e.input_sizes THEN e.input_sizes
             ELSE e.input_sizes || ' -> ' || e.output_sizes END AS sizes,
        e.input_dtypes AS dtypes, e.created_ns, e.user_frame,
-       e.seq > coalesce(p.last_completed, -1) AND e.state IS DISTINCT FROM 'completed' AS open
+       e.seq > coalesce(p.last_completed, -1) AND e.state IS DISTINCT FROM 'completed' AND NOT coalesce(e.retired, FALSE) AS open
 FROM fr_entries e JOIN lo USING (pg)
 LEFT JOIN desync_progress p ON p.pg = e.pg AND p.rank = e.rank
 WHERE NOT e.is_p2p AND e.seq >= lo.lo;

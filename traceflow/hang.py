@@ -86,9 +86,13 @@ def findings(con) -> dict[str, Any] | None:
     desc = con.execute("SELECT any_value(pg_desc) FROM fr_entries WHERE pg = ?", [pg]).fetchone()[0]
     members = [r for r in ranks if r["pg"] == pg]
     missing = [r["rank"] for r in members if not r["dumped"]]
-    s = (f"{_cap(_ranks([r['rank'] for r in group]))} waited in {group[0]['op']} #{seq} of {_group(pg, desc)} and "
-         "none completed it; no rank is missing from it or mismatched in the dumps")
-    s += f" (no dump from {_ranks(missing)})." if missing else "."
+    s = f"{_cap(_ranks([r['rank'] for r in group]))} waited in {group[0]['op']} #{seq} of {_group(pg, desc)} and none completed it"
+    if missing:  # the dumps agree: the one that did not arrive can only be among those without one
+        one = len(missing) == 1
+        s += (f"; {_ranks(missing)} {'has' if one else 'have'} no dump: {'it' if one else 'they'} never arrived, "
+              f"or {'its dump was' if one else 'their dumps were'} lost.")
+    else:
+        s += "; no rank is missing from it or mismatched in the dumps."
     out["sentence"] = s
     return out
 
