@@ -246,14 +246,15 @@ def test_thousands_of_ranks(recorded, tmp_path):
     folder.mkdir()
     members = str(list(range(n)))
 
-    def widen(d):
+    protos = {p: pickle.loads(p.read_bytes()) for p in (waiter, culprit)}
+    for d in protos.values():
         for cfg in d["pg_config"].values():
             cfg["ranks"] = members
-    for path, ranks in ((waiter, [r for r in range(n) if r not in (2, 1030)]), (culprit, [2, 1030])):
-        _repickle(path, folder / "proto", widen)
-        for r in ranks:
-            os.link(folder / "proto", folder / f"host-{r // 8}_{r}")
-        (folder / "proto").unlink()
+    for r in range(n):
+        d = protos[culprit if r in (2, 1030) else waiter]
+        for e in d["entries"]:
+            e["thread_id"] = str(1000 + r)  # each rank's own process, and bytes of its own
+        (folder / f"host-{r // 8}_{r}").write_bytes(pickle.dumps(d, protocol=2))
     db = tmp_path / "many.duckdb"
     t0 = time.perf_counter()
     _ingest([folder], db)
@@ -348,3 +349,38 @@ def test_torch_fr_trace_as_oracle(recorded, truth, tmp_path, scenario):
         assert culprits == [1, 2] and row["ranks"] == [0] == [spec["fault_rank"]]
     else:
         assert culprits == row["ranks"] == [spec["fault_rank"]]
+
+
+def test_report_section_and_perfetto_marks(recorded, tmp_path):
+    """The stall job with its Kineto traces: the report opens on the hang, and the Perfetto trace
+    marks where each rank stopped (rank 1: never entered #4; ranks 0 and 2: waiting in it)."""
+    import gzip
+
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    db = tmp_path / "stall.duckdb"
+    _ingest([recorded / "stall"], db)
+    html = tmp_path / "r.html"
+    assert run_cli("report", str(db), "-o", str(html)).returncode == 0
+    page = html.read_text()
+    assert "Why the job stopped (Flight Recorder)" in page and "never entered all_reduce #4" in page
+    assert page.index("Why the job stopped") < page.index("Where each rank")
+    pf = tmp_path / "j.perfetto-trace"
+    r = run_cli("annotate", str(db), "-o", str(pf))
+    assert r.returncode == 0, r.stderr
+    trace = Trace()
+    trace.ParseFromString(gzip.decompress(pf.read_bytes()))
+    names = {}
+    for p in trace.packet:
+        for n in p.interned_data.event_names:
+            names[n.iid] = n.name
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")}
+    marks = {}
+    for p in trace.packet:
+        if p.HasField("track_event") and p.track_event.type == 1:  # slice begin
+            t = tracks.get(p.track_event.track_uuid)
+            if t is not None and t.name.startswith("traceflow: where it stopped"):
+                parent = tracks[t.parent_uuid].name
+                marks[parent] = names.get(p.track_event.name_iid, p.track_event.name)
+    assert marks["rank 1"].startswith("never entered #4 of group 0; last completed #3"), marks
+    wait = f"waiting in all_reduce #4 of group 0 (fr_record.py:{_line('work = dist.all_reduce(y, async_op=True)')} train_step)"
+    assert marks["rank 0"] == marks["rank 2"] == wait, marks

@@ -16,7 +16,7 @@ import pyarrow.ipc as ipc
 from . import schema
 from .errors import InputError
 from .readers import ranks
-from .readers.model import ProcessTrace, reader_schema
+from .readers.model import ProcessTrace
 
 FORMATS = ("fr-pickle", "fr-json")
 # Dumps of one job overlap in time: each buffer holds the last entries before the dump, and the
@@ -73,24 +73,35 @@ def load(con, dumps: list[ProcessTrace], folder: str, rank_pattern: str | None, 
         else:
             seen.add(t.source_hash)
             fresh.append(t)
+    # One INSERT per table for all dumps: a statement per dump cost most of a 2,048-dump ingest.
+    rows: dict[str, list] = {"fr_dumps": []}
+    parts: dict[str, list[pa.Table]] = {t: [] for t in schema.FR_TABLES}
     for t, rank, src in ranks.assign(fresh, rank_pattern, taken):
         did = next_id
         next_id += 1
-        con.execute("INSERT INTO fr_dumps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [did, rank, t.world_size, os.path.abspath(t.source_path), t.source_format, t.source_hash,
-                     t.profiler_version, src, t.counts.get("fr_entries", 0), t.warnings])
+        rows["fr_dumps"].append((did, rank, t.world_size, os.path.abspath(t.source_path), t.source_format, t.source_hash,
+                                 t.profiler_version, src, t.counts.get("fr_entries", 0), t.warnings))
         for table in schema.FR_TABLES:
             path = Path(folder) / f"{t.key}.{table}.arrow"
-            if not path.exists():
-                continue
-            with pa.memory_map(str(path)) as source:
-                incoming = ipc.open_stream(source)  # noqa: F841 - read by DuckDB's replacement scan
-                cols = ", ".join(f.name for f in reader_schema(table))
-                con.execute(f"INSERT INTO {table} ({cols}, dump_id, rank) SELECT {cols}, ?, ? FROM incoming", [did, rank])
-                del incoming
+            if path.exists():
+                with pa.memory_map(str(path)) as source:
+                    data = ipc.open_stream(source).read_all()
+                n = data.num_rows
+                parts[table].append(data.append_column("dump_id", pa.array([did] * n, pa.int32()))
+                                        .append_column("rank", pa.array([rank] * n, pa.int32())))
         result.traces.append({"dump_id": did, "rank": rank, "file": t.source_path, "format": t.source_format,
                               "rank_source": src, **t.counts})
         result.warnings.extend(f"{t.source_path}: {w}" for w in t.warnings)
+    if rows["fr_dumps"]:
+        names = ["dump_id", "rank", "world_size", "source_path", "source_format", "source_hash", "version", "rank_source",
+                 "n_entries", "warnings"]
+        dumps_rows = pa.table({n: [r[i] for r in rows["fr_dumps"]] for i, n in enumerate(names)})  # noqa: F841 - read by DuckDB
+        con.execute(f"INSERT INTO fr_dumps ({', '.join(names)}) SELECT {', '.join(names)} FROM dumps_rows")
+    for table, tables in parts.items():
+        if tables:
+            incoming = pa.concat_tables(tables)  # noqa: F841 - read by DuckDB's replacement scan
+            cols = ", ".join(f.name for f in schema.FR_TABLES[table])
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM incoming")
     check_one_job(con)
     from . import comments
     comments.apply_docs(con, DOCS)
