@@ -15,7 +15,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 from conftest import run_cli
 
 HERE = Path(__file__).resolve().parent

@@ -23,7 +23,7 @@ FORMATS = ("fr-pickle", "fr-json")
 # ranks enqueued them together. Two dumps this far apart are of two jobs (as traces: pipeline.py).
 MIXED_JOB_GAP_NS = 60 * 10**9
 
-DOCS = {
+DOCS: dict[str, tuple[str | None, dict[str, str]]] = {
     "fr_dumps": ("one row per PyTorch Flight Recorder dump (one rank's buffer); docs/hang-forensics.md", {
         "world_size": "the default process group's size, as the dump states it",
         "source_format": "'fr-pickle' (watchdog / _dump_fr_trace) | 'fr-json' (_dump_fr_trace_json)",

@@ -179,8 +179,8 @@ def _tables(dump: dict, path: str) -> tuple[pa.Table, pa.Table, list[str]]:
         is_p2p = e.get("is_p2p")
         if not isinstance(is_p2p, bool):
             is_p2p = _op(prof) in ("send", "recv")
-        frames = e.get("frames") if isinstance(e.get("frames"), list) else []
-        frames = [f for f in frames if isinstance(f, dict)]
+        raw_frames = e.get("frames")
+        frames = [f for f in raw_frames if isinstance(f, dict)] if isinstance(raw_frames, list) else []
         col["pg"].append(name)
         col["pg_desc"].append(desc)
         col["record_id"].append(_int(e.get("record_id")))
@@ -214,8 +214,8 @@ def _groups(dump: dict, entries: dict) -> pa.Table:
     """pg_config (members) beside pg_status (last enqueued / started / completed), one row per group.
     pg_config is keyed by group name, pg_status by the same name; gloo writes the default group's
     config under '' (the name it had before it was named '0'): taken as that group's."""
-    config = dump.get("pg_config") if isinstance(dump.get("pg_config"), dict) else {}
-    status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
+    config: dict = dump["pg_config"] if isinstance(dump.get("pg_config"), dict) else {}
+    status: dict = dump["pg_status"] if isinstance(dump.get("pg_status"), dict) else {}
     desc_of = {n: d for n, d in zip(entries["pg"], entries["pg_desc"]) if n is not None}
     default = next((n for n, d in desc_of.items() if d == "default_pg"), "0")
     rows: dict[str, dict] = {}
