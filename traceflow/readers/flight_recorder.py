@@ -13,6 +13,9 @@ holds only dicts, lists, tuples, strings and numbers, and one naming anything el
 A dump does not say which rank wrote it (2.10 has no rank field; one is read where a version has
 it): the rank comes from the file name, as PyTorch's own `fr_trace` takes it, but also from names
 `fr_trace` cannot read (`host-name_3`, `dump_rank3.pkl`): docs/hang-forensics.md.
+
+Size: one column per field of an entry, each read by its presence and checked for its type (a dump
+is untrusted input), and the process groups' two dicts put side by side.
 """
 from __future__ import annotations
 
