@@ -333,17 +333,18 @@ def test_torch_fr_trace_as_oracle(recorded, truth, tmp_path, scenario):
     _torch_ready_copy(recorded / scenario, fixed)
     r = _fr_trace(fixed)
     assert r.returncode == 0, r.stderr[-2000:]
+    said = r.stdout + r.stderr  # its report goes to a logger (stderr)
     db = tmp_path / "job.duckdb"
     _ingest([recorded / scenario], db)
     row = _rows(db, "SELECT * FROM desync WHERE first")[0]
     spec = truth[scenario]
     if scenario == "skip":
-        assert f"Not all ranks joining collective, sequence number: {spec['seq']}" in r.stdout
-        assert re.search(r"missing ranks: \{(.*)\}", r.stdout).group(1) == ", ".join(map(str, row["ranks"]))
+        assert f"Not all ranks joining collective, sequence number: {spec['seq']}" in said
+        assert re.search(r"missing ranks: \{(.*)\}", said).group(1) == ", ".join(map(str, row["ranks"]))
         return
-    culprits = sorted(int(x) for x in re.findall(r"Culprit rank (\d+)", r.stdout))
+    culprits = sorted(int(x) for x in re.findall(r"Culprit rank (\d+)", said))
     kind = {"size": "SIZE_OR_SYNTAX_MISMATCH", "dtype": "COLLECTIVE_DTYPE_MISMATCH", "op": "COLLECTIVE_TYPE_MISMATCH"}[scenario]
-    assert f"Collective sequence number: {spec['seq']} has errors" in r.stdout and kind in r.stdout
+    assert f"Collective sequence number: {spec['seq']} has errors" in said and kind in said
     if scenario == "op":
         assert culprits == [1, 2] and row["ranks"] == [0] == [spec["fault_rank"]]
     else:
