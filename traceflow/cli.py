@@ -154,7 +154,9 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
     (exported with nsys when it is installed) and PyTorch profiler traces (.json, .json.gz),
-    mixed freely; a folder stands for the trace files in it. Formats are detected from content.
+    mixed freely, and PyTorch Flight Recorder dumps (one per rank, alone or beside the traces:
+    docs/hang-forensics.md); a folder stands for the trace files and dumps in it. Formats are
+    detected from content.
 
     \b
     Examples:
@@ -163,11 +165,15 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest new/rank4.sqlite -o job.duckdb --append
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
       traceflow ingest /shared/runs/rank*.sqlite -o /shared/job.duckdb --cluster tcp://scheduler:8786
+      traceflow ingest /tmp/nccl_trace_rank_* -o hang.duckdb      # Flight Recorder dumps: why it stopped
+      traceflow ingest fr_dumps/ kineto/rank*.json -o hang.duckdb  # dumps beside the job's traces
     """
     with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                     peak_tflops, peak_gbps, cluster, name) as job:
         rows = job.rank_summary()
-    say(f"wrote {job.path}: {plural(len(rows), 'rank')}")
+        from .hang import dump_count
+        dumps = dump_count(job.con)
+    say(f"wrote {job.path}: {plural(len(rows), 'rank')}" + (f", {plural(dumps, 'Flight Recorder dump')}" if dumps else ""))
     for rank, fmt, n_gpu, n_steps, off in rows:
         say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {plural(n_steps, 'step'):>10}  clock offset {off / 1e6:+.3f} ms")
 

@@ -40,9 +40,13 @@ SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz",
 
 
 def _looks_like_trace(p: Path) -> bool:
-    """In a folder, other JSON files (configs, notes) sit beside the traces: sniff before taking one."""
-    if not p.name.endswith((".json", ".json.gz")):
+    """In a folder, other JSON files (configs, notes) sit beside the traces: sniff before taking one.
+    Flight Recorder dumps (nccl_trace_rank_3, host_3.json) are taken by their first bytes."""
+    from .readers.flight_recorder import looks_like_dump
+    if looks_like_dump(str(p)):
         return True
+    if not p.name.endswith((".json", ".json.gz")):
+        return p.name.endswith(SUFFIXES)
     try:
         from .readers.compressed import BoundedReader
         f = BoundedReader(str(p), "gzip") if p.name.endswith(".gz") else open(p, "rb")
@@ -69,9 +73,9 @@ def expand(files) -> list[str]:
         if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             raise InputError(p, "is not a regular file (a pipe, device or socket): traceflow reads only files")
         if stat.S_ISDIR(mode):
-            found = sorted(str(x) for x in p.iterdir() if x.is_file() and x.name.endswith(SUFFIXES) and _looks_like_trace(x))
+            found = sorted(str(x) for x in p.iterdir() if x.is_file() and _looks_like_trace(x))
             if not found:
-                raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files")
+                raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files nor Flight Recorder dumps")
             out.extend(found)
         else:
             out.append(str(p))
@@ -250,6 +254,8 @@ def _create_tables(con):
     con.execute(schema.TRACES_DDL)
     for t in schema.TABLES:
         con.execute(schema.ddl(t))
+    from . import fr_load
+    fr_load.create_tables(con)
 
 
 def _load_all(con, sink_folder: str, loads, jobs: int | None):
@@ -321,6 +327,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
                          "shards; ingest all the rank files again")
     paths = expand(files)
     inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
+    if cluster is not None and (dump := next((i for i in inputs if i.format.startswith("fr-")), None)):
+        raise UsageError(f"{dump.path} is a Flight Recorder dump: dumps are ingested without --cluster")
     progress = progress or (lambda *_: None)
     result = IngestInfo()
     with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
@@ -390,7 +398,7 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
     if small:
         con.execute("BEGIN TRANSACTION")
     _build(con, traces, result, append, rank_pattern,
-           lambda loads: _load_all(con, scratch, loads, 1 if small else jobs))
+           lambda loads: _load_all(con, scratch, loads, 1 if small else jobs), scratch)
     if small:
         _commit_to_file(con)
         con.execute("RESET checkpoint_threshold")
@@ -510,10 +518,12 @@ def _refuse_views(con, output):
                          "add to it; ingest all the rank files again")
 
 
-def _build(con, traces, result, append, rank_pattern, load):
+def _build(con, traces, result, append, rank_pattern, load, scratch=None):
     """The traces table, with ranks and ids; `load(loads)` then brings their rows in ((trace, trace_id,
     rank) each): into tables (_load_all, which returns None), or as views over a cluster's shards
     (shard_views, which returns the traces' spans for the one-job check)."""
+    from . import fr_load
+    traces, dumps = fr_load.split(traces)
     existing, taken, next_id = set(), {}, 0
     if append and con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'traces'").fetchone()[0]:
         for tid, rank, path, h, pid in con.execute(
@@ -544,7 +554,7 @@ def _build(con, traces, result, append, rank_pattern, load):
         else:
             seen.add(k)
             fresh.append(t)
-    if not fresh and not append:
+    if not fresh and not dumps and not append:
         raise UsageError("nothing to ingest")
     assigned = ranks.assign(fresh, rank_pattern, taken)  # also drops world sizes a file got wrong
     world = max([t.world_size or 0 for t in fresh] + [0]) or None
@@ -563,5 +573,7 @@ def _build(con, traces, result, append, rank_pattern, load):
                               "rank_source": src, **trace.counts})
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
     _check_one_job(con, load(loads))
+    if dumps:
+        fr_load.load(con, dumps, scratch, rank_pattern, result)
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
     con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])

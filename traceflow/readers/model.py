@@ -35,8 +35,8 @@ class ProcessTrace:
 
 def reader_schema(table: str) -> pa.Schema:
     """A canonical table's schema without trace_id and rank: those are known only after all files are read."""
-    s = schema.TABLES[table]
-    return pa.schema([f for f in s if f.name not in ("trace_id", "rank")])
+    s = schema.TABLES.get(table) or schema.FR_TABLES[table]
+    return pa.schema([f for f in s if f.name not in ("trace_id", "dump_id", "rank")])
 
 
 class IpcSink:

@@ -45,8 +45,9 @@ def _build(con, database: str, f: dict, name: str) -> str:
 
 
 def _page(con, name: str, f: dict, P: Plots) -> str:
+    from . import hang
     sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
-                _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
+                *filter(None, [hang.section(con, f)]), _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
                 _inputs(con, P)]
     return render(title=printable(f"traceflow post-mortem: {name}"), sections=sections,
                   specs=P.script_json())
