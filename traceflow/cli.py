@@ -320,11 +320,13 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
 @click.option("--no-launch-overhead", is_flag=True, help="Launch calls take no host time and launched kernels no latency.")
 @click.option("--no-allocator-calls", is_flag=True, help="cudaMalloc / cudaFree / hipFree ... take no host time.")
 @click.option("--no-host-syncs", is_flag=True, help="Synchronizing calls neither wait nor take host time.")
+@click.option("--on-rank", "host_ranks", type=int, multiple=True, metavar="RANK",
+              help="Apply --no-launch-overhead / --no-allocator-calls / --no-host-syncs on this rank only (repeatable).")
 @click.option("--overlap-comm", is_flag=True, help="Collectives no longer wait behind compute on their stream.")
 @click.option("--no-stragglers", is_flag=True, help="Every rank's compute in a step scaled to the median rank's.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, no_allocator_calls,
-               no_host_syncs, overlap_comm, no_stragglers, fmt):
+               no_host_syncs, host_ranks, overlap_comm, no_stragglers, fmt):
     """What would a fix gain? Replays each step's dependency graph across ranks (streams, launches,
     syncs, cross-stream waits, collectives) with edited durations and predicts the step time. The
     replay of the unedited graph is checked against the measured step first: beyond 2 % off, the
@@ -336,10 +338,11 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
       traceflow whatif job.duckdb --scale-kernels '.*flash.*=0.5' --scale-kind comm=0.8
       traceflow whatif job.duckdb --no-launch-overhead --format json
       traceflow whatif job.duckdb --no-allocator-calls --no-host-syncs
+      traceflow whatif job.duckdb --no-host-syncs --on-rank 1
     """
     from .whatif import parse_scenario, whatif
     scenario = parse_scenario(scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm, no_stragglers,
-                              no_allocator_calls, no_host_syncs)
+                              no_allocator_calls, no_host_syncs, host_ranks)
     from .job import open as open_job
     with open_job(database) as job:
         have = [r[0] for r in job.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]

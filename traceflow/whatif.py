@@ -432,7 +432,8 @@ def _attribute(con, g: StepGraph, sc: Scenario, cause: str, row: dict, candidate
 
 
 def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,
-                   overlap_comm=False, no_stragglers=False, no_allocator_calls=False, no_host_syncs=False) -> Scenario:
+                   overlap_comm=False, no_stragglers=False, no_allocator_calls=False, no_host_syncs=False,
+                   host_ranks=()) -> Scenario:
     """A Scenario from the command line's strings: 'PATTERN=FACTOR', 'compute=0.5'."""
     def pair(text: str, flag: str) -> tuple[str, float]:
         key, sep, value = text.rpartition("=")
@@ -455,4 +456,4 @@ def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_lau
         raise UsageError(f"--scale-kind {sorted(bad)[0]!r}: one of compute, comm, memory")
     return Scenario(scale_kernels=kernels, scale_kind=kinds, remove_host_stall=list(remove_host_stall),
                     no_launch_overhead=no_launch_overhead, overlap_comm=overlap_comm, no_stragglers=no_stragglers,
-                    no_allocator_calls=no_allocator_calls, no_host_syncs=no_host_syncs)
+                    no_allocator_calls=no_allocator_calls, no_host_syncs=no_host_syncs, host_ranks=list(host_ranks))
