@@ -4,8 +4,10 @@ the step time after a fix (docs/whatif.md).
 The graph is the critical path's (queries/cp_graph.sql): each GPU op follows the op before it on
 its stream, a cross-stream dependency, and its launch on the host; a collective ends when its last
 member has started plus its own transfer. The host is replayed as far as the GPU moves it: a
-synchronizing call returns when the op it waited for ends, so every later call of that thread
-moves with that op. Each op keeps the lag it had beyond its latest constraint (queueing, launch
+synchronizing call returns when the op it waited for ends, so every later call of that rank's
+launching threads moves with that op. Host edits remove stretches of exactly one cause of host
+time (host_time_spans, queries/host_time.sql): launch calls, allocator calls, syncs, or a rank's
+abnormal host time; every later call of the rank comes that much earlier, until a sync re-anchors it. Each op keeps the lag it had beyond its latest constraint (queueing, launch
 latency), so the replay of the unedited graph reproduces the measured times; its error is reported
 and bounds every prediction.
 
