@@ -263,16 +263,6 @@ class StepGraph:
             self._stall_cuts = out
         return self._stall_cuts
 
-    def stalls(self) -> dict[int, tuple[float, str]]:
-        """Per rank: the abnormal host time stall_cuts removes in this step (ns) and its largest cause."""
-        out = {}
-        for r, cuts in self.stall_cuts().items():
-            by: dict[str, float] = {}
-            for a, b, c in cuts:
-                by[c] = by.get(c, 0.0) + (b - a)
-            out[r] = (sum(by.values()), max(by, key=lambda c: by[c]))
-        return out
-
     def _straggler_factors(self) -> np.ndarray:
         """Every rank's compute in the step scaled down to the median rank's."""
         kinds, ranks = np.array(self.kind), np.array(self.rank)
