@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
 
@@ -55,7 +56,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
     from .packs import queries_dir
     with scratch_folder() as scratch:
         paths = [as_database(p, scratch, name) for p, name in ((a, "a"), (b, "b"))]
-        con = duckdb.connect()
+        con = duck_connect()
         try:
             for path, name in zip(paths, ("a", "b")):
                 try:

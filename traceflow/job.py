@@ -60,7 +60,8 @@ class Job:
     # the connection
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
-        """The read-only DuckDB connection (opened at first use)."""
+        """The read-only DuckDB connection (opened at first use), locked down: it reads this database
+        and its own shard folder and no other file, writes none, and its settings cannot change."""
         if self._con is None:
             from .api import connect
             self._con = connect(self.path)
@@ -91,8 +92,11 @@ class Job:
         return self.relation(pack, rank, step).pl()
 
     def sql(self, text: str) -> pl.DataFrame | None:
-        """Any read-only SQL; None for a statement without rows."""
+        """Any read-only SQL; None for a statement without rows. A statement that writes (COPY,
+        EXPORT, ATTACH, INSTALL, ...) raises UsageError; the connection itself refuses files."""
+        from .api import check_sql
         from .duck import relation
+        check_sql(self.con, text)
         rel = relation(self.con, text)
         return None if rel is None else rel.pl()
 

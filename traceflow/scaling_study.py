@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
 
@@ -50,7 +51,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
     folder = queries_dir() / "scaling"
     with scratch_folder() as scratch:
         dbs = [as_database(p, scratch, f"run{i}") for i, p in enumerate(paths)]
-        con = duckdb.connect()
+        con = duck_connect()
         try:
             con.execute("""CREATE TEMP TABLE runs (run INTEGER, path VARCHAR, ranks INTEGER, steps INTEGER, step_ns BIGINT,
                            compute_ns BIGINT, exposed_comm_ns BIGINT, idle_ns BIGINT, wait_ns BIGINT,

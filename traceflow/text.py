@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, DEL, and the bidirectional overrides and isolates.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, the bidirectional overrides and isolates, and lone surrogates (the bytes
+# of a file name that are not UTF-8, as Python decodes them: they cannot be printed at all).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(m: re.Match) -> str:
     c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # a byte of a file name that is not UTF-8 (os.fsdecode's surrogateescape)
+        c -= 0xDC00
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def as_text(path) -> str:
+    """A file name as valid text (for the database, JSON, HTML): bytes of it that are not UTF-8 as
+    `\\xNN`; any other name unchanged."""
+    s = str(path)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def printable(text) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .hang import findings as hang_findings
 from .text import short_name, size
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
@@ -67,11 +68,15 @@ def rows(con) -> list[dict]:
 
 def findings(con) -> dict:
     """Structured findings: `findings` (rows, each with its `sentence`), `sentences` (the verdict in
-    words: the steps analysed, then one sentence per finding)."""
+    words: why a stopped job stopped, the steps analysed, then one sentence per finding)."""
     out: dict[str, Any] = {"sentences": [], "findings": []}
+    if (hang := hang_findings(con)) is not None:  # a stopped job: why it stopped comes first
+        out["hang"] = hang
+        out["sentences"].append(hang["sentence"])
     if "findings" not in _tables(con):
-        out["sentences"].append("This database was written before the findings pack: ingest the traces again "
-                                "for a verdict.")
+        if hang is None:
+            out["sentences"].append("This database was written before the findings pack: ingest the traces again "
+                                    "for a verdict.")
         return out
     steps = con.execute("SELECT step, wall_ns, warmup FROM tf_internal.findings_steps ORDER BY step").fetchall()
     if not steps:

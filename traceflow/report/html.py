@@ -37,8 +37,9 @@ def _coverage(con) -> list:
 
 def _build(con, database: str, f: dict) -> str:
     P = Plots()
+    from . import hang
     sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
-                _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
+                *filter(None, [hang.section(con, f)]), _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
                 _inputs(con, P)]
     return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
                   specs=P.script_json())
