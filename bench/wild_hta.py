@@ -2,9 +2,11 @@
 
     TRACEFLOW_HTA_PYTHON=/path/to/peers/python TRACEFLOW_WILD=/work/wild python bench/wild_hta.py
 
-HTA (run for real in its own venv, one process per trace) breaks down the first iteration (or the
-whole trace when it finds no ProfilerStep) into kernel time (first kernel start to last kernel end),
-idle, compute and non-compute; ours is the first step's step_breakdown row (or the whole-trace row).
+HTA (run for real in its own venv, one process per trace) breaks down its whole trace less the last
+profiler iteration (its reader drops that one) into kernel time (first GPU event start to last end),
+idle, compute (the union of compute kernels) and non-compute (the rest: communication and memory
+not under compute). Ours: the step_breakdown rows from the first to the one before the last step's
+window (all rows when the trace has fewer than two steps): wall, idle, compute, exposed comm + memory.
 Prints a Markdown table (µs), and for each trace whether the figures agree to the µs.
 """
 from __future__ import annotations
@@ -36,10 +38,12 @@ def ours(path: Path, tmp: Path):
     db = tmp / "o.duckdb"
     traceflow.ingest([str(path)], str(db))
     con = duckdb.connect(str(db), read_only=True)
-    row = con.execute("""select wall_ns, idle_ns, compute_ns, exposed_comm_ns + exposed_memory_ns from step_breakdown
-                         where part = 'step' order by start_ns limit 1""").fetchone()
+    row = con.execute("""
+        with last as (select max(start_ns) as s, count(*) filter (where part = 'step') as n from step_breakdown)
+        select sum(wall_ns), sum(idle_ns), sum(compute_ns), sum(exposed_comm_ns + exposed_memory_ns)
+        from step_breakdown, last where last.n < 2 or start_ns < last.s""").fetchone()
     con.close()
-    return None if row is None else [round(v / 1000) for v in row]
+    return None if row is None or row[0] is None else [round(v / 1000) for v in row]
 
 
 def main():
