@@ -55,7 +55,7 @@ def main():
         jobs.setdefault(e["job"], []).append(e)
     print("| trace | HTA wall, idle, compute, non-compute (µs) | ours | agree |")
     print("|---|---|---|---|")
-    for job, es in sorted(jobs.items()):
+    for _job, es in sorted(jobs.items()):
         if len(es) != 1 or es[0]["shape"].get("format") != "kineto-json":
             continue
         p = WILD / es[0]["file"]
