@@ -384,3 +384,31 @@ def test_report_section_and_perfetto_marks(recorded, tmp_path):
     assert marks["rank 1"].startswith("never entered #4 of group 0; last completed #3"), marks
     wait = f"waiting in all_reduce #4 of group 0 (fr_record.py:{_line('work = dist.all_reduce(y, async_op=True)')} train_step)"
     assert marks["rank 0"] == marks["rank 2"] == wait, marks
+
+
+def test_older_versions_are_read_by_their_fields(recorded, tmp_path):
+    """Derived: the skip job's dumps as an older version writes them (version 2.2: `seq_id` for
+    `collective_seq_id`, no p2p ids, no dtypes, no pg_status, no process_group tuple), and one
+    whose buffer wrapped (rank 0 kept only its last two entries). The same culprit; no false
+    'missing' for the ids a wrapped buffer no longer holds; the lost dtypes said."""
+    folder = tmp_path / "old"
+    folder.mkdir()
+
+    def older(d):
+        d["version"] = "2.2"
+        d.pop("pg_status")
+        for e in d["entries"]:
+            e["seq_id"] = e.pop("collective_seq_id")
+            for k in ("p2p_seq_id", "is_p2p", "input_dtypes", "output_dtypes", "process_group"):
+                e.pop(k)
+    for f in (recorded / "skip").iterdir():
+        _repickle(f, folder / f.name, older)
+    _repickle(folder / "nccl_trace_rank_0", folder / "nccl_trace_rank_0", lambda d: d.update(entries=d["entries"][-2:]))
+    db = tmp_path / "old.duckdb"
+    r = _ingest([folder], db)
+    assert "records no dtypes: dtype mismatches cannot be told" in r.stderr
+    rows = _rows(db, "SELECT kind, seq, ranks, waiting, fault_last_completed FROM desync")
+    # without pg_status, 'completed' is what the entries say: retired ones
+    assert rows == [{"kind": "missing", "seq": 6, "ranks": [2], "waiting": [0, 1, 3], "fault_last_completed": 5}]
+    assert _rows(db, "SELECT DISTINCT version FROM fr_dumps") == [{"version": "Flight Recorder 2.2"}]
+    assert _rows(db, "SELECT min(seq) AS lo FROM fr_entries WHERE rank = 0") == [{"lo": 5}]
