@@ -370,7 +370,7 @@ def test_report_section_and_perfetto_marks(recorded, tmp_path):
     assert run_cli("report", str(db), "-o", str(html)).returncode == 0
     page = html.read_text()
     assert "Why the job stopped (Flight Recorder)" in page and "never entered all_reduce #4" in page
-    assert page.index("Why the job stopped") < page.index("Where each rank")
+    assert page.index("Why the job stopped") < page.index("<h2>Where each rank")
     pf = tmp_path / "j.perfetto-trace"
     r = run_cli("annotate", str(db), "-o", str(pf))
     assert r.returncode == 0, r.stderr
@@ -386,7 +386,7 @@ def test_report_section_and_perfetto_marks(recorded, tmp_path):
         if p.HasField("track_event") and p.track_event.type == 1:  # slice begin
             t = tracks.get(p.track_event.track_uuid)
             if t is not None and t.name.startswith("traceflow: where it stopped"):
-                parent = tracks[t.parent_uuid].name
+                parent = tracks[t.parent_uuid].name.split(" (")[0]  # "rank 1 (host)" -> "rank 1"
                 marks[parent] = names.get(p.track_event.name_iid, p.track_event.name)
     assert marks["rank 1"].startswith("never entered #4 of group 0; last completed #3"), marks
     wait = f"waiting in all_reduce #4 of group 0 (fr_record.py:{_line('work = dist.all_reduce(y, async_op=True)')} train_step)"
