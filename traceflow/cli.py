@@ -296,8 +296,9 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
     \b
-    Example:
+    Examples:
       traceflow postmortem runs/rank*.sqlite -o postmortem/
+      traceflow postmortem /tmp/nccl_trace_rank_* traces/ -o why-it-stopped/   # Flight Recorder dumps
     """
     from .pipeline import expand
     from .postmortem import finish, output_folder

@@ -44,7 +44,8 @@ def table_of(pack: str) -> str | None:
 # How `traceflow query` sorts a pack's rows: a 40 ms gap must not hide under 2,500 gaps of 1 µs.
 # (A cluster job's per-rank packs are views over Parquet shards, whose rows come in no set order.)
 DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank",
-                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC"}
+                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC",
+                 "desync": "created_ns, pg, seq, kind", "desync_ranks": "pg, rank"}  # where it stopped first
 
 
 def queries_dir() -> Path:
