@@ -25,6 +25,19 @@ RANGES = pa.schema([
     ("name", pa.string()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("on_gpu", pa.bool_()),
 ])
 
+# Kineto profile_memory=True: one row per allocation (bytes > 0) or free (bytes < 0); docs/memory.md
+MEMORY_EVENTS = pa.schema([
+    ("trace_id", pa.int32()), ("rank", pa.int32()), ("device_type", pa.string()), ("device", pa.int32()),
+    ("pid", pa.int64()), ("tid", pa.int64()), ("ts_ns", pa.int64()), ("bytes", pa.int64()), ("addr", pa.int64()),
+    ("total_allocated", pa.int64()), ("total_reserved", pa.int64()),
+])
+
+# the GPUs a trace describes (Kineto deviceProperties): their memory, for the memory pack's headroom
+DEVICES = pa.schema([
+    ("trace_id", pa.int32()), ("rank", pa.int32()), ("device", pa.int32()), ("name", pa.string()),
+    ("memory_bytes", pa.int64()),
+])
+
 TRACES_DDL = """
 CREATE TABLE traces (
     trace_id INTEGER PRIMARY KEY,
@@ -49,6 +62,7 @@ CREATE TABLE traces (
 """
 
 TABLES = {"gpu_ops": GPU_OPS, "host_ops": HOST_OPS, "ranges": RANGES}
+TABLES.update({"memory_events": MEMORY_EVENTS, "devices": DEVICES})
 
 _DUCK = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.string(): "VARCHAR", pa.bool_(): "BOOLEAN"}
 
@@ -59,6 +73,8 @@ DERIVED = {
                 ("cpu_op_id", "BIGINT"), ("step", "INTEGER")],
     "host_ops": [("op_id", "BIGINT")],
     "ranges": [],
+    "memory_events": [],
+    "devices": [],
 }
 
 
@@ -107,4 +123,13 @@ DOCS = {
                            "(e.g. [\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"1\"]: stride, padding, dilation, groups)"}),
     "ranges": ("NVTX ranges and user annotations (record_function), host side and GPU side", {
         "domain": "the NVTX domain", "on_gpu": "TRUE for Kineto's GPU-side user annotations"}),
+    "memory_events": ("one row per allocation or free the PyTorch profiler recorded (profile_memory=True; docs/memory.md)", {
+        "device_type": "cpu | cuda | ... (c10 DeviceType)", "device": "the device index as recorded (-1: the CPU)",
+        "pid": "the process id", "tid": "the thread that allocated or freed",
+        "ts_ns": "when (ns since epoch, on the CPU ops' clock)",
+        "bytes": "bytes allocated (> 0) or freed (< 0)", "addr": "the block's address (pairs an allocation with its free)",
+        "total_allocated": "the allocator's bytes allocated on this device just after the event",
+        "total_reserved": "the caching allocator's bytes reserved from the device just after the event (the CPU allocator reserves none: 0)"}),
+    "devices": ("the GPUs a trace describes (Kineto deviceProperties)", {
+        "device": "the device index", "name": "the device's name", "memory_bytes": "its memory (totalGlobalMem, bytes)"}),
 }
