@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import os
 import socket
 import subprocess
@@ -233,3 +234,56 @@ def test_a_trace_without_memory_events_has_no_memory_rows(ingested):
     assert con.execute("SELECT count(*) FROM memory_events").fetchone()[0] == 0
     assert con.execute("SELECT count(*) FROM memory").fetchone()[0] == 0
     assert con.execute("SELECT count(DISTINCT rank), min(memory_bytes) FROM devices").fetchone()[0] == 4
+
+
+def test_verdict_names_the_rank_far_above_its_peers(memory_job, tmp_path):
+    import traceflow
+    sentences = traceflow.open(str(memory_job["db"])).findings()["sentences"]
+    line = next(s for s in sentences if s.startswith(f"Rank {HOLD_RANK} peaks at"))
+    assert "above its peers' median" in line and "aten::empty holds" in line, line
+    assert not any(s.startswith(f"Rank {1 - HOLD_RANK} peaks") for s in sentences)
+    assert not any("close to running out of memory" in s for s in sentences)  # the CPU's memory is unknown: no guess
+
+
+def test_perfetto_counter_tracks_carry_every_total(memory_job, tmp_path):
+    from test_report import parse_trace
+    out = tmp_path / "job.perfetto-trace"
+    r = run_cli("annotate", memory_job["db"], "-o", out)
+    assert r.returncode == 0, r.stderr
+    tracks, events, TE = parse_trace(out)
+    mem = {u: d for u, d in tracks.items() if d.name.startswith("memory ")}
+    assert sorted(d.name for d in mem.values()) == ["memory allocated (cpu:-1)"] * 2  # the CPU reserves nothing
+    procs = {u: int(d.process.process_name.split()[1]) for u, d in tracks.items() if d.HasField("process")}
+    con = connect(memory_job["db"])
+    for u, d in mem.items():
+        assert d.counter.unit == d.counter.UNIT_SIZE_BYTES
+        got = [(ts, e.counter_value) for ts, e in events[u]]
+        assert all(e.type == TE.TYPE_COUNTER for _, e in events[u])
+        want = con.execute("SELECT ts_ns, total_allocated FROM memory_events WHERE rank = ? ORDER BY ts_ns",
+                           [procs[d.parent_uuid]]).fetchall()
+        assert got == [tuple(w) for w in want] and len(got) > 50
+
+
+def test_report_shows_each_ranks_peak_and_the_injected_allocation(memory_job, tmp_path):
+    from test_report import BROWSER, check_page, render
+    page = tmp_path / "report.html"
+    r = run_cli("report", memory_job["db"], "-o", page)
+    assert r.returncode == 0, r.stderr
+    html = page.read_text()
+    assert 'id="memory"' in html and f"Rank {HOLD_RANK}, cpu:-1, step {HOLD_STEP}: memory over the step" in html
+    if BROWSER is None:
+        pytest.skip("headless chromium not installed")
+    got = render(page, tmp_path)
+    check_page(got, n_expected_min=2)
+    dom = got["dom"]
+    sec = dom[dom.index('<section id="memory"'):]
+    sec = sec[:sec.index("</section>")]
+    # the drawn chart of the holding rank: its peak annotation names the injected tensor and its op
+    assert "Rank 1, cpu:-1, step 2: memory over the step" in sec
+    assert f"{EXTRA_BYTES / 2**20:,.1f} MiB aten::empty" in sec
+    # the table of allocations at the peak lists it first on its rank
+    rows = re.findall(r"<tr>(.*?)</tr>", sec, re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows]
+    first = next(c for c in cells if len(c) == 10 and c[0] == str(HOLD_RANK) and c[3] == "1")
+    assert first[1] == str(HOLD_STEP) and first[6] == "aten::empty" and first[4] == f"{round(EXTRA_BYTES / 2**20, 3):,.2f}"
+    assert "unknown" in sec  # the CPU's memory is not in the trace: headroom unknown, not guessed

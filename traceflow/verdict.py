@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import memory
+
 
 def _ms(ns) -> str:
     return f"{(ns or 0) / 1e6:.1f} ms"
@@ -22,6 +24,7 @@ def findings(con) -> dict:
     steps = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS wall FROM step_windows GROUP BY step ORDER BY step""").fetchall()
     if not steps:
         out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
+        out["sentences"].extend(memory.sentences(con))  # the memory finding (traceflow/memory.py)
         return out
     walls = sorted(w for _, w in steps)
     median = walls[len(walls) // 2]
@@ -94,6 +97,7 @@ def findings(con) -> dict:
                                 f"the first step, {_ms(cov[3])} after the last): per-step figures leave the rest out.")
     _mfu_sentence(con, out)
     _fix_sentence(con, out)
+    out["sentences"].extend(memory.sentences(con))  # the memory finding (traceflow/memory.py)
     return out
 
 
