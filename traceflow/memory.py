@@ -14,7 +14,9 @@ def mib(n) -> str:
         return "unknown"
     if abs(n) >= 2**30:
         return f"{n / 2**30:,.2f} GiB"
-    return f"{n / 2**20:,.1f} MiB"
+    if abs(n) >= 2**20:
+        return f"{n / 2**20:,.1f} MiB"
+    return f"{n / 2**10:,.1f} KiB" if abs(n) >= 2**10 else f"{n:,} B"
 
 
 def has_memory(con) -> bool:

@@ -507,10 +507,10 @@ def _build(con, traces, result, append, rank_pattern, load):
             existing.add((h, pid))
             taken[rank] = path
             next_id = max(next_id, tid + 1)
-        from .schema import DERIVED, TABLES, duck_type
+        from .schema import DERIVED, TABLES, ddl, duck_type
         for table, sch in TABLES.items():  # a database from before a column existed: NULL in its rows
             if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()[0]:
-                con.execute(schema.ddl(table))  # nor the table (memory_events, devices): empty in its ranks
+                con.execute(ddl(table))  # nor the table (memory_events, devices): empty in its ranks
                 continue
             have = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
             for name, typ in [(f.name, duck_type(f.type)) for f in sch] + DERIVED[table]:

@@ -50,8 +50,8 @@ def _chart(con, P: Plots, rank, dtype, dev, step, peak, peak_ns):
                           GROUP BY (ts_ns - ?) * {POINTS} // ? ORDER BY t""",
                       [rank, dtype, dev, lo, hi, lo, span]).fetchall()
     xs = [round((t - lo) / 1e6, 4) for t, _, _ in pts]
-    data = [{"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#4c78a8"}, "name": "allocated",
-             "x": xs, "y": [round(a / 2**20, 4) for _, a, _ in pts]}]
+    data: list[dict] = [{"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#4c78a8"}, "name": "allocated",
+                         "x": xs, "y": [round(a / 2**20, 4) for _, a, _ in pts]}]
     if dtype != "cpu":
         data.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#f58518"}, "name": "reserved",
                      "x": xs, "y": [round((r or 0) / 2**20, 4) for _, _, r in pts]})
