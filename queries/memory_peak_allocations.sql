@@ -34,17 +34,18 @@ WITH live AS (
     FROM memory p JOIN memory_blocks b
       ON b.rank = p.rank AND b.device_type = p.device_type AND b.device = p.device
      AND b.alloc_ns <= p.peak_ns AND (b.free_ns IS NULL OR b.free_ns > p.peak_ns)
+), threads AS (
+    SELECT DISTINCT rank, tid FROM live
 ), spans AS (
-    -- what may hold an allocation, per thread: CPU ops, Python frames, modules, annotations
-    SELECT rank, tid, 'op' AS what, op_id, name, start_ns, end_ns FROM host_ops WHERE kind = 'cpu_op'
+    -- what may hold an allocation, on the allocating threads only (a job without memory events
+    -- reads nothing here): CPU ops, Python frames, modules, annotations
+    SELECT h.rank, h.tid, CASE WHEN h.kind = 'cpu_op' THEN 'op' WHEN starts_with(h.name, 'nn.Module: ') THEN 'module'
+                               ELSE 'frame' END AS what, h.op_id, h.name, h.start_ns, h.end_ns
+    FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
+    WHERE h.kind = 'cpu_op' OR (h.kind = 'python' AND NOT starts_with(h.name, '<built-in'))
     UNION ALL
-    SELECT rank, tid, 'frame', op_id, name, start_ns, end_ns FROM host_ops
-    WHERE kind = 'python' AND NOT starts_with(name, '<built-in') AND NOT starts_with(name, 'nn.Module: ')
-    UNION ALL
-    SELECT rank, tid, 'module', op_id, name, start_ns, end_ns FROM host_ops
-    WHERE kind = 'python' AND starts_with(name, 'nn.Module: ')
-    UNION ALL
-    SELECT rank, tid, 'range', NULL, name, start_ns, end_ns FROM ranges WHERE NOT on_gpu
+    SELECT r.rank, r.tid, 'range', NULL, r.name, r.start_ns, r.end_ns
+    FROM ranges r SEMI JOIN threads t ON r.rank = t.rank AND r.tid = t.tid WHERE NOT r.on_gpu
 ), points AS (
     SELECT DISTINCT l.rank, l.tid, l.alloc_ns, w.what FROM live l,
            (VALUES ('op'), ('frame'), ('module'), ('range')) w(what)

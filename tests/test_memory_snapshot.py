@@ -94,3 +94,15 @@ def test_bad_snapshots_get_one_line_and_exit_3(tmp_path):
         assert r.returncode == 3 and why in r.stderr and str(bad) in r.stderr, (bad, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not out.exists()
+
+
+@needs_snapshot
+def test_report_shows_the_snapshot(snapshot_job, tmp_path):
+    page = tmp_path / "report.html"
+    r = run_cli("report", snapshot_job["db"], "-o", page)
+    assert r.returncode == 0, r.stderr
+    html = page.read_text()
+    sec = html[html.index('<section id="memory"'):]
+    sec = sec[:sec.index("</section>")]
+    want = plain(snapshot_job["snap"])
+    assert "Allocator snapshots" in sec and f"{round(100 * (1 - want['largest_free'] / want['free']), 2):,.2f}" in sec

@@ -19,10 +19,10 @@ def mib(n) -> str:
     return f"{n / 2**10:,.1f} KiB" if abs(n) >= 2**10 else f"{n:,} B"
 
 
-def has_memory(con) -> bool:
-    """Whether the database has the memory packs and any rows in them (older databases have neither)."""
+def has_memory(con, table: str = "memory_ranks") -> bool:
+    """Whether the database has this memory pack and any rows in it (older databases have neither)."""
     try:
-        return bool(con.execute("SELECT count(*) FROM memory_ranks").fetchone()[0])
+        return bool(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
     except Exception:  # noqa: BLE001 - a database from before the memory packs: nothing to say
         return False
 

@@ -33,7 +33,7 @@ from .readers.worker import import_readers, read_file, worker_start
 
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
-SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
+SUFFIXES: tuple[str, ...] = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
 SUFFIXES += (".pickle",)  # torch.cuda.memory._dump_snapshot (readers/memory_snapshot.py)
 
 

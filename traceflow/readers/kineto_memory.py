@@ -71,10 +71,9 @@ def columns(events: list, ph: list, base: int, int_column, ns, where) -> tuple[p
     """The batch's `[memory]` events as a memory_events batch (None if it has none), and how many
     were dropped (no time, or no byte count). `ph`: the events' phases; `int_column`, `ns`, `where`:
     kineto.py's converters (int64 column, µs -> ns, positions where a test holds)."""
-    inst = where(eq, ph, "i")
-    if not len(inst):
+    cand = list(compress(events, map(eq, ph, repeat("i"))))  # C loops only: a batch without one costs this
+    if not cand:
         return None, 0
-    cand = [events[i] for i in inst]
     mem = list(compress(cand, map(eq, map(_get["name"], cand), repeat(MEMORY_NAME))))
     if not mem:
         return None, 0

@@ -83,17 +83,17 @@ def read(path: str, sink, key: str) -> list[ProcessTrace]:
     hist: dict[str, list] = {k: [] for k in ("device", "action", "addr", "size", "stream", "time_ns", "frames")}
     traces = snap.get("device_traces")
     for dev, entries in enumerate(traces if isinstance(traces, list) else []):
-        for e in entries if isinstance(entries, list) else []:
-            if not isinstance(e, dict):
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
                 continue
             hist["device"].append(dev)
-            hist["action"].append(_str(e.get("action")))
-            hist["addr"].append(_int(e.get("addr")))
-            hist["size"].append(_int(e.get("size")))
-            hist["stream"].append(_int(e.get("stream")))
-            t = _int(e.get("time_us"))
+            hist["action"].append(_str(entry.get("action")))
+            hist["addr"].append(_int(entry.get("addr")))
+            hist["size"].append(_int(entry.get("size")))
+            hist["stream"].append(_int(entry.get("stream")))
+            t = _int(entry.get("time_us"))
             hist["time_ns"].append(t * 1000 if t is not None and abs(t) < 2**63 // 1000 else None)
-            hist["frames"].append(_frames(e.get("frames")))
+            hist["frames"].append(_frames(entry.get("frames")))
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     n = {"memory_segments": len(seg_rows["device"]), "memory_snapshot_blocks": len(blk_rows["device"]),
          "memory_snapshot_history": len(hist["device"])}

@@ -10,9 +10,28 @@ POINTS = 1500           # per chart: events are bucketed, each bucket keeps its 
 
 
 def section(con, P: Plots) -> Section | None:
-    """None when the job recorded no memory events (the profiler ran without profile_memory=True)."""
-    if not has_memory(con):
+    """None when the job recorded no memory events (the profiler ran without profile_memory=True) and
+    no allocator snapshot."""
+    events, snapshots = has_memory(con), has_memory(con, "memory_snapshot")
+    if not events and not snapshots:
         return None
+    blocks: list = _events(con, P) if events else []
+    if snapshots:
+        blocks += [Heading("Allocator snapshots: cache and fragmentation"), table(con, """
+            SELECT rank, device, n_segments, round(reserved_bytes / 1048576.0, 1), round(allocated_bytes / 1048576.0, 1),
+                   round(free_bytes / 1048576.0, 1), round(largest_free_block_bytes / 1048576.0, 1), fragmentation_pct,
+                   round(largest_request_bytes / 1048576.0, 1), largest_request_fits, n_ooms,
+                   coalesce(printf('%.1f', headroom_bytes / 1048576.0), 'unknown')
+            FROM memory_snapshot ORDER BY rank, device""",
+            headers=["rank", "GPU", "segments", "reserved (MiB)", "allocated (MiB)", "cached free (MiB)",
+                     "largest free block (MiB)", "fragmentation %", "largest request (MiB)", "it fits", "OOMs",
+                     "headroom (MiB)"]),
+                   Note("Fragmentation: the share of the cached free memory outside its largest free block. A request "
+                        "larger than that block needs a new cudaMalloc (or, with no room left, fails).")]
+    return Section("memory", "Memory: peaks per rank, what held them, headroom", blocks)
+
+
+def _events(con, P: Plots) -> list:
     ranks = con.execute(f"""SELECT rank, device_type, device, step, peak_allocated_bytes, peak_ns FROM memory_ranks
                             QUALIFY row_number() OVER (PARTITION BY rank ORDER BY device_type = 'cpu', device_type) = 1
                             ORDER BY peak_allocated_bytes DESC, rank LIMIT {MAX_RANKS_CHARTED}""").fetchall()
@@ -33,12 +52,11 @@ def section(con, P: Plots) -> Section | None:
                        WHERE pos <= 5 ORDER BY rank, device_type, device, pos""",
                headers=["rank", "step", "device", "#", "MiB", "% of peak", "CPU op that allocated it", "module",
                         "Python frame", "annotation"])
-    return Section("memory", "Memory: peaks per rank, what held them, headroom", [
-        *blocks,
-        Note("Allocated: the bytes live tensors hold (the profiler's Total Allocated). Reserved: what the caching "
-             "allocator holds from the device (CUDA only). Headroom: the device's memory minus the peak reserved; "
-             "'unknown' when the trace does not state the device's memory. Definitions: docs/memory.md."),
-        Heading("Each rank's highest peak"), t1, Heading("Largest allocations live at each rank's peak"), t2])
+    return [*blocks,
+            Note("Allocated: the bytes live tensors hold (the profiler's Total Allocated). Reserved: what the caching "
+                 "allocator holds from the device (CUDA only). Headroom: the device's memory minus the peak reserved; "
+                 "'unknown' when the trace does not state the device's memory. Definitions: docs/memory.md."),
+            Heading("Each rank's highest peak"), t1, Heading("Largest allocations live at each rank's peak"), t2]
 
 
 def _chart(con, P: Plots, rank, dtype, dev, step, peak, peak_ns):
