@@ -46,3 +46,15 @@ def sentences(con) -> list[str]:
         out.append(f"Rank {rank} peaks at {mib(peak)} of {dtype} memory in step {step}, {pct:.0f}% above its peers' "
                    f"median of {mib(median)}{held}.")
     return out
+
+
+def hint(con, pack: str) -> str | None:
+    """Why a memory pack is empty, for the terminal: the job recorded no memory events (or no snapshot)."""
+    table = pack.replace("-", "_")
+    if not table.startswith("memory") or has_memory(con, table):
+        return None
+    if table == "memory_snapshot":
+        return "no allocator snapshot in this job: ingest torch.cuda.memory._dump_snapshot() pickles with the traces"
+    if not has_memory(con, "memory_events"):
+        return "no memory events in this job: record with torch.profiler.profile(..., profile_memory=True)"
+    return None
