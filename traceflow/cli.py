@@ -36,9 +36,9 @@ import tempfile
 import click
 
 from .errors import InputError, UsageError, one_line
+from .memory import hint as memory_hint
 from .outputs import BEFORE_REPLACE, disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
-from .memory import hint as memory_hint
 from .text import printable
 
 EXIT_INPUT = 3
