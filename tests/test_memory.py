@@ -287,3 +287,29 @@ def test_report_shows_each_ranks_peak_and_the_injected_allocation(memory_job, tm
     first = next(c for c in cells if len(c) == 10 and c[0] == str(HOLD_RANK) and c[3] == "1")
     assert first[1] == str(HOLD_STEP) and first[6] == "aten::empty" and first[4] == f"{round(EXTRA_BYTES / 2**20, 3):,.2f}"
     assert "unknown" in sec  # the CPU's memory is not in the trace: headroom unknown, not guessed
+
+
+def test_a_cluster_ingest_gives_the_local_memory_rows(memory_job, tmp_path):
+    """--cluster: the memory tables are per-rank shards like the rest; every memory table and pack equals
+    the local ingest's, row for row (with a real allocator snapshot too, when one is at hand)."""
+    pytest.importorskip("distributed")
+    from test_memory_snapshot import SNAPSHOTS
+    files = [*memory_job["traces"]]
+    if SNAPSHOTS:
+        snap = tmp_path / f"rank{HOLD_RANK}_snapshot.pickle"
+        snap.write_bytes(SNAPSHOTS[0].read_bytes())
+        files.append(snap)
+    local, cluster = tmp_path / "local.duckdb", tmp_path / "cluster.duckdb"
+    assert run_cli("ingest", *files, "-o", local).returncode == 0
+    r = run_cli("ingest", *files, "-o", cluster, "--cluster", "local:2")
+    assert r.returncode == 0, r.stderr
+    tables = ["memory_events", "devices", "memory", "memory_peak_allocations", "memory_ranks", "memory_segments",
+              "memory_snapshot_blocks", "memory_snapshot_history", "memory_snapshot"]
+    got = {}
+    for db in (local, cluster):
+        con = connect(db)
+        got[db] = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in tables}
+        con.close()
+    assert got[local]["memory_events"] and (not SNAPSHOTS or got[local]["memory_segments"])
+    for t in tables:
+        assert got[cluster][t] == got[local][t], t

@@ -49,6 +49,7 @@ SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "r
            "exposed_comm": ("main", "rank"), "exposed_comm_segments": ("tf_internal", "rank"),
            "kernels": ("main", "rank"), "launch_bound_steps": ("main", "rank"), "mfu": ("main", "rank"),
            "roofline": ("main", "rank"), "memory_events": ("main", "trace_id"), "devices": ("main", "trace_id")}
+SHARDED.update({t: ("main", "trace_id") for t in ("memory_segments", "memory_snapshot_blocks", "memory_snapshot_history")})
 # times (ns since the epoch): the views add the rank's clock offset
 TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
          "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
