@@ -510,9 +510,7 @@ def _build(con, traces, result, append, rank_pattern, load):
             next_id = max(next_id, tid + 1)
         from .schema import DERIVED, TABLES, ddl, duck_type
         for table, sch in TABLES.items():  # a database from before a column existed: NULL in its rows
-            if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchone()[0]:
-                con.execute(ddl(table))  # nor the table (memory_events, devices): empty in its ranks
-                continue
+            con.execute(ddl(table).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))  # nor the table (memory_events)
             have = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
             for name, typ in [(f.name, duck_type(f.type)) for f in sch] + DERIVED[table]:
                 if name not in have:
@@ -537,8 +535,7 @@ def _build(con, traces, result, append, rank_pattern, load):
     snapshots = [t for t in fresh if t.source_format == "torch-memory-snapshot"]  # join their rank's trace, below
     fresh = [t for t in fresh if t.source_format != "torch-memory-snapshot"]
     if not fresh and not append:
-        raise UsageError("nothing to ingest" if not snapshots else
-                         f"{snapshots[0].source_path}: a memory snapshot joins the trace of its rank: ingest it with the traces")
+        raise UsageError("nothing to ingest" + (": a memory snapshot joins its rank's trace; ingest them together" * bool(snapshots)))
     assigned = ranks.assign(fresh, rank_pattern, taken)  # also drops world sizes a file got wrong
     world = max([t.world_size or 0 for t in fresh] + [0]) or None
     loads = []

@@ -1,4 +1,7 @@
-"""The canonical tables (DESIGN.md, "Schema"). All times: INT64 ns since the Unix epoch."""
+"""The canonical tables (DESIGN.md, "Schema"). All times: INT64 ns since the Unix epoch.
+
+Size: every loaded table's columns and their words (COMMENT ON), one place for all the readers.
+"""
 from __future__ import annotations
 
 import pyarrow as pa
