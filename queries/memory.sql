@@ -96,15 +96,16 @@ WITH devs AS (
      AND b.alloc_ns <= p.peak_ns AND (b.free_ns IS NULL OR b.free_ns > p.peak_ns)
     GROUP BY ALL
 )
-SELECT p.rank, p.step, p.device_type, p.device, p.start_ns, p.end_ns, p.start_allocated_bytes,
-       p.peak_allocated_bytes, p.peak_ns, p.peak_reserved_bytes, p.reserved_at_peak_bytes,
-       p.reserved_at_peak_bytes - p.peak_allocated_bytes AS cached_free_at_peak_bytes,
-       p.allocated_bytes, p.freed_bytes, p.n_allocs, p.n_frees,
+-- the figures a reader looks for first come first (a narrow terminal shows the leftmost columns)
+SELECT p.rank, p.step, p.device_type, p.device, p.peak_allocated_bytes, p.peak_reserved_bytes,
+       round(100.0 * (d.memory_bytes - p.peak_reserved_bytes) / nullif(d.memory_bytes, 0), 2) AS headroom_pct,
+       p.allocated_bytes, p.freed_bytes, p.peak_ns, p.start_ns, p.end_ns, p.start_allocated_bytes,
+       p.reserved_at_peak_bytes, p.reserved_at_peak_bytes - p.peak_allocated_bytes AS cached_free_at_peak_bytes,
+       p.n_allocs, p.n_frees,
        coalesce(t.tracked, 0) AS tracked_at_peak_bytes,
        p.peak_allocated_bytes - coalesce(t.tracked, 0) AS untracked_at_peak_bytes,
        d.memory_bytes AS device_memory_bytes,
        d.memory_bytes - p.peak_reserved_bytes AS headroom_bytes,
-       round(100.0 * (d.memory_bytes - p.peak_reserved_bytes) / nullif(d.memory_bytes, 0), 2) AS headroom_pct,
        p.peak_reserved_bytes >= (1 - coalesce(getvariable('tf_memory_limit_pct'), 10) / 100.0) * d.memory_bytes AS near_device_limit
 FROM peaks p LEFT JOIN tracked t USING (rank, step, device_type, device)
 LEFT JOIN (SELECT rank, device, any_value(memory_bytes) AS memory_bytes FROM devices GROUP BY ALL) d

@@ -75,7 +75,7 @@ WITH live AS (
 )
 SELECT l.rank, l.step, l.device_type, l.device,
        row_number() OVER (PARTITION BY l.rank, l.step, l.device_type, l.device ORDER BY l.bytes DESC, l.alloc_ns, l.addr) AS pos,
-       l.bytes, round(100.0 * l.bytes / nullif(l.peak_allocated_bytes, 0), 2) AS share_pct,
-       l.alloc_ns, l.free_ns, l.addr, l.tid, n.op_id, n.op_name, n.python_frame, n.module, n.annotation
+       l.bytes, n.op_name, round(100.0 * l.bytes / nullif(l.peak_allocated_bytes, 0), 2) AS share_pct,
+       n.python_frame, n.module, n.annotation, l.alloc_ns, l.free_ns, l.addr, l.tid, n.op_id
 FROM live l LEFT JOIN named n ON n.rank = l.rank AND n.tid IS NOT DISTINCT FROM l.tid AND n.alloc_ns = l.alloc_ns
 ORDER BY l.rank, l.step, l.device_type, l.device, pos;

@@ -49,11 +49,11 @@ WITH best AS (
                                    WHERE o.device_type = b.device_type AND o.rank <> b.rank)::BIGINT AS peers_median_bytes
     FROM best b
 )
-SELECT b.rank, b.device_type, b.device, b.step, b.peak_allocated_bytes, b.peak_ns, b.peak_reserved_bytes,
-       b.device_memory_bytes, b.headroom_pct, b.near_device_limit,
-       t.top_op, t.top_op_bytes, a.top_allocation_bytes, a.top_allocation_op,
-       p.peers_median_bytes, b.peak_allocated_bytes - p.peers_median_bytes AS above_peers_bytes,
+SELECT b.rank, b.device_type, b.device, b.step, b.peak_allocated_bytes,
        round(100.0 * (b.peak_allocated_bytes - p.peers_median_bytes) / nullif(p.peers_median_bytes, 0), 2) AS above_peers_pct,
+       t.top_op, b.headroom_pct, b.peak_ns, b.peak_reserved_bytes, b.device_memory_bytes, b.near_device_limit,
+       t.top_op_bytes, a.top_allocation_bytes, a.top_allocation_op,
+       p.peers_median_bytes, b.peak_allocated_bytes - p.peers_median_bytes AS above_peers_bytes,
        row_number() OVER (PARTITION BY b.device_type ORDER BY b.peak_allocated_bytes DESC, b.rank) = 1 AS highest,
        coalesce(100.0 * (b.peak_allocated_bytes - p.peers_median_bytes) / nullif(p.peers_median_bytes, 0)
                 >= coalesce(getvariable('tf_memory_peer_pct'), 20), FALSE) AS far_above_peers

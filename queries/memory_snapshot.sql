@@ -39,12 +39,12 @@ WITH seg AS (
            count(*) FILTER (WHERE action = 'oom') AS n_ooms
     FROM memory_snapshot_history GROUP BY ALL
 )
-SELECT s.rank, s.device, s.n_segments, s.reserved_bytes, s.allocated_bytes, s.requested_bytes,
-       s.reserved_bytes - s.allocated_bytes AS free_bytes, s.largest_free_block_bytes,
+SELECT s.rank, s.device, s.reserved_bytes, s.allocated_bytes,
        round(100.0 * (1 - s.largest_free_block_bytes / nullif(s.reserved_bytes - s.allocated_bytes, 0)), 2) AS fragmentation_pct,
-       b.largest_allocation_bytes, coalesce(h.largest_alloc, b.largest_allocation_bytes) AS largest_request_bytes,
+       s.largest_free_block_bytes, coalesce(h.largest_alloc, b.largest_allocation_bytes) AS largest_request_bytes,
        s.largest_free_block_bytes >= coalesce(h.largest_alloc, b.largest_allocation_bytes) AS largest_request_fits,
-       coalesce(h.n_ooms, 0) AS n_ooms,
+       coalesce(h.n_ooms, 0) AS n_ooms, s.n_segments, s.requested_bytes,
+       s.reserved_bytes - s.allocated_bytes AS free_bytes, b.largest_allocation_bytes,
        d.memory_bytes AS device_memory_bytes, d.memory_bytes - s.reserved_bytes AS headroom_bytes
 FROM seg s LEFT JOIN blk b USING (rank, device) LEFT JOIN hist h USING (rank, device)
 LEFT JOIN (SELECT rank, device, any_value(memory_bytes) AS memory_bytes FROM devices GROUP BY ALL) d USING (rank, device)
