@@ -313,3 +313,18 @@ def test_a_cluster_ingest_gives_the_local_memory_rows(memory_job, tmp_path):
     assert got[local]["memory_events"] and (not SNAPSHOTS or got[local]["memory_segments"])
     for t in tables:
         assert got[cluster][t] == got[local][t], t
+
+
+def test_device_memory_from_an_nsys_export(ingested):
+    """nsys exports state each GPU's memory in TARGET_INFO_GPU (read here with Python's sqlite3)."""
+    import sqlite3
+
+    from conftest import fixture_files
+    files = fixture_files("h100/nsys/ddp4_sync_stall")
+    con = connect(ingested("h100/nsys/ddp4_sync_stall"))
+    for path in files:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as src:
+            want = sorted(src.execute("SELECT cuDevice, name, totalMemory FROM TARGET_INFO_GPU").fetchall())
+        got = sorted(con.execute("""SELECT d.device, d.name, d.memory_bytes FROM devices d JOIN traces t USING (trace_id)
+                                    WHERE t.source_path = ?""", [os.path.abspath(path)]).fetchall())
+        assert got == want and want[0][2] > 70 * 2**30, path
