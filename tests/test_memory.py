@@ -328,3 +328,14 @@ def test_device_memory_from_an_nsys_export(ingested):
         got = sorted(con.execute("""SELECT d.device, d.name, d.memory_bytes FROM devices d JOIN traces t USING (trace_id)
                                     WHERE t.source_path = ?""", [os.path.abspath(path)]).fetchall())
         assert got == want and want[0][2] > 70 * 2**30, path
+
+
+def test_the_loose_decoding_path_gives_the_same_memory_rows(memory_job, tmp_path):
+    """A batch with an oddly typed event is decoded with loose types, event by event: same rows."""
+    from conftest import loose_decoding, read_kineto
+    path = memory_job["traces"][HOLD_RANK]
+    _, strict = read_kineto(path, tmp_path / "strict")
+    with loose_decoding():
+        _, loose = read_kineto(path, tmp_path / "loose")
+    assert strict["memory_events.arrow"].num_rows > 50
+    assert loose["memory_events.arrow"].to_pylist() == strict["memory_events.arrow"].to_pylist()
