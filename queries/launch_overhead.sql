@@ -11,7 +11,11 @@
 --   latency_ns  gpu_start - api_start
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the launch
 --               call (Kineto links them by External id); the launch call's start where unknown (nsys)
---   dispatch_ns  api_start - issue_start: framework time before the launch call
+--   dispatch_ns  api_start - issue_start: framework time before the launch call; NULL where it
+--               cannot be answered from the trace (see cannot_answer)
+--   cannot_answer  NULL, or why dispatch_ns is NULL: 'no CPU op contains the launch call' (none
+--               recorded around it on its thread, as in nsys without NVTX ops) or 'CPU ops on a
+--               clock the runtime calls do not share' (traces.cpu_clock_consistent = FALSE)
 --   gpu_ns       the op's own run time on the GPU: gpu_end - gpu_start
 --   exposed_ns  part of [issue_start, gpu_start] during which the rank's GPU ran nothing at all,
 --               in the idle stretch that this op ended (an earlier idle stretch inside a long
@@ -32,14 +36,17 @@
 --   total_latency_ns  sum of latency_ns, launch call start to kernel start: call and queue together (ns)
 --   mean_latency_ns, p50_latency_ns, p99_latency_ns  mean / median / 99th percentile of latency_ns (ns)
 --   total_api_ns      sum of api_ns (ns)
--- requires: gpu_islands, gpu_ops
+-- requires: gpu_islands, gpu_ops, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE launch_overhead AS
 WITH l AS (
     SELECT rank, step, name, kind, stream, op_id, api_name, api_start_ns, api_end_ns, start_ns AS gpu_start_ns,
-           end_ns AS gpu_end_ns, coalesce(issue_start_ns, api_start_ns) AS issue_start_ns
+           end_ns AS gpu_end_ns, coalesce(issue_start_ns, api_start_ns) AS issue_start_ns,
+           CASE WHEN trace_id IN (SELECT trace_id FROM traces WHERE cpu_clock_consistent IS FALSE)
+                     THEN 'CPU ops on a clock the runtime calls do not share'
+                WHEN cpu_op_id IS NULL THEN 'no CPU op contains the launch call' END AS cannot_answer
     FROM gpu_ops WHERE api_start_ns IS NOT NULL AND step IS NOT NULL
 ), ended AS (
     -- the op that started each busy island ended the idle stretch before it
@@ -50,10 +57,10 @@ SELECT l.rank, l.step, l.name, l.kind, l.stream, l.op_id, l.api_name, l.api_star
        l.api_end_ns - l.api_start_ns AS api_ns,
        greatest(0, l.gpu_start_ns - l.api_end_ns) AS queue_ns,
        l.gpu_start_ns - l.api_start_ns AS latency_ns,
-       l.api_start_ns - l.issue_start_ns AS dispatch_ns,
+       CASE WHEN l.cannot_answer IS NULL THEN l.api_start_ns - l.issue_start_ns END AS dispatch_ns,
        CASE WHEN e.gap_start_ns IS NULL THEN 0  -- greatest() would skip the NULL: no gap ended here
             ELSE greatest(0, l.gpu_start_ns - greatest(l.issue_start_ns, e.gap_start_ns)) END::BIGINT AS exposed_ns,
-       l.gpu_end_ns - l.gpu_start_ns AS gpu_ns
+       l.gpu_end_ns - l.gpu_start_ns AS gpu_ns, l.cannot_answer
 FROM l LEFT JOIN ended e USING (op_id)
 ORDER BY l.rank, l.api_start_ns;
 

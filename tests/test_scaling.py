@@ -86,3 +86,50 @@ def test_cli_json_and_page(runs, tmp_path):
     assert r.returncode == 0 and "Karp" in r.stdout and page.exists()
     r = run_cli("scaling", runs[0])
     assert r.returncode != 0 and "at least two runs" in r.stderr
+
+
+def test_karp_flatt_outside_its_range_is_not_called_a_serial_fraction(runs):
+    """Strong scaling where more ranks made the step slower (speedup < 1, by hand): Karp–Flatt is
+    above 1, which no serial fraction can be; the sentence says so and never calls it one."""
+    s = traceflow.scaling(runs, mode="strong")
+    t = {r["ranks"]: r for r in s.table.iter_rows(named=True)}
+    psi = _step_time(runs[0]) / _step_time(runs[2])
+    assert psi < 1 and t[8]["karp_flatt"] > 1 and t[8]["karp_flatt_valid"] is False
+    said = next(x for x in s.sentences if x.startswith("8 ranks"))
+    assert "outside [0, 1]" in said and "serial fraction (Karp" not in said
+    assert all(r["same_model"] for r in s.table.iter_rows(named=True)) and not s.warnings
+
+
+def _kernels_per_rank_step(folder) -> float:
+    """Plain Python over the raw Kineto files: per rank and profiled step, the compute kernels (not
+    NCCL) whose launch call lies in the step's ProfilerStep range; the median."""
+    import gzip
+    counts = []
+    for p in sorted(folder.glob("rank-*.json.gz")):
+        ev = json.load(gzip.open(p))["traceEvents"]
+        steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+        launch = {e["args"]["correlation"]: e["ts"] for e in ev
+                  if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})}
+        ts = [launch.get(e["args"].get("correlation")) for e in ev
+              if e.get("ph") == "X" and e.get("cat") == "kernel" and not e["name"].startswith("nccl")]
+        counts += [sum(1 for t in ts if t is not None and a <= t < b) for a, b in steps]
+    return statistics.median(counts)
+
+
+def test_runs_of_different_models_are_warned_about_loudly(tmp_path):
+    """A 2-rank run of a 2-layer GPT and a 4-rank run of a 6-layer GPT are no scaling study: the
+    kernels each rank runs per step differ 5-fold (raw files), and scaling says so first."""
+    small, big = BUNDLED / "ddp2_flops" / "clean", BUNDLED / "ddp4_sync_stall"
+    dbs = []
+    for f in (small, big):
+        out = tmp_path / (f.name + ".duckdb")
+        traceflow.ingest(sorted(str(p) for p in f.glob("rank-*.json.gz")), str(out))
+        dbs.append(str(out))
+    s = traceflow.scaling(dbs, mode="strong")
+    row = s.table.row(1, named=True)
+    raw = _kernels_per_rank_step(big) / _kernels_per_rank_step(small)
+    assert raw > 3 and row["kernels_rel"] == pytest.approx(raw, rel=0.02)
+    assert row["same_model"] is False
+    assert s.warnings[0].startswith("NOT ONE MODEL: the 4-rank run") and "compute kernels per rank and step" in s.warnings[0]
+    r = run_cli("scaling", *dbs)
+    assert r.returncode == 0 and "NOT ONE MODEL" in r.stdout + r.stderr

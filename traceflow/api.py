@@ -6,31 +6,67 @@ import os
 import duckdb
 
 from . import packs
-from .duck import relation, use_internal_schema
+from .duck import check_read_only, lock_down, relation, use_internal_schema
+from .duck import connect as duck_connect
 from .errors import InputError, UsageError, one_line
+from .outputs import is_duckdb_file, is_utf8_name, os_problem, parts_folders
 
 
-def connect(database: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection to a traceflow database (read-only unless asked)."""
+def connect(database: str) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection to a traceflow database, locked down (duck.lock_down): it reads
+    the database and its own shard folder, nothing else, and writes nothing."""
     if not os.path.exists(database):
         raise InputError(database, "no such database (run `traceflow ingest` first)")
+    if os.path.isdir(database):
+        raise InputError(database, "is a folder, not a traceflow database")
+    if not is_utf8_name(os.path.abspath(database)):
+        raise InputError(database, "its name is not valid UTF-8, which DuckDB cannot open: rename it")
     try:
-        con = duckdb.connect(database, read_only=read_only)
-        use_internal_schema(con)
+        os.close(os.open(database, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as e:
+        raise InputError(database, f"cannot read it ({os_problem(e)})") from None
+    if not is_duckdb_file(database):  # an nsys .sqlite, a trace, a FIFO: never handed to DuckDB
+        raise InputError(database, "not a DuckDB database (run `traceflow ingest` on trace files first)")
+    try:
+        con = duck_connect(database, read_only=True)
     except duckdb.Error as e:
         raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
-    _check_parts(con, database)
+    try:
+        lock_down(con, [str(p) for p in parts_folders(database)])
+        use_internal_schema(con)
+        _check_parts(con, database)
+    except duckdb.Error as e:
+        con.close()
+        raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
 def _check_parts(con, database: str):
-    """A cluster job's tables read the Parquet shards in its parts folder: say so when it is gone."""
+    """A cluster job's tables read the Parquet shards in its parts folder: say so when it is gone,
+    or not where it was made, beside the database (the only folder its connection may read)."""
     from .shard_views import folder_of
     folder = folder_of(con)
-    if folder is not None and not os.path.isdir(folder):
-        con.close()
+    if folder is None:
+        return
+    if not os.path.isdir(folder):
         raise InputError(database, f"its tables are views over the Parquet shards in {folder}, which is gone "
                          "(moved or deleted): keep that folder where it was, or ingest the rank files again")
+    if os.path.realpath(folder) not in {str(p) for p in parts_folders(database)}:
+        raise InputError(database, f"its tables are views over the Parquet shards in {folder}, which is not beside "
+                         "it: traceflow reads only a database's own shard folder; ingest the rank files again")
+
+
+def check_sql(con, text: str) -> None:
+    """UsageError unless every statement of `text` only reads (duck.check_read_only)."""
+    try:
+        check_read_only(con, text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except duckdb.Error as e:
+        raise UsageError(f"SQL error: {one_line(e)}") from None
 
 
 def _filters(rank, step, columns):
@@ -76,6 +112,7 @@ def sql(database: str, text: str):
     """Any SQL against the database, as a polars DataFrame."""
     con = connect(database)
     try:
+        check_sql(con, text)
         rel = relation(con, text)
         return None if rel is None else rel.pl()
     finally:

@@ -5,30 +5,16 @@ and progress are terminal.py.
 """
 from __future__ import annotations
 
-import functools
 import os
-import signal
 import sys
-import threading
 
+from . import interrupts
 
-def _interrupted_while_starting(signum, frame):
-    os.write(2, b"traceflow: interrupted\n")
-    os._exit(130)
-
-
-# Ctrl-C while the command is still importing (nothing to clean up yet): one line, exit 130, never an
-# import traceback. Only when this runs as the command; _Guard.main hands SIGINT back to Python.
-_AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow"
-# A process that multiprocessing spawns from the command (a Dask nanny or worker of --cluster local:N)
-# imports this module as its __mp_main__ with the command's argv: it ignores Ctrl-C, which the
-# terminal sends to the whole process group; the command itself stops it (else every worker printed
-# its own KeyboardInterrupt traceback, or this module's one line).
-_SPAWNED = "__mp_main__" in sys.modules  # set by multiprocessing in the processes it spawns, never in the command
-if _SPAWNED:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-elif _AS_COMMAND:
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+# Ctrl-C or SIGTERM while the command is still importing: one line, never an import traceback. Only
+# when this runs as the command (`traceflow`, `python -m traceflow[.cli]`); _Guard.main installs the
+# handlers that clean up.
+interrupts.starting(__name__ == "__main__" or os.path.basename(sys.argv[0]) == "traceflow"
+                    or sys.argv[0].endswith(os.path.join("traceflow", "__main__.py")))
 
 import json
 import tempfile
@@ -37,11 +23,14 @@ import click
 
 from .errors import InputError, UsageError, one_line
 from .memory import hint as memory_hint
-from .outputs import BEFORE_REPLACE, disk_problem, os_problem
+from .outputs import disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
 from .text import printable
 
 EXIT_INPUT = 3
+# Paths are not checked by click: an unreadable input is bad input (one line naming it, exit 3), not a
+# usage error with click's three-line message (exit 2).
+_PATH = click.Path(readable=False)
 
 
 def _fail(message, code: int = EXIT_INPUT):
@@ -49,121 +38,23 @@ def _fail(message, code: int = EXIT_INPUT):
     sys.exit(code)
 
 
-_SIGINT_SEEN = False
-
-
-def _on_sigint(signum, frame):
-    """Python's default handler, remembering that it ran: an extension module can turn the
-    KeyboardInterrupt into its own error (DuckDB's InterruptException, "ImportError:
-    initialization failed" from a lazy import of a C extension)."""
-    global _SIGINT_SEEN
-    _SIGINT_SEEN = True
-    raise KeyboardInterrupt
-
-
-def _raise_if_interrupted():
-    """Raises again a Ctrl-C that an extension module swallowed: pyarrow turns a KeyboardInterrupt
-    raised inside its conversion of a list into its own error, which a reader's fallback for mixed
-    values then handled, and the run went on to the end (1 interrupted run in 100 on a loaded
-    machine). Called at each progress point (a file read, a phase started) and before any output
-    replaces its target (outputs.BEFORE_REPLACE)."""
-    if _SIGINT_SEEN:
-        raise KeyboardInterrupt
-
-
-_held: dict = {"depth": 0, "signals": 0}  # extension inits running on the main thread, SIGINTs held back
-
-
-def _note_sigint(signum, frame):
-    _held["signals"] += 1
-
-
-def _hold_interrupts_in_extension_inits():
-    """A Ctrl-C while a C extension module initialises (pyarrow's Cython modules, DuckDB, numpy;
-    most are imported lazily, some by DuckDB itself) left it half-made: "ImportError:
-    initialization failed", then a crash at exit (3 of 80 ingests interrupted while loading ended
-    with SIGSEGV). The command holds SIGINT back while any extension's init runs, on the main
-    thread, and delivers it as soon as the outermost one is done."""
-    from importlib.machinery import ExtensionFileLoader
-    if getattr(ExtensionFileLoader, "traceflow_holds_sigint", False):
-        return
-
-    def held(method):
-        @functools.wraps(method)
-        def run(self, arg):
-            if threading.current_thread() is not threading.main_thread():
-                return method(self, arg)
-            if _held["depth"] == 0:
-                _held["previous"] = signal.signal(signal.SIGINT, _note_sigint)
-            _held["depth"] += 1
-            try:
-                return method(self, arg)
-            finally:
-                _held["depth"] -= 1
-                if _held["depth"] == 0:
-                    previous = _held.pop("previous")  # None: a handler set from C, not Python's
-                    signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-                    if _held["signals"]:
-                        _held["signals"] = 0
-                        signal.raise_signal(signal.SIGINT)  # runs the command's handler, now
-        return run
-    for name in ("create_module", "exec_module"):
-        setattr(ExtensionFileLoader, name, held(getattr(ExtensionFileLoader, name)))
-    ExtensionFileLoader.traceflow_holds_sigint = True
-
-
-def _unraisable(u):
-    """A Ctrl-C that lands in code whose errors Python only reports (a weakref callback, a
-    finalizer) printed "Exception ignored in ..." with a traceback, and was lost: 1 interrupted
-    `--cluster local:2` run in 30 on a loaded machine. Deliver it again to the main thread instead."""
-    if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
-        import _thread
-        # from another thread, a moment later: raised here it would be lost again in the same callback;
-        # once the command has returned (SIGINT ignored) this does nothing
-        threading.Timer(0.05, _thread.interrupt_main).start()
-        return
-    sys.__unraisablehook__(u)
-
-
-def _interrupted():
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # CPython 3.11 marks a KeyboardInterrupt that ends an eval() of a string as never handled (and
-    # collections.namedtuple evals one per class it builds, while modules import): the interpreter
-    # then kills itself with SIGINT at exit, whatever sys.exit says (exit -2, 2 of 80 runs
-    # interrupted while starting). An eval() of a string that succeeds clears the mark.
-    eval("None")
-    say("traceflow: interrupted", err=True)
-    sys.exit(130)  # SIGINT ignored from here: a late one in interpreter shutdown showed as a death by SIGINT (-2)
-
-
-def _is_interrupt(e: BaseException) -> bool:
-    """Any error once Ctrl-C was pressed is the interrupt's doing; DuckDB also names its own."""
-    return _SIGINT_SEEN or type(e).__name__ == "InterruptException" or "Query interrupted" in str(e)
-
-
 class _Guard(click.Group):
     """Turns every error into one line and an exit code, never a traceback (TRACEFLOW_DEBUG=1 shows it)."""
 
     def main(self, args=None, prog_name=None, **extra):
         # click's own handling would print "Aborted!" (exit 1) for a Ctrl-C outside a command.
-        signal.signal(signal.SIGINT, _on_sigint)  # from here, KeyboardInterrupt cleans up
-        sys.unraisablehook = _unraisable
-        _hold_interrupts_in_extension_inits()
-        if _raise_if_interrupted not in BEFORE_REPLACE:
-            BEFORE_REPLACE.append(_raise_if_interrupted)
+        interrupts.install()  # from here, Ctrl-C and SIGTERM raise KeyboardInterrupt, which cleans up
         try:
             rv = super().main(args, prog_name, standalone_mode=False, **extra)
         except (KeyboardInterrupt, click.exceptions.Abort):
-            _interrupted()
+            interrupts.exit_interrupted()
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
         except BrokenPipeError:  # `traceflow query ... | head`: the reader left; so do we, quietly
             sys.stdout = open(os.devnull, "w")
             sys.exit(141)
-        # The work is done: a Ctrl-C from here on (interpreter shutdown) must not turn a finished run
-        # into a death by SIGINT (seen as exit -2 when it landed just after the command returned).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupts.ignore()  # the work is done
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
@@ -172,7 +63,7 @@ class _Guard(click.Group):
         except (InputError, UsageError) as e:
             _fail(e, e.exit_code)
         except KeyboardInterrupt:
-            _interrupted()
+            interrupts.exit_interrupted()
         except BrokenPipeError:
             raise
         except OSError as e:  # an output path or the scratch folder: the input side raises InputError
@@ -181,8 +72,13 @@ class _Guard(click.Group):
         except (click.exceptions.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
         except Exception as e:
-            if _is_interrupt(e):
-                _interrupted()
+            if interrupts.is_interrupt(e):
+                interrupts.exit_interrupted()
+            if type(e).__name__ == "PermissionException":  # a database whose view reads a file elsewhere (duck.lock_down)
+                import re
+                m = re.search(r'access (?:file|directory) "([^"]*)"', str(e))
+                _fail(f"the database reaches for {m.group(1) if m else 'a file'} outside itself (a view over another "
+                      "file): refused, traceflow reads only a database and its own shard folder")
             if (problem := disk_problem(e)) is not None:
                 _fail(f"{tempfile.gettempdir()}: {problem} (while writing; set TMPDIR to a folder with room)")
             if os.environ.get("TRACEFLOW_DEBUG"):
@@ -236,7 +132,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
                peak_tflops=None, peak_gbps=None, cluster=None):
     from .pipeline import expand, ingest
     paths = expand(files)
-    with Progress(len(paths), _raise_if_interrupted) as progress:
+    with Progress(len(paths), interrupts.raise_if_interrupted) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
                      peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster)
@@ -248,7 +144,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
 def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps,
@@ -257,9 +153,10 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
     (exported with nsys when it is installed) and PyTorch profiler traces (.json, .json.gz),
-    mixed freely; a folder stands for the trace files in it. Formats are detected from content.
-    CUDA allocator snapshots (torch.cuda.memory._dump_snapshot, .pickle) join the trace of the
-    rank in their file name (docs/memory.md).
+    mixed freely, and PyTorch Flight Recorder dumps (one per rank, alone or beside the traces:
+    docs/hang-forensics.md); a folder stands for the trace files and dumps in it. Formats are
+    detected from content. CUDA allocator snapshots (torch.cuda.memory._dump_snapshot, .pickle)
+    join the trace of the rank in their file name (docs/memory.md).
 
     \b
     Examples:
@@ -269,23 +166,27 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest traces/rank-*.json.gz snapshots/rank*_snapshot.pickle -o job.duckdb
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
       traceflow ingest /shared/runs/rank*.sqlite -o /shared/job.duckdb --cluster tcp://scheduler:8786
+      traceflow ingest /tmp/nccl_trace_rank_* -o hang.duckdb      # Flight Recorder dumps: why it stopped
+      traceflow ingest fr_dumps/ kineto/rank*.json -o hang.duckdb  # dumps beside the job's traces
     """
     with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                     peak_tflops, peak_gbps, cluster) as job:
         rows = job.rank_summary()
-    say(f"wrote {job.path}: {plural(len(rows), 'rank')}")
+        from .hang import dump_count
+        dumps = dump_count(job.con)
+    say(f"wrote {job.path}: {plural(len(rows), 'rank')}" + (f", {plural(dumps, 'Flight Recorder dump')}" if dumps else ""))
     for rank, fmt, n_gpu, n_steps, off in rows:
         say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {plural(n_steps, 'step'):>10}  clock offset {off / 1e6:+.3f} ms")
 
 
 @main.command()
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.argument("name", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the packs with a line on each.")
 @click.option("--rank", type=int, help="Only this rank.")
 @click.option("--step", type=int, help="Only this step.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--limit", type=int, default=50, show_default=True, help="Rows shown in table format (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=50, show_default=True, help="Rows shown in table format (0: all).")
 def query(database, name, list_, rank, step, fmt, limit):
     """Run a query pack (its result is a table in the database too).
 
@@ -331,10 +232,10 @@ def _coverage_lines(job, rank) -> list[str]:
 
 
 @main.command("sql")
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.argument("text")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-@click.option("--limit", type=int, default=100, show_default=True, help="Rows shown in table format (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True, help="Rows shown in table format (0: all).")
 def sql_cmd(database, text, fmt, limit):
     """Run any SQL against the database (read-only).
 
@@ -345,8 +246,10 @@ def sql_cmd(database, text, fmt, limit):
     """
     import duckdb
 
+    from .api import check_sql
     from .job import open as open_job
     with open_job(database) as job:
+        check_sql(job.con, text)
         try:
             rel = job.con.execute(text)  # DB-API: any statement, rows fetched as plain tuples
         except duckdb.Error as e:
@@ -356,7 +259,7 @@ def sql_cmd(database, text, fmt, limit):
 
 
 @main.command()
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.option("-o", "--output", default="report.html", show_default=True)
 @click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
 def report(database, output, force):
@@ -372,7 +275,7 @@ def report(database, output, force):
 
 
 @main.command()
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.option("-o", "--output", default="job.perfetto-trace", show_default=True)
 @click.option("--rank", "ranks", type=int, multiple=True, help="Keep only these ranks (repeatable).")
 @click.option("--step", "steps", type=int, multiple=True, help="Keep only these steps (repeatable).")
@@ -393,7 +296,7 @@ def annotate(database, output, ranks, steps, force):
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @_ingest_options
 def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
@@ -409,25 +312,27 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
     with output_folder(outdir, expand(files), force=force) as db, \
             _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                        peak_tflops, peak_gbps, cluster) as job, \
-            Progress(0, _raise_if_interrupted) as progress:
+            Progress(0, interrupts.raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])
     say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
 
 
 @main.command("whatif")
-@click.argument("database", type=click.Path())
+@click.argument("database", type=_PATH)
 @click.option("--step", "steps", type=int, multiple=True, help="The step(s) to replay (repeatable; default: all).")
 @click.option("--scale-kernels", multiple=True, metavar="REGEX=FACTOR", help="Kernels whose name matches run FACTOR times as long.")
 @click.option("--scale-kind", multiple=True, metavar="KIND=FACTOR", help="compute, comm or memory run FACTOR times as long.")
 @click.option("--remove-host-stall", type=int, multiple=True, metavar="RANK",
-              help="That rank's host time between CUDA calls shrinks to its median per step.")
-@click.option("--no-launch-overhead", is_flag=True, help="Kernels start as soon as their stream and dependencies allow.")
+              help="That rank's abnormal host time (beyond its median per step, by cause: docs/host-time.md) is removed.")
+@click.option("--no-launch-overhead", is_flag=True, help="Launch calls take no host time and launched kernels no latency.")
+@click.option("--no-allocator-calls", is_flag=True, help="cudaMalloc / cudaFree / hipFree ... take no host time.")
+@click.option("--no-host-syncs", is_flag=True, help="Synchronizing calls neither wait nor take host time.")
 @click.option("--overlap-comm", is_flag=True, help="Collectives no longer wait behind compute on their stream.")
 @click.option("--no-stragglers", is_flag=True, help="Every rank's compute in a step scaled to the median rank's.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm,
-               no_stragglers, fmt):
+def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, no_allocator_calls,
+               no_host_syncs, overlap_comm, no_stragglers, fmt):
     """What would a fix gain? Replays each step's dependency graph across ranks (streams, launches,
     syncs, cross-stream waits, collectives) with edited durations and predicts the step time. The
     replay of the unedited graph is checked against the measured step first: beyond 2 % off, the
@@ -438,9 +343,11 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
       traceflow whatif job.duckdb --step 4 --remove-host-stall 3
       traceflow whatif job.duckdb --scale-kernels '.*flash.*=0.5' --scale-kind comm=0.8
       traceflow whatif job.duckdb --no-launch-overhead --format json
+      traceflow whatif job.duckdb --no-allocator-calls --no-host-syncs
     """
     from .whatif import parse_scenario, whatif
-    scenario = parse_scenario(scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm, no_stragglers)
+    scenario = parse_scenario(scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm, no_stragglers,
+                              no_allocator_calls, no_host_syncs)
     from .job import open as open_job
     with open_job(database) as job:
         have = [r[0] for r in job.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]
@@ -464,14 +371,14 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
 
 
 @main.command("diff")
-@click.argument("a", type=click.Path())
-@click.argument("b", type=click.Path())
+@click.argument("a", type=_PATH)
+@click.argument("b", type=_PATH)
 @click.option("--step-a", type=int, help="The step of run a to compare (default: the steps both runs have).")
 @click.option("--step-b", type=int, help="The step of run b to compare.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--table", "which", type=click.Choice(["steps", "critical_path", "kernels", "op_classes", "collectives", "idle"]),
               default="steps", show_default=True, help="With --format csv: the comparison to write.")
-@click.option("--limit", type=int, default=12, show_default=True, help="Rows per table in table format (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=12, show_default=True, help="Rows per table in table format (0: all).")
 @click.option("-o", "--output", help="Also write the diff as one HTML page (e.g. diff.html).")
 @click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
 def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
@@ -524,7 +431,7 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
 
 
 @main.command("scaling")
-@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.argument("runs", nargs=-1, required=True, type=_PATH)
 @click.option("--mode", type=click.Choice(["strong", "weak"]), default="strong", show_default=True,
               help="strong: the same global batch on more ranks; weak: the same batch per rank.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
@@ -561,7 +468,7 @@ def scaling_cmd(runs, mode, fmt, output, force):
 
 @main.command()
 @click.argument("name")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", "database", default="traceflow.duckdb", show_default=True, help="Database to add the recipe's tables to.")
 @click.option("--nsys", metavar="PATH", help="nsys executable (default: nsys on PATH).")
 def recipe(name, files, database, nsys):

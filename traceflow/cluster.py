@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import InputError, OutputError, UsageError
+from .errors import InputError, OutputError, UsageError, one_line
 from .readers.detect import Input
 
 RETRIES = 2  # a task whose worker died is run again elsewhere; a bad file fails the same way each time
@@ -31,33 +32,84 @@ def _distributed():
     return distributed
 
 
+def local_bound() -> int:
+    """The most worker processes `local:N` may start here: 4 per core (at least 8), and no more than
+    the memory holds at 256 MiB each (a worker's interpreter with Arrow and DuckDB)."""
+    from .pipeline import _ram_bytes
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(max(8, 4 * cores), _ram_bytes() // (256 << 20)))
+
+
+def check_address(cluster: Any) -> None:
+    """UsageError (exit 2) for a `local:N` that is no number, below 1 or past local_bound(): before any work."""
+    text = str(cluster)
+    if not text.startswith("local:"):
+        return
+    try:
+        n = int(text.split(":", 1)[1])
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"--cluster {one_line(text, 40)}: local:N needs a number of worker processes, e.g. local:4")
+    if n > (bound := local_bound()):
+        raise UsageError(f"--cluster {text}: at most local:{bound} on this machine (its cores and memory); for more "
+                         "workers, start a Dask cluster and give its scheduler's address (tcp://host:8786)")
+
+
+def _close_clusters(distributed) -> None:
+    """Close every LocalCluster this process started, also one a signal caught half-started (its
+    constructor never returned): else Dask's own atexit hook closed it and printed a traceback
+    (AssertionError: Status.init) after the one line of a SIGTERM."""
+    import atexit
+
+    from distributed.deploy.spec import SpecCluster, close_clusters
+    for c in list(SpecCluster._instances):
+        try:
+            if getattr(c, "status", None) != distributed.core.Status.closed:
+                c.close(timeout=10)
+        except Exception:  # noqa: BLE001 - a half-started cluster: its processes end with this one
+            pass
+    atexit.unregister(close_clusters)
+
+
 @contextmanager
-def client_for(cluster: Any):
+def client_for(cluster: Any, scratch: str | None = None):
     """A dask.distributed Client for `cluster`: 'local:N' (a LocalCluster of N worker processes,
-    closed afterwards), a scheduler address ('tcp://host:8786'), or a Client (used as it is)."""
+    closed afterwards, its workers' scratch space in `scratch`, never Dask's dask-scratch-space/ in
+    $TMPDIR), a scheduler address ('tcp://host:8786'), or a Client (used as it is)."""
     distributed = _distributed()
     if isinstance(cluster, distributed.Client):
         yield cluster
         return
     text = str(cluster)
     if text.startswith("local:"):
-        try:
-            n = int(text.split(":", 1)[1])
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise UsageError(f"--cluster {text}: local:N needs a number of worker processes, e.g. local:4")
+        import dask.config as dask_config
+        check_address(text)
+        n = int(text.split(":", 1)[1])
         # A terminal's Ctrl-C goes to the whole process group: the workers (and the loop thread that
         # starts them, again after a crash) start with SIGINT blocked, so only this process sees it
         # (else each worker printed its KeyboardInterrupt traceback); closing the cluster stops them.
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # The scheduler's and the workers' scratch space (Dask's temporary-directory), and the
+        # workers' own temp files (their TMPDIR: a killed worker left its traceflow-* folder), all
+        # inside the run's scratch folder, which goes with the run.
+        where = os.path.join(scratch, "dask") if scratch else None
+        env = {"env": {"TMPDIR": where}} if where else {}
+        _quiet_resource_tracker()
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        config = dask_config.set({"temporary-directory": where} if where else {})
         try:
-            lc = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                          silence_logs=50)
+            try:
+                if where:
+                    os.makedirs(where, exist_ok=True)
+                lc = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                              silence_logs=50, **env)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            with lc, distributed.Client(lc) as client:
+                yield client
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        with lc, distributed.Client(lc) as client:
-            yield client
+            _close_clusters(distributed)
+            config.__exit__(None, None, None)  # Dask's temporary-directory as it was
         return
     try:
         client = distributed.Client(text, timeout="10s")
@@ -65,6 +117,26 @@ def client_for(cluster: Any):
         raise UsageError(f"--cluster {text}: cannot reach the Dask scheduler ({type(e).__name__}: {e})") from None
     with client:
         yield client
+
+
+def _quiet_resource_tracker() -> None:
+    """multiprocessing's resource tracker (a process of its own, started once) cleans up the
+    semaphores of the workers' queues when this process is killed, and then printed "There appear
+    to be 12 leaked semaphore objects" on the user's terminal, after kill -9 or SIGTERM. It is
+    started here with its stderr on /dev/null: it still cleans up, without the warning."""
+    from multiprocessing import resource_tracker
+    if getattr(resource_tracker._resource_tracker, "_fd", None) is not None:
+        return  # already running
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        os.dup2(devnull, 2)
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def read_all(client, inputs: list[Input], folder: str, nsys_exe: str | None, step_pattern: str | None, peaks: tuple,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
 
@@ -55,7 +56,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
     from .packs import queries_dir
     with scratch_folder() as scratch:
         paths = [as_database(p, scratch, name) for p, name in ((a, "a"), (b, "b"))]
-        con = duckdb.connect()
+        con = duck_connect()
         try:
             for path, name in zip(paths, ("a", "b")):
                 try:
@@ -130,6 +131,12 @@ def _comparability(con) -> tuple[list[dict], list[str]]:
         "critical path": both("SELECT count(*) > 0 FROM {run}.critical_path"),
         "collectives": both("SELECT count(*) > 0 FROM {run}.collective_waits"),
         "launch calls": both("SELECT count(*) > 0 FROM {run}.launch_overhead"),
+        # the model's structure: compute kernels a rank runs per step (median over rank and step)
+        "kernels per rank and step": both("""SELECT median(n) FROM (SELECT count(*) AS n FROM {run}.gpu_ops
+                                             WHERE kind = 'kernel' AND collective IS NULL AND step IS NOT NULL
+                                             GROUP BY rank, step)"""),
+        "shared GPU": both("""SELECT count(*) > 0 FROM (SELECT coalesce(gpu_uuid, hostname || ':' || device, ':' || device)
+                              FROM {run}.gpu_devices GROUP BY 1 HAVING count(DISTINCT rank) > 1)"""),
     }
     out = [{"what": k, "a": str(v[0]), "b": str(v[1]), "same": v[0] == v[1]} for k, v in rows.items()]
     warnings = []
@@ -143,6 +150,13 @@ def _comparability(con) -> tuple[list[dict], list[str]]:
     if rows["profiler"][0] != rows["profiler"][1]:
         warnings.append(f"the runs were recorded by different profilers ({rows['profiler'][0]} vs {rows['profiler'][1]}): "
                         "their overheads and what they record differ")
+    ka, kb = rows["kernels per rank and step"]
+    if ka and kb and not 0.8 <= kb / ka <= 1.25:
+        warnings.append(f"NOT ONE MODEL: each rank runs {ka:.0f} compute kernels per step in run a and {kb:.0f} in run b: "
+                        "the runs do different work, and their difference is not a regression of one job")
+    if rows["shared GPU"][0] != rows["shared GPU"][1]:
+        warnings.append(f"ranks share a GPU in run {'a' if rows['shared GPU'][0] else 'b'} only: its kernels are "
+                        "time-sliced, so kernel times and exposed communication are not comparable one for one")
     for what in ("critical path", "collectives", "launch calls"):
         if rows[what][0] != rows[what][1]:
             warnings.append(f"only run {'a' if rows[what][0] else 'b'} has data for the {what}: its comparison is one-sided")

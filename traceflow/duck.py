@@ -7,6 +7,7 @@ closed it silently; running one finished statement first closes it on both.
 """
 from __future__ import annotations
 
+import os
 from os import PathLike
 
 INTERNAL = "tf_internal"  # helper tables (step windows, islands, the walk's graph): out of `.tables`' main list
@@ -44,3 +45,49 @@ def arrow_table(con, sql: str, params=None):
         return con.execute(sql, params).to_arrow_table()
     return relation(con, sql, params).to_arrow_table()
 
+
+
+# On every connection traceflow opens: no extension is ever downloaded or loaded behind the user's
+# back (an nsys .sqlite given where a .duckdb is expected made DuckDB fetch its SQLite extension
+# from the network), and no secret is written to ~/.duckdb.
+NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                 "allow_community_extensions": False, "allow_persistent_secrets": False}
+
+
+def connect(database: str | PathLike = ":memory:", read_only: bool = False, config: dict | None = None):
+    """`duckdb.connect` with NO_EXTENSIONS (and `config`): the one way traceflow opens DuckDB."""
+    import duckdb
+    return duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **(config or {})})
+
+
+def lock_down(con, allowed: list[str] | tuple = ()) -> None:
+    """No file outside the database itself and the folders `allowed` (a cluster job's shard folder,
+    read by its views) can be read or written through `con`, and no setting changed afterwards:
+    COPY ... TO, EXPORT DATABASE, ATTACH, INSTALL / LOAD, read_csv('/etc/...') all fail. DuckDB
+    allows writing in `allowed` too: statements that write are refused by kind (check_read_only).
+    (DuckDB shares one instance among the connections of a process to the same file: when it is
+    already locked, it was locked here, with the same folders.)"""
+    if con.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+        return
+    if allowed:
+        con.execute("SET allowed_directories = [" + ", ".join(sql_string(os.path.join(d, "")) for d in allowed) + "]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+# What `traceflow sql` and Job.sql run: reads, and what lives only in the session (temp tables and
+# macros, variables, prepared statements). COPY, EXPORT, ATTACH / DETACH, INSTALL / LOAD, VACUUM,
+# INSERT / UPDATE / DELETE / MERGE, ALTER and any kind DuckDB adds later are refused.
+READ_ONLY_KINDS = {"SELECT", "EXPLAIN", "PRAGMA", "CALL", "SET", "VARIABLE_SET", "CREATE", "CREATE_FUNC", "DROP",
+                   "PREPARE", "EXECUTE", "TRANSACTION", "RELATION"}
+
+
+def check_read_only(con, text: str) -> None:
+    """Raises ValueError naming the first statement of `text` that is not a read (see READ_ONLY_KINDS).
+    A statement DuckDB cannot parse raises duckdb.Error here."""
+    for st in con.extract_statements(text):
+        kind = getattr(st.type, "name", "")
+        kind = kind if kind.isidentifier() else "unknown"
+        if kind not in READ_ONLY_KINDS:
+            raise ValueError(f"{kind.replace('_', ' ')} statements are refused: traceflow sql reads the database and never "
+                             "writes (save a result with --format csv > FILE)")

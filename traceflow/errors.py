@@ -1,6 +1,8 @@
 """Errors a user sees as one line and exit code 3 (bad input or output path) or 2 (usage)."""
 from __future__ import annotations
 
+from .text import printable
+
 
 class InputError(Exception):
     """An input file traceflow cannot read. Always names the file."""
@@ -10,7 +12,8 @@ class InputError(Exception):
     def __init__(self, path, problem: str):
         self.path = str(path)
         self.problem = " ".join(str(problem).split())  # one line, whatever the cause said
-        super().__init__(f"{self.path}: {self.problem}")
+        # the name as it prints: a newline in it must not cut the error line (nor a byte that is not UTF-8 break it)
+        super().__init__(f"{printable(self.path)}: {self.problem}")
 
     def __reduce__(self):  # crosses process boundaries from the reader pool
         return (type(self), (self.path, self.problem))

@@ -96,6 +96,7 @@ def load_peaks(con, peak_tflops: float | None = None, peak_gbps: float | None = 
         con.executemany("INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     from . import comments
     comments.comment_table(con, "device_peaks", *DOCS)
+    load_devices(con)
     return _one_warning_per_device(warnings)
 
 
@@ -103,3 +104,55 @@ def _one_warning_per_device(warnings: list[str]) -> list[str]:
     if len(warnings) <= 2:
         return warnings
     return [warnings[0] + f" (and {len(warnings) - 1} more ranks)"]
+
+
+# Which physical GPU each rank ran on, where the trace says so: Nsight Systems records each
+# device's UUID and PCI bus id (TARGET_INFO_GPU); Kineto records neither (its deviceProperties
+# hold a name, memory and SM counts only), so there the host and the device index are all there is.
+# Ranks on one GPU time-slice it: each rank's MFU counts the whole device's peak for itself, and
+# its "idle" and "exposed communication" include time the device spent on the other ranks' kernels
+# (queries/findings.sql says so in the verdict).
+DEVICES_DDL = """CREATE OR REPLACE TABLE gpu_devices (rank INTEGER, device INTEGER, gpu_uuid VARCHAR, bus_id VARCHAR,
+    hostname VARCHAR, pid BIGINT, source_format VARCHAR)"""
+DEVICES_DOCS = ("per rank and GPU it ran work on: the physical device where the trace identifies it (traceflow/hardware.py)", {
+    "device": "the device index the rank's GPU ops ran on (gpu_ops.device)",
+    "gpu_uuid": "the GPU's UUID (nsys TARGET_INFO_GPU.uuid); NULL where the trace does not record it (Kineto) or "
+                "the source file is gone",
+    "bus_id": "the GPU's PCI bus id (nsys TARGET_INFO_GPU.busLocation), NULL where not recorded",
+    "hostname": "the host the rank ran on, as the trace records it (NULL: not recorded)",
+    "pid": "the rank's process id", "source_format": "'nsys-sqlite' | 'kineto-json'"})
+
+
+def _nsys_gpus(path: str) -> dict[int, tuple[str | None, str | None]]:
+    """{device id: (uuid, bus id)} from an Nsight Systems export; {} when the file or table is absent."""
+    import os
+    import sqlite3
+    if not path or not os.path.isfile(path):
+        return {}
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT id, uuid, busLocation FROM TARGET_INFO_GPU").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:  # an export without the table (older nsys, a cut file): not recorded
+        return {}
+    return {int(i): (u or None, b or None) for i, u, b in rows if i is not None}
+
+
+def load_devices(con) -> None:
+    """Fill gpu_devices: one row per rank and device index its GPU ops used."""
+    con.execute(DEVICES_DDL)
+    used = con.execute("""SELECT t.rank, g.device, t.source_path, t.source_format, t.hostname, t.pid
+                          FROM traces t JOIN (SELECT DISTINCT rank, device FROM gpu_ops WHERE device IS NOT NULL) g
+                          USING (rank) ORDER BY t.rank, g.device""").fetchall()
+    cache: dict[str, dict] = {}
+    rows = []
+    for rank, device, path, fmt, host, pid in used:
+        ids = cache.setdefault(path, _nsys_gpus(path)) if fmt == "nsys-sqlite" else {}
+        uuid, bus = ids.get(device, (None, None))
+        rows.append((rank, device, uuid, bus, host, pid, fmt))
+    if rows:
+        con.executemany("INSERT INTO gpu_devices VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    from . import comments
+    comments.comment_table(con, "gpu_devices", *DEVICES_DOCS)

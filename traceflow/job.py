@@ -60,7 +60,8 @@ class Job:
     # the connection
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
-        """The read-only DuckDB connection (opened at first use)."""
+        """The read-only DuckDB connection (opened at first use), locked down: it reads this database
+        and its own shard folder and no other file, writes none, and its settings cannot change."""
         if self._con is None:
             from .api import connect
             self._con = connect(self.path)
@@ -91,8 +92,11 @@ class Job:
         return self.relation(pack, rank, step).pl()
 
     def sql(self, text: str) -> pl.DataFrame | None:
-        """Any read-only SQL; None for a statement without rows."""
+        """Any read-only SQL; None for a statement without rows. A statement that writes (COPY,
+        EXPORT, ATTACH, INSTALL, ...) raises UsageError; the connection itself refuses files."""
+        from .api import check_sql
         from .duck import relation
+        check_sql(self.con, text)
         rel = relation(self.con, text)
         return None if rel is None else rel.pl()
 
@@ -125,7 +129,8 @@ class Job:
         """Predicted step times after a fix, by replaying each step's dependency graph (docs/whatif.md).
 
         scenario: scale_kernels=[(regex, factor)], scale_kind={"compute"|"comm"|"memory": factor},
-        remove_host_stall=[rank], no_launch_overhead, overlap_comm, no_stragglers (booleans).
+        remove_host_stall=[rank], no_launch_overhead, no_allocator_calls, no_host_syncs, overlap_comm,
+        no_stragglers (booleans).
         Returns one dict per step: measured_ns, replayed_ns, replay_error_pct, predicted_ns, gain_ns,
         and the same per rank under "ranks"; predicted_ns is None (with "refused") where the replay
         of the measured graph is more than 2 % off."""

@@ -1,9 +1,10 @@
-"""Where the memory went, in words: the memory finding of the verdict (docs/memory.md).
+"""Where the memory went, in words: the memory findings of the verdict (docs/memory.md).
 
-The figures are the memory packs' (queries/memory*.sql); this module only words them. A rank gets
-a sentence when its peak reserve comes within tf_memory_limit_pct [10 %] of its device's memory
-(memory.near_device_limit), or when its peak lies far above its peers' median
-(memory_ranks.far_above_peers, tf_memory_peer_pct [20 %]), naming the op holding most of it.
+The figures are the memory packs' (queries/memory*.sql); queries/memory_findings.sql makes them rows
+of the verdict's findings columns, and this module only words them. A rank gets a sentence when its
+peak reserve comes within tf_memory_limit_pct [10 %] of its device's memory (memory.near_device_limit),
+or when its peak lies far above its peers' median (memory_ranks.far_above_peers, tf_memory_peer_pct
+[20 %]), naming the op holding most of it.
 """
 from __future__ import annotations
 
@@ -27,25 +28,32 @@ def has_memory(con, table: str = "memory_ranks") -> bool:
         return False
 
 
+FINDINGS_TABLE = "memory_findings"  # queries/memory_findings.sql: rows of the verdict's findings columns
+
+
+def _near_limit(r: dict, con) -> str:
+    held = f"; {r['evidence']} holds {mib(r['evidence_bytes'])} of its peak" if r.get("evidence") else ""
+    return (f"Rank {r['rank']} is close to running out of memory: its allocator reserved {mib(r['bytes'])} of the "
+            f"{mib(r['device_memory_bytes'])} of {r['note']} in step {r['step']} ({r['share_pct']:.1f}% left){held}.")
+
+
+def _above_peers(r: dict, con) -> str:
+    held = f"; {r['evidence']} holds {mib(r['evidence_bytes'])} of it" if r.get("evidence") else ""
+    return (f"Rank {r['rank']} peaks at {mib(r['bytes'])} of {r['note'].split(':')[0]} memory in step {r['step']}, "
+            f"{r['share_pct']:.0f}% above its peers' median of {mib(r['peers_median_bytes'])}{held}.")
+
+
+# the verdict's words for each kind of memory_findings row (traceflow/verdict.py registers them)
+SENTENCES = {"memory_near_limit": _near_limit, "memory_above_peers": _above_peers}
+
+
 def sentences(con) -> list[str]:
-    """The memory finding: one sentence per rank near its device's limit, one for a rank far above its peers."""
-    if not has_memory(con):
+    """The memory findings in words, for a verdict that has no findings rows of its own (a CPU job)."""
+    if not has_memory(con, FINDINGS_TABLE):
         return []
-    out = []
-    for rank, dtype, dev, step, reserved, total, headroom in con.execute("""
-            SELECT rank, device_type, device, step, peak_reserved_bytes, device_memory_bytes, headroom_pct
-            FROM memory WHERE near_device_limit
-            QUALIFY row_number() OVER (PARTITION BY rank ORDER BY headroom_pct, step) = 1
-            ORDER BY headroom_pct, rank LIMIT 4""").fetchall():
-        out.append(f"Rank {rank} is close to running out of memory: its allocator reserved {mib(reserved)} of the "
-                   f"{mib(total)} of {dtype}:{dev} in step {step} ({headroom:.1f}% left).")
-    for rank, dtype, step, peak, median, pct, op, op_bytes in con.execute("""
-            SELECT rank, device_type, step, peak_allocated_bytes, peers_median_bytes, above_peers_pct, top_op, top_op_bytes
-            FROM memory_ranks WHERE far_above_peers ORDER BY above_peers_pct DESC LIMIT 2""").fetchall():
-        held = f"; {op} holds {mib(op_bytes)} of it" if op else ""
-        out.append(f"Rank {rank} peaks at {mib(peak)} of {dtype} memory in step {step}, {pct:.0f}% above its peers' "
-                   f"median of {mib(median)}{held}.")
-    return out
+    rel = con.execute(f"SELECT * FROM {FINDINGS_TABLE} ORDER BY priority, share_pct DESC, rank")
+    cols = [d[0] for d in rel.description]
+    return [SENTENCES[r["kind"]](r, con) for r in (dict(zip(cols, row)) for row in rel.fetchall())]
 
 
 def hint(con, pack: str) -> str | None:

@@ -23,6 +23,7 @@ import stat
 import tempfile
 import time
 from contextlib import contextmanager
+from glob import escape as glob_escape
 from pathlib import Path
 
 from .errors import InputError, OutputBusy, OutputError, UsageError
@@ -34,6 +35,7 @@ SCRATCH_MARKER = ".traceflow-scratch"
 # The Perfetto writer puts this in the trace's first packet (trace_uuid.lsb): "traceflo".
 PERFETTO_MARK = 0x7472616365666C6F
 REPORT_MARK = b'<meta name="generator" content="traceflow">'
+PARTS = ".parts-"  # job.duckdb.parts-XXXX: a cluster job's shards, beside its database
 
 _DISK_PROBLEMS = {errno.ENOSPC: "disk full (no space left on device)", errno.EDQUOT: "disk quota exceeded",
                   errno.EROFS: "read-only file system"}
@@ -58,30 +60,66 @@ def os_problem(e: OSError) -> str:
     return disk_problem(e) or _PATH_PROBLEMS.get(e.errno or 0) or (e.strerror or str(e))
 
 
-def is_duckdb_file(path) -> bool:
-    """The file starts as a DuckDB database does (bytes 8-11: DUCK); says nothing of its state."""
+def is_utf8_name(name: str) -> bool:
     try:
-        with open(path, "rb") as f:
-            return f.read(12)[8:12] == b"DUCK"
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # bytes that are not UTF-8, as os.fsdecode keeps them
+        return False
+
+
+def parts_folders(database) -> list[Path]:
+    """The shard folders beside a database (`<its real path>.parts-*`), as real paths."""
+    real = Path(os.path.realpath(database))
+    try:
+        return [Path(os.path.realpath(p)) for p in real.parent.glob(f"{glob_escape(real.name)}{PARTS}*")
+                if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def is_duckdb_file(path) -> bool:
+    """A regular file that starts as a DuckDB database does (bytes 8-11: DUCK); says nothing of its
+    state. Opened without blocking: a FIFO or a device is never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 12, 0)[8:12] == b"DUCK"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# What a database traceflow wrote holds, whatever its version: the traces table with these columns.
+# A DuckDB file without them is a user's own (a table `precious`): never replaced without --force,
+# never appended to.
+OWN_TABLE, OWN_COLUMNS = "traces", {"trace_id", "rank", "source_path", "source_format", "source_hash"}
 
 
 def _is_database(path: Path) -> bool:
     if not is_duckdb_file(path):
         return False
     import duckdb
+
+    from .duck import connect
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = connect(path, read_only=True)
         try:
             # DuckDB 2 opens a truncated file and fails only when a lost block is read: the file
             # must hold every block its header counts.
             row = con.execute("PRAGMA database_size").fetchone()
+            cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' "
+                                              "AND table_name = ? AND database_name = current_database()",
+                                              [OWN_TABLE]).fetchall()}
         finally:
             con.close()
     except duckdb.Error:
         return False
-    return row is not None and os.path.getsize(path) >= int(row[2]) * int(row[3])  # block_size * total_blocks
+    return (row is not None and os.path.getsize(path) >= int(row[2]) * int(row[3])  # block_size * total_blocks
+            and cols >= OWN_COLUMNS)
 
 
 def _is_report(path: Path) -> bool:
@@ -125,6 +163,8 @@ def check_output(path, kind: str, inputs=(), force: bool = False, appending: boo
     first (`--append`), so it must be a database traceflow can open (a missing one is made anew).
     """
     p = Path(path)
+    if kind == "database" and not is_utf8_name(os.path.abspath(p)):
+        raise OutputError(p, "its name is not valid UTF-8, which DuckDB cannot open: name another file")
     try:
         st = os.stat(p)
     except FileNotFoundError:
@@ -212,7 +252,7 @@ def _temp_files(tmp: Path) -> list[Path]:
 
 
 # Run just before an output replaces its target. The command adds one that raises a Ctrl-C which an
-# extension module swallowed (cli._raise_if_interrupted): pyarrow and DuckDB, importing a module
+# extension module swallowed (interrupts.raise_if_interrupted): pyarrow and DuckDB, importing a module
 # mid-call, turned the KeyboardInterrupt into an error of their own and went on (2 of 60 runs
 # interrupted while the Perfetto trace was written finished and replaced their outputs).
 BEFORE_REPLACE: list = []

@@ -119,7 +119,51 @@ def write_trace(job: Job, output: str = "job.perfetto-trace", ranks=None, steps=
         w = _Writer(f)
         for rank in keep_ranks:
             _rank_tracks(con, w, rank, tf, keep_ranks)
+        _hang_tracks(con, w, keep_ranks, ranks)
     return output
+
+
+def _hang_tracks(con, w: _Writer, traced: list[int], wanted):
+    """Flight Recorder dumps (docs/hang-forensics.md): where each rank stopped, one slice per rank
+    on a track of its own, from its last enqueued collective (or, for a rank that never entered
+    the hung one, from when the others began waiting) to the end of its trace or its timeout.
+    Times are put on the rank's trace clock (its clock offsets); a rank with a dump and no trace
+    gets a process track of its own."""
+    from .hang import findings
+    f = findings(con)
+    if not f:
+        return
+    hang_ns = min((r["created_ns"] for r in f["rows"]), default=None)
+    for r in f["ranks"]:
+        rank = r["rank"]
+        if wanted is not None and rank not in wanted:
+            continue
+        off, end = con.execute("""SELECT any_value(clock_offset_ns + coalesce(cpu_clock_offset_ns, 0)),
+                                         (SELECT max(end_ns) FROM host_ops h WHERE h.rank = $r)
+                                  FROM traces WHERE rank = $r""", {"r": rank}).fetchone()
+        off = off or 0
+        if r["state"] == "not_entered" and hang_ns is not None:
+            start = hang_ns
+            name = f"never entered #{r['last_enqueued'] + 1 if r['last_enqueued'] is not None else '?'} of group {r['pg']}; last completed #{r['last_completed']}"
+        elif r["state"] == "waiting":
+            start = r["last_created_ns"]
+            name = f"waiting in {r['op']} #{r['last_enqueued']} of group {r['pg']}" + (f" ({r['frame']})" if r["frame"] else "")
+        elif r["state"] == "no_dump":
+            continue
+        else:
+            start, name = r["last_created_ns"], f"idle after {r['op']} #{r['last_enqueued']} of group {r['pg']}"
+        if start is None:
+            continue
+        start += off
+        stop = max(end or 0, start + 1_000_000)
+        proc = _uuid("rank", rank)
+        if rank not in traced:
+            w.track(proc, name=f"rank {rank} (Flight Recorder dump)", pid=1000 + rank)
+        u = _uuid("tf-hang", rank, r["pg"])
+        w.track(u, name="traceflow: where it stopped (Flight Recorder)", parent=proc)
+        import pyarrow as pa
+        w.slices_of(u, pa.table({"start_ns": pa.array([start], pa.int64()), "end_ns": pa.array([stop], pa.int64()),
+                                 "name": pa.array([name]), "state": pa.array([r["state"]])}), "name", ("state",))
 
 
 def _rank_tracks(con, w: _Writer, rank: int, tf: str, ranks: list[int]):

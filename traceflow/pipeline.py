@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -22,14 +23,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from . import schema
+from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .job import IngestInfo, Job
-from .outputs import atomic_output, scratch_folder
+from .outputs import PARTS, atomic_output, scratch_folder
 from .readers import ranks
 from .readers.detect import Input, identify
 from .readers.model import ProcessTrace, reader_schema
 from .readers.worker import import_readers, read_file, worker_start
+from .text import as_text
 
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
@@ -38,9 +41,13 @@ SUFFIXES += (".pickle",)  # torch.cuda.memory._dump_snapshot (readers/memory_sna
 
 
 def _looks_like_trace(p: Path) -> bool:
-    """In a folder, other JSON files (configs, notes) sit beside the traces: sniff before taking one."""
-    if not p.name.endswith((".json", ".json.gz")):
+    """In a folder, other JSON files (configs, notes) sit beside the traces: sniff before taking one.
+    Flight Recorder dumps (nccl_trace_rank_3, host_3.json) are taken by their first bytes."""
+    from .readers.flight_recorder import looks_like_dump
+    if looks_like_dump(str(p)):
         return True
+    if not p.name.endswith((".json", ".json.gz")):
+        return p.name.endswith(SUFFIXES)
     try:
         from .readers.compressed import BoundedReader
         f = BoundedReader(str(p), "gzip") if p.name.endswith(".gz") else open(p, "rb")
@@ -54,14 +61,22 @@ def _looks_like_trace(p: Path) -> bool:
 
 
 def expand(files) -> list[str]:
-    """Files as given; a folder stands for the trace files in it."""
+    """Files as given; a folder stands for the trace files in it (its regular files with a trace's
+    suffix: a pipe, device, socket, folder or broken link among them is passed over). A pipe, device
+    or socket given by name is refused: reading it would block or never end."""
     out = []
     for f in files:
         p = Path(f)
-        if p.is_dir():
-            found = sorted(str(x) for x in p.iterdir() if x.is_file() and x.name.endswith(SUFFIXES) and _looks_like_trace(x))
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            mode = 0  # missing, a symlink loop, no permission: the reader names the problem
+        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise InputError(p, "is not a regular file (a pipe, device or socket): traceflow reads only files")
+        if stat.S_ISDIR(mode):
+            found = sorted(str(x) for x in p.iterdir() if x.is_file() and _looks_like_trace(x))
             if not found:
-                raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files")
+                raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files nor Flight Recorder dumps")
             out.extend(found)
         else:
             out.append(str(p))
@@ -240,6 +255,8 @@ def _create_tables(con):
     con.execute(schema.TRACES_DDL)
     for t in schema.TABLES:
         con.execute(schema.ddl(t))
+    from . import fr_load
+    fr_load.create_tables(con)
 
 
 def _load_all(con, sink_folder: str, loads, jobs: int | None):
@@ -302,11 +319,16 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
+    if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
+        from .cluster import check_address
+        check_address(cluster)
     if cluster is not None and append:
         raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
                          "shards; ingest all the rank files again")
     paths = expand(files)
     inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
+    if cluster is not None and (dump := next((i for i in inputs if i.format.startswith("fr-")), None)):
+        raise UsageError(f"{dump.path} is a Flight Recorder dump: dumps are ingested without --cluster")
     progress = progress or (lambda *_: None)
     result = IngestInfo()
     with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
@@ -316,8 +338,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
-        import duckdb  # here, not at the top: reader processes import this package and never need it
-        con = duckdb.connect(str(tmp), config=db_config(scratch))
+        con = duck_connect(tmp, config=db_config(scratch))
         con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
         # FSST string compression is tried on every text column and chosen for almost none: the
         # file has the same blocks without it (long4 Kineto 88, the bundled job 51, nsys-ai 40)
@@ -350,7 +371,7 @@ def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, peaks, 
     if cluster is None:
         return _read_all(inputs, scratch, jobs, nsys, progress)
     from .cluster import client_for, read_all
-    with client_for(cluster) as client:
+    with client_for(cluster, scratch) as client:
         return read_all(client, inputs, parts, nsys, step_pattern, peaks, progress)
 
 
@@ -375,7 +396,7 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
     if small:
         con.execute("BEGIN TRANSACTION")
     _build(con, traces, result, append, rank_pattern,
-           lambda loads: _load_all(con, scratch, loads, 1 if small else jobs))
+           lambda loads: _load_all(con, scratch, loads, 1 if small else jobs), scratch)
     if small:
         _commit_to_file(con)
         con.execute("RESET checkpoint_threshold")
@@ -405,8 +426,6 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         parse_limit(max_inflate)
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
 
-
-PARTS = ".parts-"  # job.duckdb.parts-XXXX: a cluster job's shards, beside its database
 
 
 @contextmanager
@@ -442,7 +461,7 @@ def _check_step_pattern(pattern: str):
     """The pattern runs in DuckDB (RE2 syntax): try it there, before reading anything."""
     import duckdb
     try:
-        duckdb.connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
+        duck_connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
     except duckdb.Error as e:
         raise UsageError(f"--step-pattern is not a valid regular expression with one group ({one_line(e)})") from None
 
@@ -497,10 +516,12 @@ def _refuse_views(con, output):
                          "add to it; ingest all the rank files again")
 
 
-def _build(con, traces, result, append, rank_pattern, load):
+def _build(con, traces, result, append, rank_pattern, load, scratch=None):
     """The traces table, with ranks and ids; `load(loads)` then brings their rows in ((trace, trace_id,
     rank) each): into tables (_load_all, which returns None), or as views over a cluster's shards
     (shard_views, which returns the traces' spans for the one-job check)."""
+    from . import fr_load
+    traces, dumps = fr_load.split(traces)
     existing, taken, next_id = set(), {}, 0
     if append and con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'traces'").fetchone()[0]:
         for tid, rank, path, h, pid in con.execute(
@@ -534,7 +555,7 @@ def _build(con, traces, result, append, rank_pattern, load):
             fresh.append(t)
     snapshots = [t for t in fresh if t.source_format == "torch-memory-snapshot"]  # join their rank's trace, below
     fresh = [t for t in fresh if t.source_format != "torch-memory-snapshot"]
-    if not fresh and not append:
+    if not fresh and not dumps and not append:
         raise UsageError("nothing to ingest" + (": a memory snapshot joins its rank's trace; ingest them together" * bool(snapshots)))
     assigned = ranks.assign(fresh, rank_pattern, taken)  # also drops world sizes a file got wrong
     world = max([t.world_size or 0 for t in fresh] + [0]) or None
@@ -545,7 +566,7 @@ def _build(con, traces, result, append, rank_pattern, load):
         con.execute("""INSERT INTO traces (trace_id, rank, world_size, source_path, source_format, source_hash,
                        profiler_version, hostname, pid, device_name, clock_offset_ns, rank_source, warnings)
                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)""",
-                    [tid, rank, trace.world_size or world, os.path.abspath(trace.source_path), trace.source_format,
+                    [tid, rank, trace.world_size or world, as_text(os.path.abspath(trace.source_path)), trace.source_format,
                      trace.source_hash, trace.profiler_version, trace.hostname, trace.pid, trace.device_name, src,
                      trace.warnings])
         loads.append((trace, tid, rank))
@@ -554,6 +575,8 @@ def _build(con, traces, result, append, rank_pattern, load):
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
     loads.extend(_snapshot_loads(con, snapshots, loads, rank_pattern, result))
     _check_one_job(con, load(loads))
+    if dumps:
+        fr_load.load(con, dumps, scratch, rank_pattern, result)
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
     con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .duck import connect as duck_connect
 from .duck import sql_string
+from .text import as_text
 
 SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per process of the run)
 # Analyses (queries/) a worker runs on its rank: each reads only per-rank tables and gives each rank
@@ -94,12 +96,11 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
 
 
 def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None, peaks: tuple):
-    import duckdb
 
     from . import schema
     from .derive import PER_RANK, derive_tables, host_clock
     from .pipeline import TRACE_SPANS, _load
-    con = duckdb.connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
+    con = duck_connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
     try:
         con.execute("SET enable_progress_bar = false")
         con.execute(schema.TRACES_DDL)
@@ -107,10 +108,14 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
             con.execute(schema.ddl(t))
         for j, t in enumerate(traces):
             con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format, device_name) VALUES (?, ?, ?, ?, ?)",
-                        [j, j, t.source_path, t.source_format, t.device_name])
+                        [j, j, as_text(t.source_path), t.source_format, t.device_name])
             _load(con, scratch, t, j, j)
+        from .invariants import drop_absurd
+        absurd = drop_absurd(con)  # here each trace's rank is its id
         spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded: before any clock moves
         notes = dict(host_clock.reconcile(con))
+        for tid, text in absurd:
+            notes[tid] = f"{notes[tid]}; {text}" if tid in notes else text
         derive_tables(con, step_pattern, PER_RANK)
         from .hardware import load_peaks
         load_peaks(con, *peaks)  # (its warnings are the client's to give, once per job)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import duckdb
 
+from .duck import connect as duck_connect
 from .errors import InputError, UsageError, one_line
 from .outputs import atomic_output
 from .readers.nsys_cli import run_recipe
@@ -26,7 +27,7 @@ def load_recipe(name: str, files: list[str], database: str, nsys: str | None = N
         raise InputError(name, f"`nsys recipe {name}` wrote no Parquet files into {out}")
     loaded = []
     with atomic_output(database, "database", inputs=files, copy_existing=True) as tmp:
-        con = duckdb.connect(str(tmp))
+        con = duck_connect(tmp)
         try:
             for p in parquet:
                 stem = re.sub(r"[^A-Za-z0-9_]", "_", p.relative_to(out).with_suffix("").as_posix()).strip("_").lower()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
 
@@ -50,10 +51,12 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
     folder = queries_dir() / "scaling"
     with scratch_folder() as scratch:
         dbs = [as_database(p, scratch, f"run{i}") for i, p in enumerate(paths)]
-        con = duckdb.connect()
+        con = duck_connect()
         try:
             con.execute("""CREATE TEMP TABLE runs (run INTEGER, path VARCHAR, ranks INTEGER, steps INTEGER, step_ns BIGINT,
-                           compute_ns BIGINT, exposed_comm_ns BIGINT, idle_ns BIGINT, wait_ns BIGINT)""")
+                           compute_ns BIGINT, exposed_comm_ns BIGINT, idle_ns BIGINT, wait_ns BIGINT,
+                           kernels_per_step DOUBLE, flops_per_rank DOUBLE)""")
+            con.execute("CREATE TEMP TABLE mix (run INTEGER, kernel VARCHAR, share DOUBLE)")
             summary = (folder / "run_summary.sql").read_text()
             for i, (db, path) in enumerate(zip(dbs, paths)):
                 try:
@@ -73,7 +76,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
         finally:
             con.close()
     assert isinstance(table, pl.DataFrame)
-    warnings = []
+    warnings = _different_models(table)
     if len({r[0] for r in devices}) > 1:
         warnings.append("the runs used different GPUs (" + ", ".join(sorted(str(r[0]) for r in devices)) + "): "
                         "their step times do not measure scaling alone")
@@ -82,20 +85,45 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
     return Scaling(mode=mode, table=table, warnings=warnings, sentences=_sentences(table, mode))
 
 
+def _different_models(t: pl.DataFrame) -> list[str]:
+    """Loud warnings for runs that do not look like the base run's model: scaling figures compare
+    one workload on more ranks, and a different model's step time says nothing about that."""
+    base = t.row(0, named=True)
+    out = []
+    for r in t.iter_rows(named=True):
+        if r["same_model"] is False:
+            why = []
+            if r["kernels_rel"] is not None and not 0.8 <= r["kernels_rel"] <= 1.25:
+                why.append(f"{r['kernels_rel']:.2f}× the compute kernels per rank and step")
+            if r["mix_overlap_pct"] is not None and r["mix_overlap_pct"] < 60:
+                why.append(f"only {r['mix_overlap_pct']:.0f}% of its kernel time in the base run's kernel mix")
+            if r["flops_rel"] is not None and not 0.8 <= r["flops_rel"] <= 1.25:
+                why.append(f"{r['flops_rel']:.2f}× the FLOPs per step")
+            out.append(f"NOT ONE MODEL: the {r['ranks']}-rank run ({r['path']}) has {' and '.join(why)} of the "
+                       f"{base['ranks']}-rank base run ({base['path']}): its speedup, efficiency and serial fraction "
+                       "compare different work, not scaling")
+    return out
+
+
 def _sentences(t: pl.DataFrame, mode: str) -> list[str]:
     base = t.row(0, named=True)
     out = []
     for r in t.iter_rows(named=True):
         if r["karp_flatt"] is None:
             continue
+        kf = (f"serial fraction (Karp–Flatt) {r['karp_flatt']:.3f}" if r["karp_flatt_valid"] else
+              f"Karp–Flatt {r['karp_flatt']:.3f}, outside [0, 1] where it is a serial fraction ("
+              + ("the step got slower with more ranks" if r["karp_flatt"] > 1 else "superlinear speedup") + ")")
         out.append(f"{r['ranks']} ranks ({mode} scaling from {base['ranks']}): step {r['step_ns'] / 1e6:.1f} ms, "
-                   f"parallel efficiency {r['efficiency_pct']:.0f}%, serial fraction (Karp–Flatt) {r['karp_flatt']:.3f}; "
+                   f"parallel efficiency {r['efficiency_pct']:.0f}%, {kf}; "
                    f"exposed communication {r['exposed_comm_pct']:.0f}% of the step (base {base['exposed_comm_pct']:.0f}%), "
                    f"waits for peers {r['wait_pct']:.0f}% (base {base['wait_pct']:.0f}%).")
-    kf = [r["karp_flatt"] for r in t.iter_rows(named=True) if r["karp_flatt"] is not None]
-    if kf and min(kf) >= 0.9 and mode == "strong":
-        out.append("More ranks did not shorten the step (serial fraction near 1): if each rank kept its own batch, "
-                   "this is weak scaling (--mode weak).")
+    rows = [r for r in t.iter_rows(named=True) if r["karp_flatt"] is not None]
+    kf = [r["karp_flatt"] for r in rows if r["karp_flatt_valid"]]
+    if rows and mode == "strong" and all(r["speedup"] <= 1.05 for r in rows):
+        out.append("More ranks did not shorten the step (speedup at most "
+                   f"{max(r['speedup'] for r in rows):.2f}): if each rank kept its own batch, this is weak scaling "
+                   "(--mode weak).")
     elif len(kf) >= 2:
         trend = "grows" if kf[-1] > kf[0] * 1.1 else "shrinks" if kf[-1] < kf[0] * 0.9 else "stays flat"
         out.append(f"The serial fraction {trend} with the rank count ({kf[0]:.3f} → {kf[-1]:.3f}): "

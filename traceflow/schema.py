@@ -57,6 +57,40 @@ MEMORY_SNAPSHOT_HISTORY = pa.schema([
     ("trace_id", pa.int32()), ("rank", pa.int32()), ("device", pa.int32()), ("action", pa.string()),
     ("addr", pa.int64()), ("size", pa.int64()), ("stream", pa.int64()), ("time_ns", pa.int64()), ("frames", pa.string()),
 ])
+# PyTorch Flight Recorder dumps (readers/flight_recorder.py; docs/hang-forensics.md): one row per
+# entry of a rank's buffer, and one per process group it knew. dump_id: fr_dumps.dump_id.
+FR_ENTRIES = pa.schema([
+    ("dump_id", pa.int32()), ("rank", pa.int32()),
+    ("pg", pa.string()), ("pg_desc", pa.string()), ("record_id", pa.int64()), ("seq", pa.int64()),
+    ("collective_seq_id", pa.int64()), ("p2p_seq_id", pa.int64()), ("op_id", pa.int64()), ("is_p2p", pa.bool_()),
+    ("op", pa.string()), ("profiling_name", pa.string()), ("input_sizes", pa.string()), ("output_sizes", pa.string()),
+    ("input_dtypes", pa.string()), ("output_dtypes", pa.string()), ("state", pa.string()), ("retired", pa.bool_()),
+    ("created_ns", pa.int64()), ("started_ns", pa.int64()), ("completed_ns", pa.int64()), ("timeout_ms", pa.int64()),
+    ("thread_name", pa.string()), ("frames", pa.string()), ("user_frame", pa.string()),
+])
+
+FR_GROUPS = pa.schema([
+    ("dump_id", pa.int32()), ("rank", pa.int32()),
+    ("pg", pa.string()), ("pg_desc", pa.string()), ("ranks", pa.string()), ("group_size", pa.int32()),
+    ("last_enqueued", pa.int64()), ("last_started", pa.int64()), ("last_completed", pa.int64()),
+])
+
+FR_TABLES = {"fr_entries": FR_ENTRIES, "fr_groups": FR_GROUPS}
+
+FR_DUMPS_DDL = """
+CREATE TABLE fr_dumps (
+    dump_id INTEGER PRIMARY KEY,
+    rank INTEGER NOT NULL,
+    world_size INTEGER,             -- the default group's size, as the dump states it
+    source_path VARCHAR,
+    source_format VARCHAR,          -- 'fr-pickle' | 'fr-json'
+    source_hash VARCHAR,
+    version VARCHAR,                -- 'Flight Recorder 2.10'
+    rank_source VARCHAR,            -- dump | file name | pattern | file order
+    n_entries BIGINT,
+    warnings VARCHAR[]
+)
+"""
 
 TRACES_DDL = """
 CREATE TABLE traces (
@@ -102,6 +136,10 @@ def duck_type(t: pa.DataType) -> str:
     return _DUCK[t]
 
 
+def fr_ddl(table: str) -> str:
+    return f"CREATE TABLE {table} ({', '.join(f'{f.name} {_DUCK[f.type]}' for f in FR_TABLES[table])})"
+
+
 def ddl(table: str) -> str:
     cols = [f"{f.name} {_DUCK[f.type]}" for f in TABLES[table]] + [f"{n} {t}" for n, t in DERIVED[table]]
     return f"CREATE TABLE {table} ({', '.join(cols)})"
@@ -132,7 +170,7 @@ DOCS = {
         "api_start_ns": "when the launch call started (ns since epoch)", "api_end_ns": "when it returned (ns since epoch)",
         "launch_tid": "the host thread that launched it", "launch_op_id": "host_ops.op_id of the launch call",
         "issue_start_ns": "when the host began issuing it: the start of the CPU op around the launch call, else the launch call's",
-        "cpu_op_id": "host_ops.op_id of the CPU op that made the launch call, e.g. aten::mm: Kineto's External id; nsys: the innermost emit_nvtx op open on the launching thread"}),
+        "cpu_op_id": "host_ops.op_id of the CPU op that made the launch call, e.g. aten::mm: the op Kineto's External id names if it contains the call on its thread, else the innermost CPU op around the call on that thread; NULL: none does"}),
     "host_ops": ("one row per host call: CPU ops, CUDA runtime and driver calls, OS runtime calls", {
         "pid": "the process id", "kind": "cpu_op | cuda_runtime | cuda_driver | osrt | ...",
         "correlation_id": "links a CUDA call to the GPU op it launched", "external_id": "Kineto: links a CUDA call to its CPU op",

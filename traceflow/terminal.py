@@ -94,7 +94,7 @@ NAME_COLUMNS = ("name", "_op", "kernel", "what")
 
 def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
     cols = [d[0] for d in rel.description]
-    rows = rel.fetchall()
+    rows = _fetch_rows(rel)
     if fmt == "json":
         click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
     elif fmt == "csv":
@@ -105,12 +105,23 @@ def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
         _table_up_to(cols, rows, limit)
 
 
+def _fetch_rows(rel) -> list:
+    """The rows as tuples. DuckDB builds TIMESTAMPTZ values (at any depth: a list or struct of them too)
+    with pytz, which is no dependency of ours (`select to_timestamp(0)` ended in an internal error);
+    through Arrow they come as datetimes with a zoneinfo zone instead."""
+    if not any("TIMESTAMP WITH TIME ZONE" in str(d[1]) for d in rel.description):
+        return rel.fetchall()
+    table = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.fetch_arrow_table()
+    return [tuple(r.values()) for r in table.to_pylist()]
+
+
 def print_csv(cols: list[str], rows: list):
     import csv
     w = csv.writer(sys.stdout)
-    w.writerow(cols)
-    if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw
+    if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw (header too: a PIVOT names columns by values)
+        cols = [printable(c) for c in cols]
         rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
+    w.writerow(cols)
     w.writerows(rows)
 
 

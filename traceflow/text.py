@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, DEL, and the bidirectional overrides and isolates.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, the bidirectional overrides and isolates, and lone surrogates (the bytes
+# of a file name that are not UTF-8, as Python decodes them: they cannot be printed at all).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(m: re.Match) -> str:
     c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # a byte of a file name that is not UTF-8 (os.fsdecode's surrogateescape)
+        c -= 0xDC00
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def as_text(path) -> str:
+    """A file name as valid text (for the database, JSON, HTML): bytes of it that are not UTF-8 as
+    `\\xNN`; any other name unchanged."""
+    s = str(path)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def printable(text) -> str:
@@ -58,3 +72,14 @@ def is_identifier(col: str) -> bool:
     """A column of ids (op, trace, correlation, thread, process): labels to copy into a query, not
     quantities, so shown without thousands separators (`WHERE op_id = 13,314` is no query)."""
     return col == "id" or col.endswith(("_id", "tid", "pid"))
+
+
+def size(n) -> str:
+    """Bytes in the largest binary unit that keeps a figure of at least 1: 704 B, 1.5 KiB, 256 MiB
+    (never "0 MiB" for 704 bytes)."""
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n >= 100 else f"{n:.1f} {unit}".replace(".0 ", " ")
+        n /= 1024
+    return f"{n:.0f} TiB"  # unreachable

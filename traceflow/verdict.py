@@ -1,151 +1,284 @@
-"""The verdict: the step time and the one or two biggest causes, in plain words with numbers."""
+"""The verdict: the findings pack's rows (queries/findings.sql) in plain words with numbers.
+
+All the figures come from SQL; this module only turns each row into a sentence. A finding is a
+row of a FINDING_TABLES table; rows are ordered by (priority, cost_ns descending): 0 the job
+stopped, 1 a fault against its baseline, 2 the dominant cause of the typical step, 3 a caveat on
+the figures, 4 a note (docs/findings.md).
+
+Adding findings from another pack (hang forensics, memory): make a table with the columns of
+`findings` (queries/findings.sql; NULL where a column means nothing), add its name to
+FINDING_TABLES, and register a sentence for each new `kind` with `@sentence("kind")`. A table
+that a database lacks is skipped, so older databases keep working.
+
+Size: one short function per kind of finding and the words for each cause and its fix; the figures
+are all in queries/findings.sql.
+"""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import memory
+from .hang import findings as hang_findings
+from .text import short_name, size
+
+# Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
+FINDING_TABLES: list[str] = ["findings"]
+_SENTENCES: dict[str, Callable[[dict, Any], str | None]] = {}
+
+
+def sentence(kind: str):
+    """Register the function that words a finding of this kind: fn(row, con) -> the sentence, or
+    None to leave it unsaid."""
+    def register(fn: Callable[[dict, Any], str | None]):
+        _SENTENCES[kind] = fn
+        return fn
+    return register
+
+
+FINDING_TABLES.append(memory.FINDINGS_TABLE)  # the memory packs' findings (traceflow/memory.py)
+_SENTENCES.update(memory.SENTENCES)
 
 
 def _ms(ns) -> str:
     return f"{(ns or 0) / 1e6:.1f} ms"
 
 
-def _ranks(rs: list[int]) -> str:
-    rs = sorted(rs)
+def _pct(x) -> str:
+    return f"{x:.0f}%" if x is not None and x >= 10 else f"{x or 0:.1f}%"
+
+
+def _ranks(rs) -> str:
+    rs = sorted(rs or [])
     if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
         return f"ranks {rs[0]}–{rs[-1]}"
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
+def _tables(con) -> set[str]:
+    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+
+
+def rows(con) -> list[dict]:
+    """Every finding of every FINDING_TABLES table the database has, most important first."""
+    have = _tables(con)
+    tables = [t for t in FINDING_TABLES if t in have]
+    if not tables:
+        return []
+    union = " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in tables)
+    rel = con.execute(f"SELECT * FROM ({union}) ORDER BY priority, cost_ns DESC NULLS LAST, kind, rank, step")
+    cols = [d[0] for d in rel.description]
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
 def findings(con) -> dict:
-    """Structured findings; `sentences` is the verdict in words."""
-    # Long because: the verdict's sentences in the order a reader gets them, each a query and a sentence.
-    out: dict[str, Any] = {"sentences": []}
-    steps = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS wall FROM step_windows GROUP BY step ORDER BY step""").fetchall()
+    """Structured findings: `findings` (rows, each with its `sentence`), `sentences` (the verdict in
+    words: why a stopped job stopped, the steps analysed, then one sentence per finding)."""
+    out: dict[str, Any] = {"sentences": [], "findings": []}
+    if (hang := hang_findings(con)) is not None:  # a stopped job: why it stopped comes first
+        out["hang"] = hang
+        out["sentences"].append(hang["sentence"])
+    if "findings" not in _tables(con):
+        if hang is None:
+            out["sentences"].append("This database was written before the findings pack: ingest the traces again "
+                                    "for a verdict.")
+        return out
+    steps = con.execute("SELECT step, wall_ns, warmup FROM tf_internal.findings_steps ORDER BY step").fetchall()
     if not steps:
         out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
-        out["sentences"].extend(memory.sentences(con))  # the memory finding (traceflow/memory.py)
+        out["sentences"].extend(memory.sentences(con))  # no GPU steps (a CPU job): the memory findings all the same
         return out
-    walls = sorted(w for _, w in steps)
+    walls = sorted(w for _, w, _ in steps)
     median = walls[len(walls) // 2]
-    out["median_step_ns"] = median
-    out["n_steps"] = len(steps)
     slow = max(steps, key=lambda s: s[1])
+    out.update(median_step_ns=median, n_steps=len(steps))
+    warm = [s for s, _, w in steps if w]
+    if warm:
+        out["warmup_step"] = warm[0]
     out["sentences"].append(f"{len(steps)} step{'s' if len(steps) > 1 else ''} analysed; median step time "
                             f"{_ms(median)} (GPU window across ranks), slowest step {slow[0]} at {_ms(slow[1])}"
-                            + (" (warm-up)" if len(steps) >= 3 and slow == steps[0] and slow[1] > 1.5 * median else "") + ".")
-    # A first step much longer than the rest is warm-up (allocation, autotuning, compilation):
-    # reported above, but not where we look for causes.
-    first = steps[0]
-    warmup = first[0] if len(steps) >= 3 and first[1] > 1.5 * median else None
-    if warmup is not None:
-        out["warmup_step"] = warmup
-    # 1. The host stall that cost the job most: its idle gap plus the peer wait it caused in the
-    #    next collective that rank started last.
-    gap = con.execute("""
-        WITH g AS (SELECT rank, step, start_ns, end_ns, dur_ns, host_activity FROM idle_gaps
-                   WHERE cause = 'host_late' AND step IS NOT NULL AND step IS DISTINCT FROM ? ORDER BY dur_ns DESC LIMIT 20),
-             w AS (SELECT g.rank, g.start_ns,
-                          (SELECT struct_pack(op := s.op, wait := s.total_wait_ns,
-                                              waiters := (SELECT list(cw.rank ORDER BY cw.rank) FROM collective_waits cw
-                                                          WHERE cw.comm = s.comm AND cw.step = s.step AND cw.seq = s.seq AND cw.wait_ns > 0))
-                           FROM stragglers s WHERE s.last_rank = g.rank AND s.start_ns >= g.end_ns
-                           ORDER BY s.start_ns LIMIT 1) AS nxt
-                   FROM g)
-        SELECT g.*, w.nxt FROM g JOIN w USING (rank, start_ns)
-        ORDER BY g.dur_ns + coalesce(least(w.nxt.wait, 3 * g.dur_ns), 0) DESC LIMIT 1""", [warmup]).fetchone()
-    if gap and gap[4] >= max(1_000_000, 0.02 * median):
-        rank, step, a, b, dur, act, nxt = gap
-        out["stall"] = {"rank": rank, "step": step, "start_ns": a, "dur_ns": dur, "activity": act}
-        s = f"Rank {rank} stalled {_ms(dur)} on the host{_in_step(step)}" + (f" ({act})" if act else "") + ", its GPU idle"
-        if nxt and nxt["wait"] and nxt["wait"] > 0.5 * dur:
-            s += f"; {_ranks(nxt['waiters'])} waited {_ms(nxt['wait'])} in total for it in the next {nxt['op'] or 'collective'}"
-            out["stall"]["peer_wait_ns"] = nxt["wait"]
-        out["sentences"].append(s + ".")
-    # 2. The biggest straggler overall, when it is not the one above.
-    st = con.execute("""SELECT last_rank, count(*), sum(total_wait_ns), arg_max(step, total_wait_ns) FROM stragglers
-                        WHERE step IS DISTINCT FROM ? GROUP BY last_rank ORDER BY 3 DESC LIMIT 1""", [warmup]).fetchone()
-    if st and st[2] > 0.05 * median and not (out.get("stall") and out["stall"]["rank"] == st[0]):
-        out["sentences"].append(f"Rank {st[0]} was the last to start {st[1]} collectives, costing its peers "
-                                f"{_ms(st[2])} of waiting" + (f" (worst in step {st[3]})." if st[3] is not None else "."))
-    # 3. Launch-bound steps and exposed communication.
-    lb = con.execute("""SELECT list(step ORDER BY step), max(launch_exposed_pct) FROM launch_bound_steps WHERE launch_bound""").fetchone()
-    if lb and lb[0]:
-        out["sentences"].append(f"Launch-bound: step{'s' if len(set(lb[0])) > 1 else ''} {', '.join(map(str, sorted(set(lb[0]))))} "
-                                f"spent up to {lb[1]:.0f}% of the GPU window waiting for kernel launches.")
-    sy = con.execute("""SELECT s.rank, s.step, s.name, s.reason, s.blocked_ns, g.bytes FROM sync s
-                        LEFT JOIN host_ops h ON h.op_id = s.op_id
-                        LEFT JOIN gpu_ops g ON g.trace_id = h.trace_id AND g.correlation_id = h.correlation_id
-                        WHERE s.step IS DISTINCT FROM ? ORDER BY s.blocked_ns DESC LIMIT 1""", [warmup]).fetchone()
-    if sy and sy[4] > 0.05 * median:
-        size = f" of {sy[5] / 2**20:,.0f} MiB" if sy[5] else ""
-        out["sentences"].append(f"The host blocked {_ms(sy[4])} in {sy[2]}{size} ({sy[3]}) on rank {sy[0]}{_in_step(sy[1])}.")
-    # One definition with the report's table (launch_overhead_summary.launch_bound); said only when
-    # the idle it costs is material (over 5% of a median step).
-    lk = con.execute("""SELECT count(*), sum(total_exposed_ns), sum(total_gpu_ns) FROM launch_overhead_summary
-                        WHERE launch_bound""").fetchone()
-    if lk and lk[0] and lk[1] > 0.05 * median:
-        out["sentences"].append(f"{lk[0]} kernel name{'s' if lk[0] > 1 else ''} cost more GPU idle in launching "
-                                f"({_ms(lk[1])}) than running ({_ms(lk[2])}): fuse them or capture them in a CUDA graph.")
-    xc = con.execute("""SELECT sum(exposed_comm_ns), sum(wall_ns) FROM step_breakdown WHERE part = 'step'""").fetchone()
-    if xc and xc[1] and xc[0] / xc[1] > 0.2:
-        out["sentences"].append(f"Communication not hidden by compute takes {100 * xc[0] / xc[1]:.0f}% of the GPU time.")
-    cov = con.execute("""SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage
-                         WHERE coverage_pct < 90 ORDER BY coverage_pct LIMIT 1""").fetchone()
-    if cov:
-        out["sentences"].append(f"Only {cov[1]:.0f}% of rank {cov[0]}'s GPU time lies inside steps ({_ms(cov[2])} before "
-                                f"the first step, {_ms(cov[3])} after the last): per-step figures leave the rest out.")
-    _mfu_sentence(con, out)
+                            + (" (warm-up, left out of the comparisons below)" if slow[2] else "") + ".")
+    for row in rows(con):
+        words = _SENTENCES.get(row["kind"], _generic)(row, con)
+        if words:
+            row["sentence"] = words
+            out["findings"].append(row)
+            out["sentences"].append(words)
+    for row in out["findings"]:
+        if row["kind"] == "step_outlier" and row["class"] == "host" and "stall" not in out:
+            out["stall"] = {"rank": row["rank"], "step": row["step"], "dur_ns": row["evidence_ns"], "excess_ns": row["cost_ns"]}
+        if row["kind"] == "mfu":
+            out["mfu"] = {"step": row["step"], "mfu_pct": row["share_pct"], "known_pct": row["low_pct"]}
     _fix_sentence(con, out)
-    out["sentences"].extend(memory.sentences(con))  # the memory finding (traceflow/memory.py)
     return out
+
+
+def _generic(r: dict, con) -> str:
+    return f"{r['kind']}: " + ", ".join(f"{k} {v}" for k, v in r.items() if v is not None and k not in ("kind", "priority"))
+
+
+# What the time of a class (and cause) is, in words; and what shortens it.
+_HOST_CAUSE = {  # host_time's causes (docs/host-time.md)
+    "launch": "launching GPU work (the launch API calls)",
+    "sync": "blocking calls waiting for the GPU (synchronize, .item(), a copy to pageable memory)",
+    "allocator": "allocator calls (cudaMalloc / cudaFree: the caching allocator going to the driver)",
+    "cuda_other": "other CUDA calls",
+    "data_loading": "data loading",
+    "cpu_op": "framework CPU work inside ops (ATen / Python ops between launches)",
+    "no_op": "host time in no traced op (a sleep, I/O, the GIL, Python between ops)",
+    "unattributed": "host work outside the steps' host ranges",
+}
+_ADVICE = {
+    "compute": "faster kernels (fusion, lower precision, better shapes) are what shortens the step",
+    "communication": "overlap it with compute (DDP bucketing, FSDP prefetch) or move fewer bytes",
+    "peer wait": "the ranks whose traces are missing set the pace",
+    "idle": "the GPU waits with nothing on the path: check the missing ranks or threads",
+    "launch": "capture the launches in a CUDA graph or fuse kernels (torch.compile)",
+    "sync": "remove the blocking calls (.item(), .cpu(), torch.cuda.synchronize()) from the step",
+    "allocator": "keep the caching allocator warm (no empty_cache, stable shapes, expandable segments)",
+    "data_loading": "more DataLoader workers, pinned memory and prefetching",
+    "cpu_op": "cut the framework work between launches (torch.compile, CUDA graphs, fewer and larger ops)",
+    "no_op": "find what the host does outside any op on that rank (a sleep, I/O, the GIL; py-spy shows it)",
+}
+
+
+def _what(cls: str | None, cause: str | None) -> str:
+    if cls == "host":
+        return _HOST_CAUSE.get(cause or "", "host work")
+    if cls == "memory copies":
+        return f"{cause} memory copies" if cause and cause != "memset" else "memsets"
+    return {"compute": "GPU compute", "communication": "communication (NCCL kernels not hidden by compute)",
+            "peer wait": "waiting for a peer whose trace is missing", "idle": "GPU idle with nothing else on the path"
+            }.get(cls or "", cls or "?")
+
+
+def _advice(cls: str | None, cause: str | None) -> str:
+    if cls == "memory copies" and cause and "pageable" in cause:
+        return "pin the host buffers (pin_memory=True) and copy with non_blocking=True"
+    if cls == "memory copies":
+        return "keep the data on the GPU or overlap the copies with compute"
+    if cls == "host":
+        return _ADVICE.get(cause or "", "cut the host work between launches (torch.compile, CUDA graphs)")
+    return _ADVICE.get(cls or "", "")
+
+
+@sentence("step_outlier")
+def _step_outlier(r: dict, con) -> str:
+    s = (f"Rank {r['rank']} held up step {r['step']} with {_what(r['class'], r['cause'])}: {_ms(r['value_ns'])} of "
+         f"the critical path against {_ms(r['baseline_ns'])} in the other steps (median), {_ms(r['cost_ns'])} more")
+    if r["class"] == "host" and r["evidence_ns"]:
+        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if r["activity"] else "")
+    elif r["evidence"]:
+        s += f" (longest: {short_name(r['evidence'])})"
+    if r["peer_wait_ns"] and r["peers"]:
+        s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it in the collectives it started last"
+    return s + "."
+
+
+@sentence("straggler")
+def _straggler(r: dict, con) -> str:
+    s = (f"Rank {r['rank']} was the last to start {r['n']} collectives, {_ms(r['value_ns'])} per step later than the "
+         f"next rank (median over the steps; the other ranks: {_ms(r['baseline_ns'])}), {_ms(r['cost_ns'])} over the "
+         f"steps analysed")
+    if r["evidence"]:
+        s += (f": it makes {r['per_step']:g} more blocking call{'' if r['per_step'] == 1 else 's'} per step than the "
+              f"other ranks ({r['evidence']}), "
+              f"so it launches its next work late — {_advice('host', 'sync')}")
+    if r["peer_wait_ns"] and r["peers"]:
+        s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it"
+    return s + "."
+
+
+_BOUND = {"compute": "Compute-bound", "communication": "Communication-bound", "memory copies": "Copy-bound",
+          "host": "Host-bound", "peer wait": "Waiting on missing peers", "idle": "Idle"}
+
+
+@sentence("dominant")
+def _dominant(r: dict, con) -> str:
+    what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'])}"
+    s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
+    if r["low_pct"] is not None and r["high_pct"] is not None and r["high_pct"] - r["low_pct"] >= 1:
+        s += f" ({_pct(r['low_pct'])}–{_pct(r['high_pct'])} per step)"
+    s += f" is {what}, {_ms(r['value_ns'])} per step"
+    if r["class"] == "memory copies" and r["bytes"]:
+        s += f", {size(r['bytes'])} copied"
+    if r["evidence"] and r["class"] in ("compute", "communication", "memory copies"):
+        s += f"; longest: {short_name(r['evidence'])}"
+    elif r["evidence"] and r["class"] == "host":
+        s += f"; the longest stretch in {short_name(r['evidence'])}"
+    advice = _advice(r["class"], r["cause"])
+    return s + (f" — {advice}." if advice else ".")
+
+
+@sentence("shared_gpu")
+def _shared_gpu(r: dict, con) -> str:
+    consequence = ("each rank's MFU divides by the whole GPU's peak, so the GPU's own MFU is up to their sum, and each "
+                   "rank's idle and exposed-communication time include time the GPU ran the other ranks' kernels: "
+                   "they read higher than on a GPU of its own")
+    if r["note"] and "no host" in r["note"]:
+        return (f"{_ranks(r['ranks']).capitalize()} ran on the same device index and their traces record neither host "
+                f"nor GPU id, so they may share one GPU: if they do, {consequence}.")
+    return f"{_ranks(r['ranks']).capitalize()} shared one GPU ({r['note']}): they time-slice it, so {consequence}."
+
+
+@sentence("coverage")
+def _coverage(r: dict, con) -> str:
+    before = r["evidence_ns"] or 0
+    return (f"Only {r['share_pct']:.0f}% of rank {r['rank']}'s GPU time lies inside steps ({_ms(before)} before the "
+            f"first step, {_ms((r['value_ns'] or 0) - before)} after the last): per-step figures leave the rest out.")
+
+
+@sentence("launch_bound_steps")
+def _launch_bound_steps(r: dict, con) -> str:
+    steps = r["steps"] or []
+    return (f"Launch-bound: step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} spent up to "
+            f"{r['share_pct']:.0f}% of the GPU window waiting for kernel launches.")
+
+
+@sentence("launch_names")
+def _launch_names(r: dict, con) -> str:
+    return (f"{r['n']} kernel name{'s' if r['n'] > 1 else ''} cost more GPU idle in launching ({_ms(r['value_ns'])}) "
+            f"than running ({_ms(r['baseline_ns'])}): fuse them or capture them in a CUDA graph.")
+
+
+@sentence("exposed_comm")
+def _exposed_comm(r: dict, con) -> str:
+    return f"Communication not hidden by compute takes {r['share_pct']:.0f}% of the GPU time."
+
+
+@sentence("mfu")
+def _mfu(r: dict, con) -> str:
+    s = f"Step {r['step']} reaches {r['share_pct']:.1f}% MFU"
+    if r["note"] == "lower bound":
+        s += f" (FLOPs known for {r['low_pct']:.0f}% of its compute time: a lower bound)"
+    if r["high_pct"]:
+        s += f"; {r['high_pct']:.0f}% of its op time with known work is memory-bound, led by {r['evidence']}"
+    return s + "."
+
+
+@sentence("mfu_empty")
+def _mfu_empty(r: dict, con) -> str:
+    from .flops_coverage import why_no_flops
+    return "MFU and the roofline are empty: " + (
+        why_no_flops(con) + "." if not r["n"] else "the GPU's peak is unknown (--peak-tflops / --peak-gbps set it).")
 
 
 def _fix_sentence(con, out: dict):
     """What the fix worth the most would gain, by replaying the slowest and the median step
     (traceflow/whatif.py); kept in out["fixes"] for the report's section."""
+    import duckdb
+
     from .whatif import best_fixes
     try:
         out["fixes"] = best_fixes(con, skip_step=out.get("warmup_step"))
-    except Exception as e:  # noqa: BLE001 - a database without the graph tables: no prediction, said in the report
+    except duckdb.CatalogException as e:  # a database without the graph tables: no prediction, said in the report
         out["fixes"], out["fixes_error"] = [], f"{type(e).__name__} ({e})"
         return
     if out["fixes"] and out["fixes"][0]["gain_pct"] >= 2:
         f = out["fixes"][0]
-        out["sentences"].append(f"Worth the most, by replaying the slowest and the median step: {f['scenario']}, "
-                                f"{f['gain_ns'] / 1e6:.1f} ms ({f['gain_pct']:.0f}%) per step (`traceflow whatif` for others).")
-
-
-def _mfu_sentence(con, out: dict):
-    """MFU of the median step (by time), where FLOPs and the device's peak are known."""
-    try:
-        m = con.execute("""SELECT step, median(mfu_pct), median(known_pct) FROM mfu WHERE mfu_pct IS NOT NULL
-                           GROUP BY step ORDER BY median(wall_ns), step""").fetchall()
-    except Exception:  # noqa: BLE001 - a database from before the mfu pack
-        return
-    if not m:
-        if con.execute("SELECT count(*) FROM mfu").fetchone()[0]:
-            flops = con.execute("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").fetchone()[0]
-            from .flops_coverage import why_no_flops
-            out["sentences"].append("MFU and the roofline are empty: " + (
-                why_no_flops(con) + "." if not flops else "the GPU's peak is unknown (--peak-tflops / --peak-gbps set it)."))
-        return
-    step, mfu, known = m[len(m) // 2]
-    mem = con.execute("""SELECT 100.0 * sum(gpu_ns) FILTER (WHERE bound = 'memory') / nullif(sum(gpu_ns) FILTER (WHERE bound IS NOT NULL), 0),
-                                (SELECT name FROM op_work WHERE step = $1 AND bound = 'memory'
-                                 GROUP BY name ORDER BY sum(gpu_ns) DESC, name LIMIT 1)
-                         FROM op_work WHERE step = $1""", [step]).fetchone()
-    s = f"Step {step} reaches {mfu:.1f}% MFU"
-    if known is not None and known < 90:
-        s += f" (FLOPs known for {known:.0f}% of its compute time: a lower bound)"
-    if mem and mem[0]:
-        s += f"; {mem[0]:.0f}% of its op time with known work is memory-bound, led by {mem[1]}"
-    out["mfu"] = {"step": step, "mfu_pct": mfu, "known_pct": known}
-    out["sentences"].append(s + ".")
-
-
-def _in_step(step) -> str:
-    return "" if step is None else f" in step {step}"
+        out["sentences"].append(f"Worth the most, by replaying the slowest, the median and the most abnormal step: "
+                                f"{f['scenario']}, {f['gain_ns'] / 1e6:.1f} ms ({f['gain_pct']:.0f}%) on step {f['step']} "
+                                f"(`traceflow whatif` for others).")
 
 
 def verdict(con) -> str:

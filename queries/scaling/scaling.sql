@@ -10,17 +10,40 @@
 --   efficiency_pct    speedup / n, in percent (parallel efficiency; for weak scaling T0 / T)
 --   per_gpu_rel       throughput per GPU relative to the base run: strong T0 / (n × T), weak T0 / T
 --   karp_flatt        the serial fraction the speedup implies (Karp–Flatt): (1/speedup − 1/n) / (1 − 1/n);
---                     NULL for the base run
+--                     NULL for the base run. A serial fraction only in [0, 1], i.e. for 1 <= speedup <= n and
+--                     one workload: above 1 the step got slower with more ranks, below 0 the speedup is superlinear
+--   karp_flatt_valid  karp_flatt lies in [0, 1] (a serial fraction); NULL for the base run
+--   kernels_rel       kernels_per_step / the base run's: 1 for one model on more ranks (data parallel)
+--   mix_overlap_pct   how much of the run's compute kernel time is in kernels in the same proportion as in the
+--                     base run (sum over kernels of the smaller of the two shares), in percent: 100 for one model
+--   flops_rel         FLOPs per step (strong: of all ranks together; weak: per rank) / the base run's; NULL
+--                     where FLOPs are not known for 90 % of the compute time
+--   same_model        FALSE where the runs look like different models: kernels_rel outside [0.8, 1.25],
+--                     mix_overlap_pct under 60, or flops_rel outside [0.8, 1.25]
 --   exposed_comm_pct, wait_pct  exposed communication and waits for peers in percent of the step
 CREATE OR REPLACE TEMP TABLE scaling AS
-WITH b AS (SELECT ranks AS p0, step_ns AS t0 FROM temp.runs ORDER BY ranks, run LIMIT 1),
+WITH b AS (SELECT run AS run0, ranks AS p0, step_ns AS t0, kernels_per_step AS k0, flops_per_rank AS f0
+           FROM temp.runs ORDER BY ranks, run LIMIT 1),
+mix AS (
+    SELECT m.run, round(100 * sum(least(m.share, coalesce(o.share, 0))), 1) AS overlap
+    FROM temp.mix m LEFT JOIN temp.mix o ON o.run = (SELECT run0 FROM b) AND o.kernel = m.kernel GROUP BY m.run
+),
 r AS (
     SELECT r.*, r.ranks / b.p0 AS n,
            CASE getvariable('tf_mode') WHEN 'weak' THEN (r.ranks / b.p0) * b.t0 / r.step_ns ELSE b.t0 / r.step_ns END AS speedup
     FROM temp.runs r, b
+), f AS (
+    SELECT r.*, CASE WHEN r.n > 1 THEN (1 / r.speedup - 1 / r.n) / (1 - 1 / r.n) END AS kf,
+           round(r.kernels_per_step / nullif(b.k0, 0), 3) AS kernels_rel, mix.overlap AS mix_overlap_pct,
+           round(CASE getvariable('tf_mode') WHEN 'weak' THEN r.flops_per_rank / b.f0
+                 ELSE r.flops_per_rank * r.ranks / (b.f0 * b.p0) END, 3) AS flops_rel
+    FROM r CROSS JOIN b LEFT JOIN mix ON mix.run = r.run
 )
 SELECT run, path, ranks, step_ns, compute_ns, exposed_comm_ns, wait_ns, idle_ns, round(n, 3) AS n,
        round(speedup, 4) AS speedup, round(100 * speedup / n, 1) AS efficiency_pct, round(speedup / n, 4) AS per_gpu_rel,
-       CASE WHEN n > 1 THEN round((1 / speedup - 1 / n) / (1 - 1 / n), 4) END AS karp_flatt,
-       round(100.0 * exposed_comm_ns / step_ns, 1) AS exposed_comm_pct, round(100.0 * wait_ns / step_ns, 1) AS wait_pct
-FROM r ORDER BY ranks, run;
+       round(kf, 4) AS karp_flatt, kf BETWEEN 0 AND 1 AS karp_flatt_valid,
+       round(100.0 * exposed_comm_ns / step_ns, 1) AS exposed_comm_pct, round(100.0 * wait_ns / step_ns, 1) AS wait_pct,
+       kernels_rel, mix_overlap_pct, flops_rel,
+       coalesce(kernels_rel BETWEEN 0.8 AND 1.25, TRUE) AND coalesce(mix_overlap_pct >= 60, TRUE)
+           AND coalesce(flops_rel BETWEEN 0.8 AND 1.25, TRUE) AS same_model
+FROM f ORDER BY ranks, run;

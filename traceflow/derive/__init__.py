@@ -4,10 +4,10 @@ from __future__ import annotations
 import time
 from importlib import resources
 
-ORDER = ["steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
+ORDER = ["comm_kernels", "steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
 # Each of these looks at one rank at a time (its rows, partitioned by rank or trace): a cluster's
 # workers run them per rank file (traceflow/rank_task.py); the rest needs every rank.
-PER_RANK = ("steps", "gpu_ops", "step_windows")
+PER_RANK = ("comm_kernels", "steps", "gpu_ops", "step_windows")
 PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, or add columns to gpu_ops
 
 
@@ -48,7 +48,9 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     warnings = []
     t0 = time.perf_counter()
     names = [n for n in ORDER if n not in PER_RANK] if per_rank_done else ORDER
+    from .. import invariants
     if not per_rank_done:
+        warnings.extend(f"rank {r}: {text}" for r, text in invariants.drop_absurd(con))
         warnings.extend(host_clock.with_ranks(con, host_clock.reconcile(con)))
     derive_tables(con, step_pattern, names)
     if per_rank_done:  # the workers' tables are views here, documented all the same
@@ -67,4 +69,5 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     from ..rank_task import PER_RANK_PACKS
     packs.compute_all(con, timings, phase, skip=PER_RANK_PACKS if per_rank_done else ())
     timings.pop("walk_batches", None)
+    invariants.check(con)
     return warnings

@@ -15,6 +15,9 @@ with them:
 - a real shift moves them all one way. A sign test decides whether it is consistent: so many
   differences share the estimate's sign that one shared clock would give that under 1% of the
   time (two-sided binomial test at p = 0.5), with at least MIN_COLLECTIVES collectives;
+- a short capture (under MIN_COLLECTIVES, where no sign test can pass) is consistent when every
+  difference lies on one side (at least MIN_SHORT) and the estimate is MAGNITUDE_FACTOR spreads
+  from zero, with 3 units or more (the natural offsets below need peers to compare with);
 - consistent is not enough either: ranks time-sliced on one GPU end collectives in a fixed order,
     each consistently early or late by a few ms. So the estimate must also exceed twice the median
   |estimate| of all units (with 3 units or more) and three times its own spread.
@@ -35,6 +38,13 @@ import numpy as np
 from ..rank_task import TIMES
 
 MIN_COLLECTIVES = 8        # fewer matched collectives are too few for the sign test
+# Short captures: 6 collectives can never pass the sign test (p >= 0.03). A shift there shows as
+# every difference on one side, far outside their spread: a 20 ms shift on a 3-step capture gave
+# +22.5 ms with a 1.9 ms spread (ratio 12). Unshifted ranks sharing one GPU also sit on one side, by
+# 2-7 ms with spreads of 10 us (ratio up to 660), which the natural-offset rule below tells apart;
+# bench/clock_short.py measures both rates on windows of the real jobs.
+MIN_SHORT = 4              # at least this many collectives, all on one side
+MAGNITUDE_FACTOR = 5.0     # and the estimate this many spreads from zero
 SIGN_TEST_P = 0.01         # two-sided p-value under which the differences are not one clock's jitter
 NEGLIGIBLE_NS = 50_000     # shifts below this are within the precision of the collective ends
 NATURAL_FACTOR = 2.0       # a shift must exceed this many times the peers' median |offset|
@@ -91,7 +101,10 @@ class _Unit:
             return False
         if mode == "collectives":
             return abs(self.est) > (self.spread or 0)
-        if self.n < MIN_COLLECTIVES or self.p >= SIGN_TEST_P:
+        consistent = self.n >= MIN_COLLECTIVES and self.p < SIGN_TEST_P
+        one_sided = (self.n >= MIN_SHORT and self.agree == self.n
+                     and abs(self.est) > MAGNITUDE_FACTOR * (self.spread or 0) and natural > 0)
+        if not (consistent or one_sided):
             return False
         # Consistent is not enough: ranks time-sliced on one GPU end their collectives in a fixed
         # order, each consistently early or late (bundled ddp4_straggler: -6.6, +2.1, -2.1, +6.6 ms,
@@ -105,20 +118,42 @@ class _Unit:
                 f"{self.agree} of {self.n} on that side, spread {self.spread / 1e6:.3f} ms)")
 
 
+def end_matrix(con) -> tuple[np.ndarray, list[int], list[tuple[int, str | None]]]:
+    """Matched collectives' ends (rows) per rank (columns), ns from the earliest; NaN where a rank
+    has no part in one. With the ranks (column order) and (rank, hostname) of every trace."""
+    traces = con.execute("SELECT rank, nullif(hostname, '') FROM traces ORDER BY rank").fetchall()
+    rows = con.execute(_ENDS_SQL).fetchnumpy()
+    ranks = sorted({r for r, _ in traces})
+    if not len(rows["rank"]):
+        return np.full((0, len(ranks)), np.nan), ranks, traces
+    col = {r: i for i, r in enumerate(ranks)}
+    m = np.full((int(rows["k"].max()) + 1, len(ranks)), np.nan)
+    ends = rows["end_ns"].astype(np.int64)
+    m[rows["k"].astype(np.int64), [col[int(r)] for r in rows["rank"]]] = (ends - ends.min()).astype(np.float64)
+    return m, ranks, traces
+
+
+def decide(m: np.ndarray, units: list[_Unit], mode: str = "auto") -> list[_Unit]:
+    """The units found shifted, each decided once on the recorded times `m`."""
+    for u in units:
+        u.measure(m)
+    ests = [abs(u.est) for u in units if u.est is not None]
+    natural = float(np.median(ests)) if len(ests) >= 3 else 0.0
+    flagged = [u for u in units if u.shifted(mode, natural)]
+    if len(flagged) == len(units):  # every unit off its peers: keep the lowest rank's clock as the reference
+        flagged = flagged[1:]
+    return flagged
+
+
 def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str], bool]:
     """Estimates each rank's clock offset, stores it in `traces`, shifts the ranks found off
     (`shift_tables`: their rows' times too; else only `traces.clock_offset_ns`, which a cluster's
     views add). Returns the warnings for the user and whether any time was shifted."""
     # Long because: one decision (estimate per host, choose, apply, warn) over shared per-host arrays.
-    traces = con.execute("SELECT rank, nullif(hostname, '') FROM traces ORDER BY rank").fetchall()
-    rows = con.execute(_ENDS_SQL).fetchnumpy()
-    ranks = sorted({r for r, _ in traces})
-    if len(ranks) < 2 or not len(rows["rank"]):
+    m, ranks, traces = end_matrix(con)
+    if len(ranks) < 2 or not len(m):
         return [], False
     col = {r: i for i, r in enumerate(ranks)}
-    m = np.full((int(rows["k"].max()) + 1, len(ranks)), np.nan)
-    ends = rows["end_ns"].astype(np.int64)
-    m[rows["k"].astype(np.int64), [col[int(r)] for r in rows["rank"]]] = (ends - ends.min()).astype(np.float64)
 
     units: list[_Unit] = []
     hosts: dict[str, list[int]] = {}
@@ -134,14 +169,8 @@ def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str]
     # One decision for every unit, from the recorded times: corrections made one at a time would
     # cascade (after the most shifted rank is corrected, the fixed ordering of time-sliced ranks
     # makes the next one stand out, and so on).
-    for u in units:
-        u.measure(m)
+    flagged = decide(m, units, mode)
     recorded = {id(u): u.est for u in units}  # the skew estimates on the recorded times: what traces stores
-    ests = [abs(u.est) for u in units if u.est is not None]
-    natural = float(np.median(ests)) if len(ests) >= 3 else 0.0
-    flagged = [u for u in units if u.shifted(mode, natural)]
-    if len(flagged) == len(units):  # every unit off its peers: keep the lowest rank's clock as the reference
-        flagged = flagged[1:]
     for u in flagged:
         u.reason = u.evidence()
         m[:, u.cols] -= u.est

@@ -29,7 +29,9 @@ def identify(path: str) -> Input:
 
 
 def detect(path: str) -> str:
-    """'nsys-sqlite', 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'torch-memory-snapshot'; InputError otherwise."""
+    """'nsys-sqlite', 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
+    Recorder dumps, readers/flight_recorder.py), 'torch-memory-snapshot' (readers/memory_snapshot.py);
+    InputError otherwise."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
@@ -56,13 +58,16 @@ def detect(path: str) -> str:
         if inner.startswith(SQLITE_MAGIC):
             return "sqlite-xz"
         raise InputError(path, "xz file that does not hold an SQLite export")
+    from .flight_recorder import sniff
+    if (fr := sniff(head.lstrip(b"\xef\xbb\xbf"))) is not None:
+        return fr
     stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
     if stripped[:1] in (b"{", b"["):
         return "kineto-json"
     if not stripped:
         raise InputError(path, "file holds only whitespace")
     raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), "
-                     "an .nsys-rep, nor a PyTorch profiler JSON trace (.json / .json.gz)")
+                     "an .nsys-rep, a PyTorch profiler JSON trace (.json / .json.gz), nor a Flight Recorder dump")
 
 
 def _peek(opener, path, what) -> bytes:

@@ -253,6 +253,12 @@ def _read(path, sink, key):
                 dropped += bad
         except msgspec.DecodeError as e:
             raise InputError(path, f"truncated or invalid JSON ({one_line(e, 200)})") from None
+        late = meta_tail.baseTimeNanoseconds
+        if late is not None and int(late) != conv.base and sum(conv.n.values()):
+            # the time base comes after the events (a trace re-serialised with its keys in another
+            # order): the batches already written were timed without it. Half of a public MI300 trace
+            # sat 56 years from the other half, its launch latencies overflowing INT64 when summed.
+            sink.shift_times(key, int(late) - conv.base)
         conv.set_meta(meta_tail)
         conv.add(meta_tail.traceEvents, sink, key)
         digest = raw.hexdigest()  # the read-ahead thread is done: it has handed over the end of the stream
@@ -350,6 +356,7 @@ class _Converter:
         self.n = {"gpu_ops": 0, "host_ops": 0, "ranges": 0}
         self.bad_time = 0
         self.negative = 0
+        self.odd: dict[str, int] = {}  # GPU ops with a field of the wrong kind or sign, per field
         self.any_events = False
         self.version = None
         self.notes: set[str] = set()
@@ -430,8 +437,24 @@ class _Converter:
     def _gpu(self, col, idx, code):
         start, end, ok = self._times(col, idx)
         n = len(idx)
+        for field, mask in col.get("_bad", {}).items():
+            k = int((mask[idx] & ok).sum())
+            if k:
+                self.odd[field] = self.odd.get(field, 0) + k
+        # a negative byte count or device index is no measure: NULL, counted
+        nbytes, device = col["bytes"].take(idx), col["gpu_device"].take(idx)
+        for field, arr in (("bytes", nbytes), ("device", device)):
+            neg = pc.fill_null(pc.less(arr, 0), False)
+            k = pc.sum(pc.and_(neg, pa.array(ok))).as_py() or 0
+            if k:
+                self.odd[field] = self.odd.get(field, 0) + k
+                arr = pc.if_else(neg, pa.nulls(n, pa.int64()), arr)
+            if field == "bytes":
+                nbytes = arr
+            else:
+                device = arr
         t = pa.table({
-            "device": col["gpu_device"].take(idx).cast(pa.int32()),
+            "device": device.cast(pa.int32()),
             "stream": col["gpu_stream"].take(idx),
             "kind": _CAT_KIND.take(code),
             "name": col["name"].take(idx),
@@ -439,7 +462,7 @@ class _Converter:
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
             "correlation_id": col["correlation"].take(idx),
-            "bytes": col["bytes"].take(idx),
+            "bytes": nbytes,
             "copy_kind": pa.nulls(n, pa.string()),
             "graph_id": pa.nulls(n, pa.int64()),
             "collective": col["collective"].take(idx),
@@ -487,6 +510,11 @@ class _Converter:
                             "(ts/dur not numbers, negative dur)")
         if self.negative:
             warnings.append(f"dropped {self.negative} events with a negative timestamp (before the trace's time base)")
+        what = {"name": "named by a non-string (kept as its text)", "correlation": "with a correlation id that is no "
+                "whole number (NULL: no launch link)", "stream": "with a stream that is no whole number (NULL)",
+                "bytes": "with a negative byte count (NULL)", "device": "with a negative device index (NULL)"}
+        for field, k in sorted(self.odd.items()):
+            warnings.append(f"{k} GPU ops {what[field]}")
         if self.n["gpu_ops"] == 0:
             warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
         if self.devices is not None:
@@ -619,7 +647,13 @@ def _loose_columns(evs: list) -> dict:
     """The same columns from loosely typed Events, converting each value on its own."""
     args = [e.args or _NO_ARGS for e in evs]
     names = pa.array([e.name if isinstance(e.name, str) else str(e.name) for e in evs], pa.string())
+    # values of the wrong kind, counted (docs/bad-input.md): a name that is no string is kept as its
+    # text; a correlation or stream that is no whole number becomes NULL
+    bad = {"name": np.array([e.name is not None and not isinstance(e.name, str) for e in evs], bool),
+           "correlation": np.array([a.correlation is not None and _int_or_none(a.correlation) is None for a in args], bool),
+           "stream": np.array([a.stream is not None and _int_or_none(a.stream) is None for a in args], bool)}
     return {
+        "_bad": bad,
         "cat": pa.array([e.cat for e in evs], pa.string()),
         "name": names,
         "pid": pa.array([_int_or_none(e.pid) for e in evs], pa.int64()),

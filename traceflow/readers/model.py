@@ -34,8 +34,8 @@ class ProcessTrace:
 
 def reader_schema(table: str) -> pa.Schema:
     """A canonical table's schema without trace_id and rank: those are known only after all files are read."""
-    s = schema.TABLES[table]
-    return pa.schema([f for f in s if f.name not in ("trace_id", "rank")])
+    s = schema.TABLES.get(table) or schema.FR_TABLES[table]
+    return pa.schema([f for f in s if f.name not in ("trace_id", "dump_id", "rank")])
 
 
 class IpcSink:
@@ -65,6 +65,27 @@ class IpcSink:
             w = self.writers[(key, table)] = ipc.new_stream(str(self.path(key, table)), sch)
         for b in data.to_batches(max_chunksize=1 << 20):
             w.write_batch(b)
+
+    def shift_times(self, key: str, delta_ns: int):
+        """Adds `delta_ns` to the start/end of every row `key` wrote so far: a Kineto trace may name its
+        time base (baseTimeNanoseconds) only after its events, when batches of them are written already.
+        Each stream is read back (memory-mapped), rewritten, and left open for the rows still to come."""
+        import pyarrow.compute as pc
+        for (k, table) in [kt for kt in self.writers if kt[0] == key]:
+            self.writers.pop((k, table)).close()
+            path = self.path(k, table)
+            with pa.memory_map(str(path)) as source:
+                data = ipc.open_stream(source).read_all()
+            for c in ("start_ns", "end_ns"):
+                i = data.schema.get_field_index(c)
+                data = data.set_column(i, c, pc.add(data[c], pa.scalar(delta_ns, pa.int64())))
+            tmp = path.with_name(path.name + ".shifted")
+            w = ipc.new_stream(str(tmp), data.schema)
+            for b in data.to_batches(max_chunksize=1 << 20):
+                w.write_batch(b)
+            del data
+            tmp.replace(path)  # the open writer keeps writing to the new file
+            self.writers[(k, table)] = w
 
     def close(self):
         for w in self.writers.values():

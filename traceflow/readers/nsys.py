@@ -66,9 +66,10 @@ def connect_sqlite(path: str, spill_dir: str | None = None) -> duckdb.DuckDBPyCo
     """
     import adbc_driver_sqlite.dbapi as adbc
 
-    # A URI, so that SQLite opens it read-only and never creates a journal beside the user's file;
+    # A URI, so that SQLite opens it read-only and immutable: it never creates a journal, -wal or -shm
+    # file beside the user's file (a WAL-mode export), and reads from a read-only folder;
     # the path is %-escaped (a '?' or '#' in a file name is not a URI part).
-    uri = "file:" + quote(str(Path(path).resolve())) + "?mode=ro"
+    uri = "file:" + quote(os.fsencode(Path(path).resolve())) + "?mode=ro&immutable=1"
     con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
     try:
         con.execute("SET preserve_insertion_order = false")
@@ -221,6 +222,7 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     meta = _meta(src)
     _check_tables(src, path)
     base, time_warnings = _session_start(src, path)
+    real_times = _whole_ns_times(src)
 
     con.execute("CREATE TEMP TABLE strings AS SELECT id, value FROM src.StringIds")
     gpu = _gpu_ops(src, base)  # noqa: F841 - the SQL below reads it by name (a DuckDB replacement scan)
@@ -235,7 +237,7 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
         raise InputError(path, f"StringIds lacks the names of {n_unresolved} host calls (damaged export)")
     _ranges(src, base)
     _emit_nvtx_ops(con)
-    warnings = list(time_warnings)
+    warnings = list(time_warnings) + real_times
     for rel, what in (("g", "GPU ops"), ("h", "host calls"), ("rng", "NVTX ranges")):
         # Times are ns after the session start: one before it, or 146 years after, is damage that would
         # stretch the rank's timeline (and overflow the arithmetic of every figure).
@@ -262,10 +264,12 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
     schema = meta.get("EXPORT_SCHEMA_VERSION")
     gpu_names = {}
     if src.has("TARGET_INFO_GPU", "name"):
-        col = "cuDevice" if src.has("TARGET_INFO_GPU", "cuDevice") else "id"
-        gpu_names = dict(con.execute(f"SELECT {col}, name FROM src.TARGET_INFO_GPU").fetchall())
+        # the CUDA device index: cuDevice (2022 on), id, or deviceId (2021 exports)
+        col = next((c for c in ("cuDevice", "id", "deviceId") if src.has("TARGET_INFO_GPU", c)), None)
+        if col:
+            gpu_names = dict(con.execute(f"SELECT {col}, name FROM src.TARGET_INFO_GPU").fetchall())
     gpu_memory = None  # the GPUs' memory: the memory packs' headroom (docs/memory.md)
-    if src.has("TARGET_INFO_GPU", "totalMemory"):
+    if gpu_names and src.has("TARGET_INFO_GPU", "totalMemory"):
         gpu_memory = arrow_table(con, f"""SELECT {col}::INTEGER AS device, name, totalMemory::BIGINT AS memory_bytes
                                           FROM src.TARGET_INFO_GPU""")
 
@@ -299,12 +303,14 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
 
 
 _GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
-# Columns the reader uses, per table; a table that is present must have them all.
+# Columns without which a present table cannot be read. Every other column the reader uses is read
+# when the export has it and is NULL when not (exports from 2021 to 2026 differ; a table without
+# globalPid is one process, without correlationId its ops have no launch links): _col.
 _REQUIRED_COLUMNS = {
-    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "streamId", "correlationId", "globalPid", "demangledName", "deviceId"),
-    "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId", "copyKind", "bytes"),
-    "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end", "streamId", "correlationId", "globalPid", "deviceId", "bytes"),
-    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "correlationId", "nameId"),
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "demangledName"),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ("start", "end"),
+    "CUPTI_ACTIVITY_KIND_MEMSET": ("start", "end"),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "nameId"),
     "OSRT_API": ("start", "end", "globalTid", "nameId"),
     "NVTX_EVENTS": ("start", "end", "globalTid", "eventType", "text"),
     "StringIds": ("id", "value"),
@@ -328,6 +334,39 @@ def _check_tables(src: _Src, path: str):
             raise InputError(path, f"nsys export table {t} lacks column(s) {', '.join(missing)} (unsupported or damaged schema)")
 
 
+def _whole_ns_times(src: _Src) -> list[str]:
+    """Times are INTEGER ns; SQLite stores a REAL there as readily, and then the whole column comes as
+    DOUBLE, every time rounded to 256 ns once the session start is added. Rows whose start or end is
+    not a whole number are dropped (counted); the rest are read as the integers they are (exact
+    below 2^53 ns, 104 days into a session)."""
+    notes = []
+    for t in (*_GPU_TABLES, "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API", "NVTX_EVENTS"):
+        if not src.has(t, "start") or not src.has(t, "end"):
+            continue
+        types = dict(src.con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'src' "
+                                     "AND table_name = ? AND column_name IN ('start', 'end')", [t]).fetchall())
+        if all(v in ("BIGINT", "INTEGER") for v in types.values()):
+            continue
+        whole = '(start IS NULL OR start = floor(start)) AND ("end" IS NULL OR "end" = floor("end"))'
+        bad = src.con.execute(f"SELECT count(*) FROM src.{t} WHERE NOT ({whole})").fetchone()[0]
+        src.con.execute(f"""CREATE OR REPLACE VIEW src.{t} AS SELECT * REPLACE (start::BIGINT AS start, "end"::BIGINT AS "end")
+                            FROM {_ident('_sqlite_' + t)} WHERE {whole}""")
+        if bad:
+            notes.append(f"dropped {bad} rows of {t} whose start or end is not a whole number of ns (a REAL "
+                         "in an INTEGER time column)")
+    return notes
+
+
+def _col(src: _Src, table: str, col: str, sql_type: str) -> str:
+    """`col` cast to `sql_type` where `table` has it, else a typed NULL."""
+    return f"{_ident(col)}::{sql_type}" if src.has(table, col) else f"NULL::{sql_type}"
+
+
+def _one_process(src: _Src) -> bool:
+    """A GPU activity table without globalPid: the export cannot say which process ran what."""
+    return any(src.has(t) and not src.has(t, "globalPid") for t in _GPU_TABLES)
+
+
 def _session_start(src: _Src, path: str) -> tuple[int, list[str]]:
     """The wall clock at the session's time 0 (ns since the epoch), and a warning when it is missing."""
     if src.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
@@ -346,6 +385,10 @@ def _session_start(src: _Src, path: str) -> tuple[int, list[str]]:
 def _gpu_ops(src: _Src, base: int):
     con = src.con
     k = "src.CUPTI_ACTIVITY_KIND_KERNEL"
+    K, M, S = _GPU_TABLES
+
+    def pid(table):
+        return "NULL::BIGINT" if _one_process(src) else "globalPid"
     short = "s2.value" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "shortName") else "NULL"
     graph = ("graphId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphId")
              else "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_KERNEL", "graphNodeId") else "NULL")
@@ -356,29 +399,32 @@ def _gpu_ops(src: _Src, base: int):
                NULL::BIGINT AS graph_id WHERE FALSE"""]  # the column names; each table below is optional
     if src.has("CUPTI_ACTIVITY_KIND_KERNEL"):
         parts.append(f"""
-        SELECT globalPid, deviceId::INTEGER, streamId::BIGINT, 'kernel', s1.value, {short},
-               start + {base}, "end" + {base}, correlationId::BIGINT, NULL::BIGINT, NULL::VARCHAR, {graph}::BIGINT
+        SELECT {pid(K)}, {_col(src, K, "deviceId", "INTEGER")}, {_col(src, K, "streamId", "BIGINT")}, 'kernel',
+               s1.value, {short}, start + {base}, "end" + {base}, {_col(src, K, "correlationId", "BIGINT")},
+               NULL::BIGINT, NULL::VARCHAR, {graph}::BIGINT
         FROM {k} LEFT JOIN strings s1 ON s1.id = demangledName
         {"LEFT JOIN strings s2 ON s2.id = shortName" if short != "NULL" else ""}""")
     if src.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         kinds = _enum_map(src, "ENUM_CUDA_MEMCPY_OPER", _COPY_KIND, short=True)
         mem = _enum_map(src, "ENUM_CUDA_MEM_KIND", _MEM_KIND)
-        ck = _case("copyKind", kinds)
+        ck = _case("copyKind", kinds) if src.has(M, "copyKind") else "'Unknown'"
         has_sd = src.has("CUPTI_ACTIVITY_KIND_MEMCPY", "srcKind")
         label = (f"'Memcpy ' || {ck} || ' (' || {_case('srcKind', mem)} || ' -> ' || {_case('dstKind', mem)} || ')'"
                  if has_sd else f"'Memcpy ' || {ck}")
         g2 = "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_MEMCPY", "graphNodeId") else "NULL"
         parts.append(f"""
-        SELECT globalPid, deviceId::INTEGER, streamId::BIGINT, 'memcpy', {label}, {ck},
-               start + {base}, "end" + {base}, correlationId::BIGINT, bytes::BIGINT, {ck}, {g2}::BIGINT
+        SELECT {pid(M)}, {_col(src, M, "deviceId", "INTEGER")}, {_col(src, M, "streamId", "BIGINT")}, 'memcpy',
+               {label}, {ck}, start + {base}, "end" + {base}, {_col(src, M, "correlationId", "BIGINT")},
+               {_col(src, M, "bytes", "BIGINT")}, {ck}, {g2}::BIGINT
         FROM src.CUPTI_ACTIVITY_KIND_MEMCPY""")
     if src.has("CUPTI_ACTIVITY_KIND_MEMSET"):
         mem = _enum_map(src, "ENUM_CUDA_MEM_KIND", _MEM_KIND)
         label = f"'Memset (' || {_case('memKind', mem)} || ')'" if src.has("CUPTI_ACTIVITY_KIND_MEMSET", "memKind") else "'Memset'"
         g3 = "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_MEMSET", "graphNodeId") else "NULL"
         parts.append(f"""
-        SELECT globalPid, deviceId::INTEGER, streamId::BIGINT, 'memset', {label}, 'Memset',
-               start + {base}, "end" + {base}, correlationId::BIGINT, bytes::BIGINT, NULL, {g3}::BIGINT
+        SELECT {pid(S)}, {_col(src, S, "deviceId", "INTEGER")}, {_col(src, S, "streamId", "BIGINT")}, 'memset',
+               {label}, 'Memset', start + {base}, "end" + {base}, {_col(src, S, "correlationId", "BIGINT")},
+               {_col(src, S, "bytes", "BIGINT")}, NULL, {g3}::BIGINT
         FROM src.CUPTI_ACTIVITY_KIND_MEMSET""")
     con.execute("CREATE TEMP VIEW gpu AS " + " UNION ALL ".join(parts))
     return "gpu"
@@ -388,6 +434,12 @@ def _host_ops(src: _Src, base: int):
     con = src.con
     parts = []
     clean = "regexp_replace(s.value, '_v[0-9]+$', '')"  # cudaLaunchKernel_v7000 -> cudaLaunchKernel
+
+    def gtid(table):
+        # with no process for the GPU ops (_one_process), the calls keep their thread, in no process
+        if not src.has(table, "globalTid"):
+            return "NULL::BIGINT"
+        return "(globalTid & 16777215)" if _one_process(src) else "globalTid"
     if src.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         # Name and kind once per distinct name (a few hundred), not per call (a million on the bench's
         # rank 2: the regexp per row was 0.3 s of its 0.45 s).
@@ -396,12 +448,13 @@ def _host_ops(src: _Src, base: int):
                    CASE WHEN s.value LIKE 'cuda%' OR s.value NOT LIKE 'cu%' THEN 'cuda_runtime' ELSE 'cuda_driver' END AS kind
             FROM strings s WHERE id IN (SELECT DISTINCT nameId FROM src.CUPTI_ACTIVITY_KIND_RUNTIME)""")
         parts.append(f"""
-        SELECT globalTid AS gtid, s.name, coalesce(s.kind, 'cuda_runtime') AS kind,
-               start + {base} AS start_ns, "end" + {base} AS end_ns, correlationId::BIGINT AS correlation_id
+        SELECT {gtid("CUPTI_ACTIVITY_KIND_RUNTIME")} AS gtid, s.name, coalesce(s.kind, 'cuda_runtime') AS kind,
+               start + {base} AS start_ns, "end" + {base} AS end_ns,
+               {_col(src, "CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId", "BIGINT")} AS correlation_id
         FROM src.CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN api_names s ON s.id = r.nameId""")
     if src.has("OSRT_API"):
         parts.append(f"""
-        SELECT globalTid, s.value, 'osrt', start + {base}, "end" + {base}, NULL::BIGINT
+        SELECT {gtid("OSRT_API")}, s.value, 'osrt', start + {base}, "end" + {base}, NULL::BIGINT
         FROM src.OSRT_API o LEFT JOIN strings s ON s.id = o.nameId""")
     if not parts:
         con.execute("""CREATE TEMP VIEW host AS SELECT NULL::BIGINT AS gpid, NULL::BIGINT AS pid, NULL::BIGINT AS tid,
@@ -409,7 +462,8 @@ def _host_ops(src: _Src, base: int):
                        NULL::BIGINT AS correlation_id WHERE FALSE""")
         return "host"
     con.execute(f"""CREATE TEMP VIEW host AS
-        SELECT (gtid >> 24) << 24 AS gpid, (gtid >> 24) & 16777215 AS pid, gtid & 16777215 AS tid,
+        SELECT {"NULL::BIGINT" if _one_process(src) else "(gtid >> 24) << 24"} AS gpid,
+               {"NULL::BIGINT" if _one_process(src) else "(gtid >> 24) & 16777215"} AS pid, gtid & 16777215 AS tid,
                kind, name, start_ns, end_ns, correlation_id
         FROM ({" UNION ALL ".join(parts)})""")
     return "host"

@@ -43,7 +43,7 @@ def import_readers(formats) -> None:
     which then start with them (the Kineto reader takes ~45 ms to import, in each process)."""
     if "kineto-json" in formats:
         from . import kineto  # noqa: F401
-    if set(formats) - {"kineto-json"}:
+    if set(formats) - {"kineto-json", "fr-pickle", "fr-json"}:
         from . import nsys  # noqa: F401
 
 
@@ -77,6 +77,9 @@ def _read_file(inp: Input, folder, index, nsys_exe):
     sink = IpcSink(folder)
     scratch = None
     try:
+        if fmt in ("fr-pickle", "fr-json"):
+            from . import flight_recorder
+            return flight_recorder.read(path, sink, f"f{index}fr", fmt)
         if fmt not in ("kineto-json", "torch-memory-snapshot"):
             from . import nsys  # DuckDB: imported only by the processes that read nsys exports
         if fmt == "torch-memory-snapshot":

@@ -37,10 +37,10 @@ def _coverage(con) -> list:
 
 def _build(con, database: str, f: dict) -> str:
     P = Plots()
+    from . import hang
     sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
-                _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
-                memory.section(con, P), _inputs(con, P)]
-    sections = [s for s in sections if s is not None]  # memory: only when the job recorded memory events
+                *filter(None, [hang.section(con, f)]), _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
+                *filter(None, [memory.section(con, P)]), _inputs(con, P)]  # memory: when the job recorded memory events
     return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
                   specs=P.script_json())
 
@@ -142,7 +142,11 @@ def _inputs(con, P: Plots) -> Section:
                headers=["rank", "file", "format", "profiler", "rank from", "host", "device", "clock offset (ms)", "clock spread (ms)"],
                ms_cols=("clock_offset_ns", "clock_spread_ns"))
     t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""")
-    return Section("inputs", "Inputs", [t1, Heading("Warnings from ingest"), t2])
+    # the clock decisions beside the readers' warnings: "Warnings from ingest: none" under a clock
+    # warning read as if ingest had nothing to say
+    t3 = table(con, """SELECT rank, clock_note FROM traces WHERE clock_note IS NOT NULL ORDER BY rank""",
+               headers=["rank", "clock alignment (docs/clock-alignment.md)"])
+    return Section("inputs", "Inputs", [t1, Heading("Warnings from the readers"), t2, Heading("Clock alignment"), t3])
 
 
 def render(**values) -> str:

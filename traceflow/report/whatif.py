@@ -1,5 +1,6 @@
 """The report's "what if" section: the three fixes worth the most, predicted by replaying the
-slowest and the median step with a fixed set of scenarios (traceflow/whatif.py)."""
+slowest step, the median step and the step of the largest abnormal host time with a fixed set of
+scenarios (traceflow/whatif.py, docs/whatif.md)."""
 from __future__ import annotations
 
 from .blocks import Note, Plots, Section, rows_table
@@ -18,13 +19,16 @@ def section(f: dict, P: Plots) -> Section:
              max(r["replay_error_pct"] for r in f["steps"])) for f in fixes]
     chart = P.add([{"type": "bar", "orientation": "h", "name": "predicted gain", "y": [r[0] for r in rows][::-1],
                     "x": [round(r[1] / 1e6, 3) for r in rows][::-1], "marker": {"color": "#54a24b"}}],
-                  "Predicted gain per step, by fix", x="step time saved (ms)", y="fix", height=300,
+                  "Predicted gain on the step where each fix gains most", x="step time saved (ms)", y="fix", height=300,
                   margin={"l": 260, "r": 20, "t": 50, "b": 50})
     return Section("whatif", title, [
         chart,
         rows_table(["fix", "gain", "gain_pct", "steps", "err"], rows,
-                   ["fix", "gain per step (ms)", "gain %", "predicted", "replay error %"], ("gain",)),
+                   ["fix", "gain on its best step (ms)", "gain %", "predicted", "replay error %"], ("gain",)),
         Note("Each step's dependency graph across ranks (streams, launches, syncs, cross-stream waits, collectives) "
              "is replayed with the fix applied; the replay of the unedited graph reproduces the measured step "
-             "within the error shown. Scenarios: the largest host stall removed, no launch overhead, communication "
-             "overlapped, no stragglers, compute twice as fast (for scale). `traceflow whatif` runs any other.")])
+             "within the error shown. Each fix removes exactly its own cause of host time (docs/host-time.md). "
+             "Scenarios: the largest abnormal host time removed (its rank, step and cause named), no launch overhead, "
+             "no allocator calls, no host syncs, communication overlapped, no stragglers; compute twice as fast is a "
+             "yardstick, listed after the fixes. A fix is worth its gain on the step where it gains most. "
+             "`traceflow whatif` runs any other.")])

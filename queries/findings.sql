@@ -1,0 +1,242 @@
+-- findings (pack `findings`): the verdict's findings as rows, most important first; Python
+-- (traceflow/verdict.py) only turns each into a sentence. Other packs may add rows of the same
+-- columns (traceflow/verdict.py FINDING_TABLES); the verdict orders them all by (priority, cost_ns).
+--   priority       0 the job stopped (hang forensics) | 1 a fault: a rank or step doing worse than
+--                  its baseline by 5 % of the median step or more (per step, for a straggler) | 2 the
+--                  dominant cause of the typical step, then smaller faults | 3 a caveat on the
+--                  figures (shared GPUs, coverage) | 4 a note (launch-bound kernels, exposed
+--                  communication, MFU) (INTEGER)
+--   kind           step_outlier | straggler | dominant | shared_gpu | coverage | launch_bound_steps |
+--                  launch_names | exposed_comm | mfu | mfu_empty (VARCHAR)
+--   rank, step     whom and when it concerns (NULL: every rank / every analysed step)
+--   class, cause   as in step_causes (what kind of time; the finer cause)
+--   cost_ns        what it cost over the analysed steps: for a fault its excess over the baseline
+--                  (step_outlier: in its step; straggler: per step times the steps), for the
+--                  dominant cause its time on the critical path (ns, BIGINT; NULL for notes)
+--   value_ns       the figure itself: path time of the cause in the rank and step, the straggler's
+--                  delay per step, the class's path time per step (ns, BIGINT)
+--   baseline_ns    what the rest of the job does: the median of the same figure over the other steps
+--                  (step_outlier) or the other ranks (straggler) (ns, BIGINT)
+--   share_pct      value as a percent of the step's critical path (of the median step's for
+--                  per-step figures); coverage: percent of GPU time inside steps; mfu: the MFU;
+--                  launch_bound_steps: the most launch-exposed share of a step's GPU window (DOUBLE)
+--   low_pct, high_pct  dominant: the class's least and greatest share over the analysed steps;
+--                  mfu: the share of compute time with known FLOPs, and of op time that is
+--                  memory-bound (DOUBLE)
+--   evidence       the op, call or kernel that shows it (VARCHAR)
+--   evidence_ns    its time (ns, BIGINT): the host's longest idle gap with its cause (step_outlier),
+--                  the extra synchronising per step (straggler), the longest segment (dominant)
+--   activity       what the host was doing in that gap, or the synchronising call (VARCHAR)
+--   peers          the ranks that waited for this rank in its collectives (INTEGER[])
+--   peer_wait_ns   their wait in those collectives in total (ns, BIGINT)
+--   n              a count: collectives started last (straggler), ranks sharing one GPU, kernel
+--                  names, launch-bound steps, ops with known FLOPs (mfu_empty) (BIGINT)
+--   per_step       straggler: how many more blocking calls (evidence) it makes per step than the
+--                  median other rank (DOUBLE)
+--   bytes          dominant memory copies: bytes copied per step on the path (BIGINT)
+--   ranks          ranks concerned (shared_gpu: the ranks on one GPU) (INTEGER[])
+--   steps          steps concerned (launch_bound_steps) (INTEGER[])
+--   note           a short qualifier: how a shared GPU was identified, the MFU lower bound (VARCHAR)
+-- requires: collective_waits, gpu_devices, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+
+-- The steps the findings compare: all but a warm-up first step (one much longer than the median,
+-- when there are three steps or more: allocation, autotuning, compilation).
+CREATE OR REPLACE TABLE tf_internal.findings_steps AS
+WITH w AS (
+    SELECT step, max(end_ns) - min(start_ns) AS wall_ns FROM step_windows GROUP BY step
+), m AS (
+    SELECT median(wall_ns) AS med, count(*) AS n, min(step) AS first FROM w
+)
+SELECT w.step, w.wall_ns, (m.n >= 3 AND w.step = m.first AND w.wall_ns > 1.5 * m.med) AS warmup
+FROM w, m;
+
+CREATE OR REPLACE TABLE findings AS
+WITH st AS (
+    SELECT step, wall_ns FROM findings_steps WHERE NOT warmup
+), ref AS (
+    -- the median analysed step, and the smallest excess worth a sentence, at least 1 ms: 5 % of it
+    -- in one step (one step's noise: 2-3 % on the bundled jobs), 2 % per step for a median over steps
+    SELECT median(wall_ns) AS med, count(*) AS n, greatest(1e6, 0.05 * median(wall_ns)) AS material,
+           greatest(1e6, 0.02 * median(wall_ns)) AS material_per_step FROM st
+), cells AS (
+    -- path time per (step, rank, class, cause) in the analysed steps
+    SELECT c.* FROM step_causes c WHERE c.step IN (SELECT step FROM st)
+), class_step AS (
+    -- every analysed step x every class seen: the class's path time in the step, 0 where absent
+    SELECT s.step, k.class, coalesce(sum(c.path_ns), 0) AS ns
+    FROM st s CROSS JOIN (SELECT DISTINCT class FROM cells) k
+    LEFT JOIN cells c ON c.step = s.step AND c.class = k.class
+    GROUP BY s.step, k.class
+), cause_step AS (
+    -- every analysed step x every (class, cause) seen: its path time in the step, 0 where absent
+    SELECT s.step, k.class, k.cause, coalesce(sum(c.path_ns), 0) AS ns
+    FROM st s CROSS JOIN (SELECT DISTINCT class, cause FROM cells) k
+    LEFT JOIN cells c ON c.step = s.step AND c.class = k.class AND c.cause = k.cause
+    GROUP BY s.step, k.class, k.cause
+), outlier AS (
+    -- a rank's time of one cause on a step's path against the median over the OTHER steps of that
+    -- cause's path time (all ranks together); needs two other steps. By cause, not class: a rank's
+    -- 40 ms sleep must not hide in the launch time another rank puts on the path in every step.
+    SELECT c.step, c.rank, c.class, c.cause, c.top_name, c.path_ns AS value_ns,
+           (SELECT median(o.ns) FROM cause_step o WHERE o.class = c.class AND o.cause = c.cause AND o.step <> c.step) AS baseline_ns
+    FROM cells c WHERE (SELECT n FROM ref) >= 3 AND c.class NOT IN ('idle')
+), outlier_best AS (
+    SELECT step, rank, arg_max(class, value_ns - baseline_ns) AS class, arg_max(cause, value_ns - baseline_ns) AS cause,
+           arg_max(top_name, value_ns - baseline_ns) AS top_name, arg_max(value_ns, value_ns - baseline_ns) AS value_ns,
+           arg_max(baseline_ns, value_ns - baseline_ns) AS baseline_ns, max(value_ns - baseline_ns) AS excess
+    FROM outlier GROUP BY step, rank
+), outliers AS (
+    SELECT * FROM outlier_best WHERE excess >= (SELECT material FROM ref) AND value_ns >= 2 * baseline_ns
+), gap AS (
+    -- the evidence on the host: the rank's longest host-late idle gap in that step, and what the host did
+    SELECT o.step, o.rank, arg_max(g.dur_ns, g.dur_ns) AS gap_ns, arg_max(g.host_activity, g.dur_ns) AS activity
+    FROM outliers o JOIN idle_gaps g ON g.rank = o.rank AND g.step = o.step AND g.cause = 'host_late'
+    GROUP BY o.step, o.rank
+), waited AS (
+    -- the peers this rank kept waiting in that step's collectives (it started them last)
+    SELECT s.step, s.last_rank AS rank, sum(s.total_wait_ns)::BIGINT AS peer_wait_ns,
+           (SELECT list(DISTINCT w.rank ORDER BY w.rank) FROM collective_waits w
+            WHERE w.step = s.step AND w.rank <> s.last_rank AND w.wait_ns > 0) AS peers
+    FROM stragglers s WHERE (s.step, s.last_rank) IN (SELECT step, rank FROM outliers)
+    GROUP BY s.step, s.last_rank
+), late AS (
+    -- straggling that repeats: per rank and step, how much later it started the collectives it
+    -- started last than the next-latest rank (stragglers.last_by_ns), 0 in steps it was never last
+    SELECT s.step, r.rank, coalesce(sum(x.last_by_ns), 0) AS delay_ns, count(x.seq) AS times_last,
+           coalesce(sum(x.total_wait_ns), 0) AS wait_ns
+    FROM st s CROSS JOIN (SELECT DISTINCT rank FROM collective_waits) r
+    LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = r.rank
+    GROUP BY s.step, r.rank
+), late_rank AS (
+    -- the median over steps: a one-off stall in one step does not make a rank a straggler
+    SELECT rank, median(delay_ns) AS delay_ns, sum(times_last) AS times_last, sum(wait_ns) AS wait_ns FROM late GROUP BY rank
+), late_base AS (
+    SELECT a.rank, a.delay_ns, a.times_last, a.wait_ns,
+           (SELECT median(b.delay_ns) FROM late_rank b WHERE b.rank <> a.rank) AS baseline_ns
+    FROM late_rank a WHERE (SELECT count(*) FROM late_rank) >= 2
+), stragglers_found AS (
+    SELECT * FROM late_base WHERE delay_ns - baseline_ns >= (SELECT material_per_step FROM ref) AND delay_ns >= 2 * baseline_ns
+), sync_rate AS (
+    -- the synchronising call a straggler makes more often than the other ranks, per analysed step
+    SELECT rank, name, count(*) / (SELECT n FROM ref) AS per_step, sum(blocked_ns) / (SELECT n FROM ref) AS ns_per_step
+    FROM sync WHERE step IN (SELECT step FROM st) GROUP BY rank, name
+), sync_all AS (
+    -- every rank x every call name, 0 where the rank never made it
+    SELECT q.rank, n.name, coalesce(r.per_step, 0) AS per_step, coalesce(r.ns_per_step, 0) AS ns_per_step
+    FROM (SELECT DISTINCT rank FROM collective_waits) q CROSS JOIN (SELECT DISTINCT name FROM sync_rate) n
+    LEFT JOIN sync_rate r ON r.rank = q.rank AND r.name = n.name
+), sync_extra AS (
+    SELECT f.rank, s.name, any_value(s.per_step) AS per_step, any_value(s.ns_per_step) AS ns_per_step,
+           any_value(s.per_step) - median(o.per_step) AS extra
+    FROM stragglers_found f JOIN sync_all s ON s.rank = f.rank JOIN sync_all o ON o.name = s.name AND o.rank <> f.rank
+    GROUP BY f.rank, s.name
+), sync_best AS (
+    SELECT rank, arg_max(name, extra) AS name, max(extra) AS extra, arg_max(ns_per_step, extra) AS ns_per_step
+    FROM sync_extra WHERE extra >= 1 GROUP BY rank
+), dominant AS (
+    SELECT class, sum(ns) AS ns, min(100.0 * ns / s.wall_ns) AS low_pct, max(100.0 * ns / s.wall_ns) AS high_pct
+    FROM class_step JOIN st s USING (step) GROUP BY class
+), dominant_detail AS (
+    SELECT class, arg_max(cause, ns) AS cause, arg_max(top_name, ns) AS top_name, max(ns) AS cause_ns, arg_max(bytes, ns) AS bytes
+    FROM (SELECT class, cause, sum(path_ns) AS ns, arg_max(top_name, path_ns) AS top_name, sum(bytes) AS bytes
+          FROM cells GROUP BY class, cause) GROUP BY class
+), shared AS (
+    -- ranks on one GPU: the same UUID (nsys), else the same host and device index, else (Kineto
+    -- records no host) the same device index of one job: said as possible, not certain
+    SELECT coalesce(gpu_uuid, hostname || ':' || device, ':' || device) AS gpu,
+           CASE WHEN any_value(gpu_uuid) IS NOT NULL THEN 'the same GPU UUID'
+                WHEN any_value(hostname) IS NOT NULL THEN 'the same host and device index'
+                ELSE 'the same device index, no host or GPU id recorded' END AS how,
+           list(DISTINCT rank ORDER BY rank) AS ranks, any_value(device) AS device
+    FROM gpu_devices GROUP BY 1 HAVING count(DISTINCT rank) > 1
+), launch_names AS (
+    SELECT count(DISTINCT name) AS names, sum(total_exposed_ns) AS exposed, sum(total_gpu_ns) AS gpu
+    FROM launch_overhead_summary WHERE launch_bound
+), lb AS (
+    SELECT list(DISTINCT step ORDER BY step) AS steps, max(launch_exposed_pct) AS pct FROM launch_bound_steps WHERE launch_bound
+), xc AS (
+    SELECT sum(exposed_comm_ns) AS ns, sum(wall_ns) AS wall FROM step_breakdown WHERE part = 'step'
+), cov AS (
+    SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage WHERE coverage_pct < 90 ORDER BY coverage_pct, rank LIMIT 1
+), mfu_step AS (
+    -- the median step by time among those with an MFU
+    SELECT step, median(mfu_pct) AS mfu_pct, median(known_pct) AS known_pct, median(wall_ns) AS wall
+    FROM mfu WHERE mfu_pct IS NOT NULL GROUP BY step
+), mfu_mid AS (
+    SELECT * FROM mfu_step ORDER BY wall, step LIMIT 1 OFFSET (SELECT count(*) // 2 FROM mfu_step)
+), mem AS (
+    SELECT 100.0 * sum(w.gpu_ns) FILTER (WHERE w.bound = 'memory') / nullif(sum(w.gpu_ns) FILTER (WHERE w.bound IS NOT NULL), 0) AS pct,
+           (SELECT name FROM op_work WHERE step = (SELECT step FROM mfu_mid) AND bound = 'memory'
+            GROUP BY name ORDER BY sum(gpu_ns) DESC, name LIMIT 1) AS name
+    FROM op_work w WHERE w.step = (SELECT step FROM mfu_mid)
+), u AS (
+-- every column once (each branch below names only the columns it fills; the final SELECT types them)
+SELECT NULL::INTEGER AS priority, NULL::VARCHAR AS kind, NULL::INTEGER AS rank, NULL::INTEGER AS step,
+       NULL::VARCHAR AS class, NULL::VARCHAR AS cause, NULL::BIGINT AS cost_ns, NULL::BIGINT AS value_ns,
+       NULL::BIGINT AS baseline_ns, NULL::DOUBLE AS share_pct, NULL::DOUBLE AS low_pct, NULL::DOUBLE AS high_pct,
+       NULL::VARCHAR AS evidence, NULL::BIGINT AS evidence_ns, NULL::VARCHAR AS activity, NULL::INTEGER[] AS peers,
+       NULL::BIGINT AS peer_wait_ns, NULL::BIGINT AS n, NULL::DOUBLE AS per_step, NULL::BIGINT AS bytes,
+       NULL::INTEGER[] AS ranks, NULL::INTEGER[] AS steps, NULL::VARCHAR AS note
+WHERE false
+UNION ALL BY NAME
+SELECT 1 AS priority, 'step_outlier' AS kind, o.rank, o.step, o.class, o.cause, o.excess AS cost_ns, o.value_ns,
+       o.baseline_ns, round(100.0 * o.value_ns / nullif((SELECT wall_ns FROM st WHERE st.step = o.step), 0), 2) AS share_pct,
+       o.top_name AS evidence, g.gap_ns AS evidence_ns, g.activity, w.peers, w.peer_wait_ns
+FROM outliers o LEFT JOIN gap g USING (step, rank) LEFT JOIN waited w USING (step, rank)
+UNION ALL BY NAME
+SELECT CASE WHEN f.delay_ns - f.baseline_ns >= 0.05 * (SELECT med FROM ref) THEN 1 ELSE 2 END AS priority,
+       'straggler' AS kind, f.rank,
+       CASE WHEN s.name IS NOT NULL THEN 'host' ELSE 'peer wait' END AS class,
+       CASE WHEN s.name IS NOT NULL THEN 'sync' ELSE 'late start' END AS cause,
+       (f.delay_ns - f.baseline_ns) * (SELECT n FROM ref) AS cost_ns, f.delay_ns AS value_ns, f.baseline_ns,
+       round(100.0 * f.delay_ns / (SELECT med FROM ref), 2) AS share_pct, s.name AS evidence,
+       s.ns_per_step AS evidence_ns, (SELECT list(DISTINCT rank ORDER BY rank) FROM collective_waits WHERE rank <> f.rank) AS peers,
+       f.wait_ns AS peer_wait_ns, f.times_last AS n, round(s.extra, 2) AS per_step
+FROM stragglers_found f LEFT JOIN sync_best s USING (rank)
+UNION ALL BY NAME
+SELECT 2 AS priority, 'dominant' AS kind, d.class, x.cause, d.ns AS cost_ns, d.ns / (SELECT n FROM ref) AS value_ns,
+       round(100.0 * d.ns / (SELECT sum(wall_ns) FROM st), 2) AS share_pct, round(d.low_pct, 2) AS low_pct,
+       round(d.high_pct, 2) AS high_pct, x.top_name AS evidence, x.cause_ns AS evidence_ns,
+       x.bytes / (SELECT n FROM ref) AS bytes
+FROM dominant d JOIN dominant_detail x USING (class)
+WHERE d.ns = (SELECT max(ns) FROM dominant)
+UNION ALL BY NAME
+SELECT 3 AS priority, 'shared_gpu' AS kind, len(ranks) AS n, ranks, how AS note FROM shared
+UNION ALL BY NAME
+SELECT 3 AS priority, 'coverage' AS kind, rank, before_ns + after_ns AS value_ns, coverage_pct AS share_pct,
+       before_ns AS evidence_ns FROM cov
+UNION ALL BY NAME
+SELECT 4 AS priority, 'launch_bound_steps' AS kind, 'host' AS class, 'launch' AS cause, pct AS share_pct,
+       len(steps) AS n, steps FROM lb WHERE len(steps) > 0
+UNION ALL BY NAME
+SELECT 4 AS priority, 'launch_names' AS kind, 'host' AS class, 'launch' AS cause, exposed AS cost_ns,
+       exposed AS value_ns, gpu AS baseline_ns, names AS n
+FROM launch_names WHERE names > 0 AND exposed > 0.05 * (SELECT med FROM ref)
+UNION ALL BY NAME
+SELECT 4 AS priority, 'exposed_comm' AS kind, 'communication' AS class, 'NCCL kernels' AS cause, ns AS cost_ns,
+       ns AS value_ns, round(100.0 * ns / wall, 2) AS share_pct
+FROM xc WHERE wall > 0 AND ns > 0.2 * wall
+  AND (SELECT arg_max(class, ns) FROM dominant) IS DISTINCT FROM 'communication'  -- said already
+UNION ALL BY NAME
+SELECT 4 AS priority, 'mfu' AS kind, m.step, m.mfu_pct AS share_pct, m.known_pct AS low_pct, mem.pct AS high_pct,
+       mem.name AS evidence, CASE WHEN m.known_pct < 90 THEN 'lower bound' END AS note
+FROM mfu_mid m, mem
+UNION ALL BY NAME
+SELECT 4 AS priority, 'mfu_empty' AS kind, (SELECT count(*) FROM op_work WHERE flops IS NOT NULL) AS n
+WHERE NOT EXISTS (SELECT 1 FROM mfu_step) AND EXISTS (SELECT 1 FROM mfu)
+)
+SELECT priority::INTEGER AS priority, kind::VARCHAR AS kind, rank::INTEGER AS rank, step::INTEGER AS step,
+       class::VARCHAR AS class, cause::VARCHAR AS cause, round(cost_ns)::BIGINT AS cost_ns,
+       round(value_ns)::BIGINT AS value_ns, round(baseline_ns)::BIGINT AS baseline_ns, share_pct::DOUBLE AS share_pct,
+       low_pct::DOUBLE AS low_pct, round(high_pct, 2)::DOUBLE AS high_pct, evidence::VARCHAR AS evidence,
+       round(evidence_ns)::BIGINT AS evidence_ns, activity::VARCHAR AS activity, peers::INTEGER[] AS peers,
+       peer_wait_ns::BIGINT AS peer_wait_ns, n::BIGINT AS n, per_step::DOUBLE AS per_step,
+       round(bytes)::BIGINT AS bytes, ranks::INTEGER[] AS ranks, steps::INTEGER[] AS steps, note::VARCHAR AS note
+FROM u
+ORDER BY priority, cost_ns DESC NULLS LAST, kind, rank, step;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM findings;

@@ -1,0 +1,130 @@
+-- host_time (pack `host-time`): every nanosecond of a rank's host timeline inside each step, given
+-- exactly one cause (docs/host-time.md).
+--
+-- Inputs: host_ops (CUDA calls, CPU ops), ranges (data-loading annotations), gpu_ops (which threads
+-- launch, which calls launched), sync (which calls block), steps (each step's host range),
+-- gpu_islands (when the rank's GPU ran anything), traces (clock consistency).
+-- Parameters: tf_data_pattern — a CPU op or host range whose name matches is data loading
+--   [(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch].
+--
+-- The rank's host timeline is its launching threads (those that launched GPU work) and the thread
+-- holding its steps, taken together.
+-- At each instant the cause is the first of these that any of those threads is inside:
+--   launch       a CUDA call that enqueued GPU work (cudaLaunchKernel, cuLaunchKernelEx,
+--                cudaMemcpyAsync to pinned memory, cudaMemsetAsync, cudaEventRecord, ...)
+--   sync         a blocking call of the sync pack (stream / device / event synchronize, synchronous
+--                memcpy, memcpy staged through pageable memory)
+--   allocator    cudaMalloc / cudaFree / cudaHostAlloc / cuMemCreate / hipFree ... (the caching
+--                allocator going to the driver)
+--   cuda_other   any other CUDA runtime or driver call (cudaEventQuery, cudaGetFuncBySymbol, ...)
+--   data_loading a CPU op or host range whose name matches tf_data_pattern
+--   cpu_op       inside a CPU op (framework / Python work the profiler recorded as an op)
+--   no_op        in no recorded op at all: Python between ops, sleep, waiting for the GIL, I/O.
+--                On an nsys capture without emit_nvtx there are no CPU ops: framework work is here too.
+-- Launch queueing (a launched op waiting in its stream) is GPU-side time, not host time.
+--
+-- One row per rank, step and cause (every cause, 0 when absent):
+--   rank, step
+--   cause        one of the seven causes above (VARCHAR)
+--   ns           host time of that cause inside the step's host range (ns); a step's seven rows
+--                add up to step_ns exactly (BIGINT). NULL where the rank's CPU ops and CUDA calls are on two
+--                clocks with no consistent offset (traces.cpu_clock_consistent FALSE)
+--   gpu_idle_ns  the part of ns during which the rank's GPU ran nothing: host time the GPU
+--                waited through (ns, BIGINT)
+--   step_ns      the step's host range, end - start (ns, BIGINT)
+--   share        ns / step_ns (DOUBLE)
+--
+-- tf_internal.host_time_spans: the timeline itself, one row per stretch of one cause:
+--   rank, step, start_ns, end_ns (ns since epoch), cause, gpu_busy (the rank's GPU ran something all along)
+-- requires: gpu_islands, gpu_ops, host_ops, ranges, steps, sync, traces
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+SET asof_loop_join_threshold = 0;
+
+CREATE OR REPLACE TABLE tf_internal.host_time_spans AS
+WITH pat AS (
+    SELECT coalesce(getvariable('tf_data_pattern'),
+                    '(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch') AS p
+), threads AS (
+    SELECT rank, launch_tid AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
+    UNION  -- and the thread that holds the steps (a rank without GPU work has no launching thread)
+    SELECT r.rank, r.tid FROM ranges r JOIN steps s ON r.rank = s.rank AND r.start_ns = s.start_ns AND r.end_ns = s.end_ns
+    WHERE NOT r.on_gpu
+    UNION
+    SELECT h.rank, h.tid FROM host_ops h JOIN steps s ON h.rank = s.rank AND h.start_ns = s.start_ns AND h.end_ns = s.end_ns
+    WHERE h.kind = 'cpu_op'
+), launched AS (
+    SELECT DISTINCT launch_op_id AS op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL
+), calls AS (
+    SELECT h.rank, h.start_ns, h.end_ns,
+           CASE WHEN regexp_matches(h.name, '(?i)^(cuda|hip)(Malloc|Free|HostAlloc|HostRegister|HostUnregister|MallocHost|FreeHost|MallocAsync|FreeAsync|MallocManaged|MallocPitch|Malloc3D)|^cuMem(Alloc|Free|HostAlloc|HostRegister|HostUnregister|Create|Release|Map|Unmap|AddressReserve|AddressFree|SetAccess)|^hipMem(Alloc|Free|Create|Release|Map|Unmap)|^hipExtMalloc')
+                     THEN 3
+                WHEN h.op_id IN (SELECT op_id FROM sync) THEN 2
+                WHEN h.op_id IN (SELECT op_id FROM launched)
+                     OR regexp_matches(h.name, '(?i)^(cu|cuda|hip)(LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtLaunchKernel|GraphLaunch|Memcpy.*Async|Memset.*Async|EventRecord|StreamWaitEvent)')
+                     THEN 1
+                ELSE 4 END AS cause
+    FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
+    WHERE h.kind IN ('cuda_runtime', 'cuda_driver') AND h.end_ns > h.start_ns
+), cpu AS (
+    SELECT h.rank, h.start_ns, h.end_ns, CASE WHEN regexp_matches(h.name, pat.p) THEN 5 ELSE 6 END AS cause
+    FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid, pat
+    WHERE h.kind = 'cpu_op' AND h.end_ns > h.start_ns
+    UNION ALL
+    SELECT r.rank, r.start_ns, r.end_ns, 5
+    FROM ranges r SEMI JOIN threads t ON r.rank = t.rank AND r.tid = t.tid, pat
+    WHERE NOT r.on_gpu AND r.end_ns > r.start_ns AND regexp_matches(r.name, pat.p)
+), iv AS (
+    SELECT * FROM calls UNION ALL SELECT * FROM cpu
+), ev AS (
+    -- an interval of cause k (1..6) opens and closes a count of its own: 16 bits each of one HUGEINT,
+    -- so that one running sum counts all seven (7, the GPU busy; a step edge adds 0 and only splits).
+    -- Seven running sums were 12 s of 14 on long4's nsys capture (1 M edges); one is 10x faster.
+    SELECT rank, start_ns AS t, 1::HUGEINT << (16 * cause) AS d FROM iv
+    UNION ALL SELECT rank, end_ns, -(1::HUGEINT << (16 * cause)) FROM iv
+    UNION ALL SELECT rank, start_ns, 1::HUGEINT << 112 FROM gpu_islands
+    UNION ALL SELECT rank, end_ns, -(1::HUGEINT << 112) FROM gpu_islands
+    UNION ALL SELECT rank, start_ns, 0::HUGEINT FROM steps
+    UNION ALL SELECT rank, end_ns, 0::HUGEINT FROM steps
+), edges AS (
+    SELECT rank, t, sum(d) AS d FROM ev GROUP BY rank, t
+), run AS (
+    SELECT rank, t AS start_ns, lead(t) OVER w AS end_ns, sum(d) OVER w AS n
+    FROM edges WINDOW w AS (PARTITION BY rank ORDER BY t ROWS UNBOUNDED PRECEDING)
+), seg AS (
+    SELECT rank, start_ns, end_ns,
+           CASE WHEN (n >> 16) & 65535 > 0 THEN 'launch' WHEN (n >> 32) & 65535 > 0 THEN 'sync'
+                WHEN (n >> 48) & 65535 > 0 THEN 'allocator' WHEN (n >> 64) & 65535 > 0 THEN 'cuda_other'
+                WHEN (n >> 80) & 65535 > 0 THEN 'data_loading' WHEN (n >> 96) & 65535 > 0 THEN 'cpu_op'
+                ELSE 'no_op' END AS cause,
+           (n >> 112) & 65535 > 0 AS gpu_busy
+    FROM run WHERE end_ns > start_ns
+)
+SELECT g.rank, s.step, g.start_ns, g.end_ns, g.cause, g.gpu_busy
+FROM seg g ASOF JOIN steps s ON g.rank = s.rank AND g.start_ns >= s.start_ns
+WHERE g.start_ns < s.end_ns
+ORDER BY g.rank, g.start_ns;
+
+CREATE OR REPLACE TABLE host_time AS
+WITH causes AS (
+    SELECT unnest(['launch', 'sync', 'allocator', 'cuda_other', 'data_loading', 'cpu_op', 'no_op']) AS cause
+), grid AS (
+    SELECT s.rank, s.step, c.cause, s.end_ns - s.start_ns AS step_ns FROM steps s, causes c
+), agg AS (
+    SELECT rank, step, cause, sum(end_ns - start_ns) AS ns,
+           sum(end_ns - start_ns) FILTER (WHERE NOT gpu_busy) AS idle_ns
+    FROM host_time_spans GROUP BY ALL
+), bad AS (
+    SELECT DISTINCT rank FROM traces WHERE cpu_clock_consistent IS FALSE
+)
+SELECT g.rank, g.step, g.cause,
+       CASE WHEN g.rank IN (SELECT rank FROM bad) THEN NULL ELSE coalesce(a.ns, 0) END::BIGINT AS ns,
+       CASE WHEN g.rank IN (SELECT rank FROM bad) THEN NULL ELSE coalesce(a.idle_ns, 0) END::BIGINT AS gpu_idle_ns,
+       g.step_ns::BIGINT AS step_ns,
+       CASE WHEN g.rank IN (SELECT rank FROM bad) OR g.step_ns <= 0 THEN NULL ELSE coalesce(a.ns, 0) / g.step_ns END AS share
+FROM grid g LEFT JOIN agg a USING (rank, step, cause)
+ORDER BY g.rank, g.step, list_position(['launch', 'sync', 'allocator', 'cuda_other', 'data_loading', 'cpu_op', 'no_op'], g.cause);
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM host_time LIMIT 20;

@@ -1,0 +1,90 @@
+-- step_causes (pack `step-causes`): each step's critical path split by cause, per rank
+-- (docs/findings.md). The critical path already routes a wait for a late peer through that peer's
+-- own work (its host, its kernels), so the time a rank's fault cost its peers is charged to that
+-- rank and that cause here, not to the waiting ranks.
+--
+-- Inputs: critical_path, gpu_ops (copies: direction, pageable / pinned), host_ops, host_time_spans, sync.
+--
+-- One row per step, rank and cause on the path:
+--   step, rank     the step, and the rank whose segment it is
+--   class          compute | communication | memory copies | host | peer wait | idle (the kind of fix)
+--   cause          within the class: compute kernels; NCCL kernels; HtoD pageable | HtoD pinned |
+--                  DtoH pageable | DtoH pinned | DtoD | memset | ... (copies by direction and host
+--                  memory); for the host, the path's launch and sync segments, and its other host
+--                  stretches split by host_time's causes (docs/host-time.md): launch | sync |
+--                  allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
+--                  they fall outside the rank's steps; missing peer (peer wait); nothing recorded (idle)
+--   path_ns        time on the step's critical path (ns, BIGINT)
+--   segments       how many path segments (BIGINT)
+--   top_name       the longest segment's op (kernel, call, or what the host was inside)
+--   bytes          bytes moved by the copies on the path (memory copies only; NULL otherwise)
+--   step_wall_ns   the step's critical path length: its span across ranks (ns, BIGINT)
+--   share_pct      path_ns / step_wall_ns (percent)
+--
+-- requires: critical_path, gpu_ops, host_ops, host_time_spans, sync
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+
+CREATE OR REPLACE TABLE step_causes AS
+WITH seg AS (
+    SELECT c.step, c.rank, c.kind, c.name, c.dur_ns, c.op_id, c.start_ns, c.end_ns
+    FROM critical_path c
+), host_split AS (
+    -- a host_cpu stretch of the path split by what the rank's host timeline was doing (host_time):
+    -- a 40 ms sleep inside a record_function range is no_op, a Python loop around tiny ops cpu_op
+    SELECT h.step, h.rank, h.name, t.cause,
+           sum(least(h.end_ns, t.end_ns) - greatest(h.start_ns, t.start_ns)) AS ns
+    FROM seg h JOIN host_time_spans t ON t.rank = h.rank AND t.start_ns < h.end_ns AND t.end_ns > h.start_ns
+    WHERE h.kind = 'host_cpu'
+    GROUP BY h.step, h.rank, h.name, h.start_ns, t.cause
+), host_covered AS (
+    SELECT step, rank, name, sum(ns) AS ns FROM host_split GROUP BY step, rank, name
+), copies AS (
+    SELECT op_id, kind, copy_kind, bytes, name ILIKE '%pageable%' AS pageable, name ILIKE '%pinned%' AS pinned
+    FROM gpu_ops WHERE kind IN ('memcpy', 'memset') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
+), calls AS (
+    SELECT op_id, kind, name FROM host_ops WHERE op_id IN (SELECT op_id FROM seg WHERE kind IN ('host_cpu', 'host_sync'))
+), named AS (
+    SELECT s.step, s.rank, s.dur_ns, s.name,
+           CASE s.kind WHEN 'gpu_compute' THEN 'compute' WHEN 'gpu_comm' THEN 'communication'
+                       WHEN 'gpu_memory' THEN 'memory copies' WHEN 'peer_wait' THEN 'peer wait'
+                       WHEN 'idle' THEN 'idle' ELSE 'host' END AS class,
+           CASE WHEN s.kind = 'gpu_compute' THEN 'kernels'
+                WHEN s.kind = 'gpu_comm' THEN 'NCCL kernels'
+                WHEN s.kind = 'gpu_memory' AND m.kind = 'memset' THEN 'memset'
+                WHEN s.kind = 'gpu_memory' THEN coalesce(m.copy_kind, 'copy')
+                     || CASE WHEN m.pageable THEN ' pageable' WHEN m.pinned THEN ' pinned' ELSE '' END
+                WHEN s.kind = 'launch' THEN 'launch'
+                WHEN s.kind = 'host_sync' OR s.op_id IN (SELECT op_id FROM sync) THEN 'sync'
+                WHEN s.kind = 'peer_wait' THEN 'missing peer'
+                ELSE 'nothing recorded' END AS cause,
+           CASE WHEN s.kind = 'gpu_memory' THEN m.bytes END AS bytes
+    FROM seg s LEFT JOIN copies m ON m.op_id = s.op_id LEFT JOIN calls h ON h.op_id = s.op_id
+    WHERE s.kind <> 'host_cpu'
+    UNION ALL
+    SELECT step, rank, ns, name, 'host', cause, NULL FROM host_split
+    UNION ALL
+    -- what host_time does not cover (outside the rank's step ranges): named by the call on the path
+    SELECT s.step, s.rank, s.dur_ns - coalesce(c.ns, 0), s.name, 'host',
+           CASE WHEN s.op_id IN (SELECT op_id FROM sync) THEN 'sync'
+                WHEN regexp_matches(h.name, '(?i)^(cuda|hip)(Malloc|Free|HostAlloc|HostRegister|MallocHost|FreeHost)|^cuMem(Alloc|Free|HostAlloc|Create|Release|Map|Unmap)|^hipMem')
+                     THEN 'allocator'
+                WHEN h.kind IN ('cuda_runtime', 'cuda_driver') THEN 'cuda_other'
+                ELSE 'unattributed' END, NULL
+    FROM (SELECT step, rank, name, op_id, sum(dur_ns) AS dur_ns FROM seg WHERE kind = 'host_cpu' GROUP BY ALL) s
+    LEFT JOIN host_covered c ON c.step = s.step AND c.rank = s.rank AND c.name IS NOT DISTINCT FROM s.name
+    LEFT JOIN calls h ON h.op_id = s.op_id
+    WHERE s.dur_ns > coalesce(c.ns, 0)
+), walls AS (
+    SELECT step, sum(dur_ns) AS wall FROM seg GROUP BY step
+)
+SELECT n.step, n.rank, n.class, n.cause, sum(n.dur_ns)::BIGINT AS path_ns, count(*)::BIGINT AS segments,
+       arg_max(n.name, n.dur_ns) AS top_name, sum(n.bytes)::BIGINT AS bytes, any_value(w.wall)::BIGINT AS step_wall_ns,
+       round(100.0 * sum(n.dur_ns) / nullif(any_value(w.wall), 0), 2) AS share_pct
+FROM named n JOIN walls w USING (step)
+GROUP BY n.step, n.rank, n.class, n.cause
+ORDER BY n.step, path_ns DESC;
+
+-- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):
+SELECT * FROM step_causes LIMIT 20;

@@ -1,0 +1,355 @@
+"""The verdict names the dominant cause first (docs/findings.md), checked against truth files and
+against plain Python over the raw trace files (no DuckDB, no reader of ours)."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import BUNDLED, FIX, needs_shared, run_cli
+
+import traceflow
+from traceflow import verdict
+from traceflow.text import size
+
+# What each injected fault is, in the findings' terms: (class, the causes that name it).
+FAULT = {
+    "host_stall_after_sync": ("host", {"no_op"}),      # torch.cuda.synchronize() then time.sleep
+    "host_stall": ("host", {"no_op"}),                 # time.sleep
+    "launch_bound_loop": ("host", {"launch", "cpu_op"}),  # hundreds of tiny eager kernels
+    "pageable_h2d_copy": ("memory copies", {"HtoD pageable"}),
+    "host_sync_every_microstep": ("host", {"sync"}),   # loss.item()
+    "host_sync_item": ("host", {"sync"}),
+}
+
+
+def _truth(folder: Path) -> list[dict]:
+    return [t for p in sorted(folder.glob("truth-rank*.json")) for t in json.loads(p.read_text()) if t.get("kind") in FAULT]
+
+
+_DBS: dict[str, str] = {}
+
+
+def _db(folder: Path, tmp_path_factory) -> str:
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found")
+    key = str(folder)
+    if key not in _DBS:
+        files = sorted(str(p) for p in folder.iterdir() if p.name.endswith((".json.gz", ".sqlite")) and not p.name.startswith("truth"))
+        out = tmp_path_factory.mktemp("verdict") / (folder.name + ".duckdb")
+        traceflow.ingest(files, str(out))
+        _DBS[key] = str(out)
+    return _DBS[key]
+
+
+def _findings(folder: Path, tmp_path_factory) -> dict:
+    with traceflow.open(_db(folder, tmp_path_factory)) as job:
+        return job.findings()
+
+
+# --- raw files, read with the standard library only -------------------------------------------------
+
+def _union(iv) -> int:
+    tot, cur = 0, None
+    for a, b in sorted(iv):
+        if cur is None or a > cur[1]:
+            tot += (cur[1] - cur[0]) if cur else 0
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    return tot + ((cur[1] - cur[0]) if cur else 0)
+
+
+def _kineto_gpu(path) -> list[tuple]:
+    """(category, name, start µs, end µs, bytes) of every GPU event of a Kineto file."""
+    ev = json.load(gzip.open(path))["traceEvents"]
+    return [(e["cat"], e["name"], e["ts"], e["ts"] + e["dur"], (e.get("args") or {}).get("bytes")) for e in ev
+            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+
+
+def _nsys_gpu(path) -> list[tuple]:
+    """(what, kernel short name, start, end, device) of every kernel, copy and memset of an nsys export."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    out = [("kernel", n, s, e, d) for d, s, e, n in con.execute(
+        "SELECT deviceId, start, [end], (SELECT value FROM StringIds WHERE id = k.shortName) FROM CUPTI_ACTIVITY_KIND_KERNEL k")]
+    have = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    for t in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if t in have:  # a capture without copies or memsets has no such table
+            out += [("copy", None, s, e, d) for d, s, e in con.execute(f"SELECT deviceId, start, [end] FROM {t}")]
+    con.close()
+    return out
+
+
+def _share(ops, keep) -> float:
+    """Percent of the GPU window (first op start to last op end) covered by the ops `keep` selects."""
+    lo, hi = min(o[2] for o in ops), max(o[3] for o in ops)
+    return 100.0 * _union([(o[2], o[3]) for o in ops if keep(o)]) / (hi - lo)
+
+
+# --- injected faults ------------------------------------------------------------------------------
+
+VISIBLE = [BUNDLED / "ddp4_sync_stall", BUNDLED / "ddp2_flops" / "stall",
+           FIX / "h100" / "kineto" / "ddp4_sync_stall", FIX / "h100" / "nsys" / "ddp4_sync_stall",
+           FIX / "h100" / "kineto" / "graphs", FIX / "h100" / "nsys" / "graphs", FIX / "h100" / "kineto" / "launch_bound"]
+
+
+@pytest.mark.parametrize("folder", VISIBLE, ids=lambda p: "/".join(p.parts[-2:]))
+def test_the_first_finding_names_the_injected_fault(folder, tmp_path_factory):
+    """On every job with an injected fault its effect can be seen in, the first finding names it:
+    its rank, its step, its cause (truth-rank*.json)."""
+    truth = _truth(folder)
+    assert truth, folder
+    first = _findings(folder, tmp_path_factory)["findings"][0]
+    cls_causes = {(FAULT[t["kind"]][0], c) for t in truth for c in FAULT[t["kind"]][1]}
+    hits = [t for t in truth if t["rank"] == (first["rank"] if first["rank"] is not None else t["rank"])
+            and ("step" not in t or first["step"] in (None, t["step"]))
+            and (first["class"], first["cause"]) in {(FAULT[t["kind"]][0], c) for c in FAULT[t["kind"]][1]}]
+    assert hits, (first, truth, cls_causes)
+    t = hits[0]
+    if t["kind"] in ("host_stall", "host_stall_after_sync"):
+        # the stall itself: one rank, one step, its length within 10 %; the GPU idled through it
+        assert (first["kind"], first["rank"], first["step"]) == ("step_outlier", t["rank"], t["step"])
+        assert abs(first["cost_ns"] - t["dur_ns"]) < 0.1 * t["dur_ns"], (first["cost_ns"], t["dur_ns"])
+        assert abs(first["evidence_ns"] - t["dur_ns"]) < 5e6
+        # the others' wait in the next collective is this fault's, said in its sentence, not apart
+        n_ranks = len(list(folder.glob("truth-rank*.json")))
+        assert set(first["peers"]) == set(range(n_ranks)) - {t["rank"]}
+        assert "waited" in first["sentence"]
+    if t["kind"] == "pageable_h2d_copy":
+        steps = _findings(folder, tmp_path_factory)["n_steps"]
+        raw = sum(o[4] for o in _kineto_gpu(next(folder.glob("rank-*.gz"))) if o[0] == "gpu_memcpy" and "Pageable" in o[1])
+        assert first["bytes"] == raw / steps == t["bytes"]
+        assert size(first["bytes"]) in first["sentence"]
+
+
+@needs_shared
+@pytest.mark.parametrize("profiler", ["kineto", "nsys"])
+def test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found(profiler, tmp_path_factory):
+    """ddp4_straggler: rank 3 sleeps 40 ms in step 4 with work queued on its GPU, so the stall is
+    (mostly) hidden: no finding may charge it with it. Rank 1's loss.item() after every micro-step
+    is there: a straggler whose extra blocking calls per step are the truth's."""
+    folder = FIX / "h100" / profiler / "ddp4_straggler"
+    f = _findings(folder, tmp_path_factory)["findings"]
+    assert not [x for x in f if x["rank"] == 3 and x["step"] == 4 and (x["cost_ns"] or 0) > 20e6], f
+    one = [x for x in f if x["kind"] == "straggler" and x["rank"] == 1]
+    assert one and one[0]["cause"] == "sync" and "Synchronize" in one[0]["evidence"], f
+    items = [t for t in json.loads((folder / "truth-rank1.json").read_text()) if t["kind"] == "host_sync_item"]
+    if items:  # nsys: each loss.item() written down; per step, the extra blocking calls
+        per_step = {}
+        for t in items:
+            per_step[t["step"]] = per_step.get(t["step"], 0) + 1
+        assert one[0]["per_step"] == sorted(per_step.values())[len(per_step) // 2]
+
+
+def test_a_clean_run_has_no_fault(tmp_path_factory):
+    """The same job as ddp2_flops/stall without the stall: nothing against its baseline."""
+    f = _findings(BUNDLED / "ddp2_flops" / "clean", tmp_path_factory)["findings"]
+    assert not [x for x in f if x["kind"] in ("step_outlier", "straggler")], f
+    assert f[0]["kind"] == "dominant"
+
+
+# --- the dominant class, against a plain reading of the raw file ----------------------------------
+
+PUBLIC = FIX / "public"
+
+
+@needs_shared
+@pytest.mark.parametrize("path, cls", [
+    (PUBLIC / "pipit-perlmutter" / "perlmutter-cloverleaf-cuda.sqlite", "compute"),
+    (PUBLIC / "nsys-ai" / "mfu_2gpu_before.sqlite", "compute"),
+    (PUBLIC / "nvidia-fuser" / "report1.sqlite", "host"),
+], ids=["cloverleaf-compute", "nsys-ai-compute", "nvfuser-host"])
+def test_public_traces_lead_with_their_class(path, cls, tmp_path):
+    """Compute-bound: non-NCCL kernels cover most of each GPU's window (CloverLeaf 86 %, nsys-ai's
+    two GPUs 85 % and 86 %). Host-bound: the GPU ran anything 0.08 % of nvFuser's window (the host
+    compiles kernels with NVRTC): whatever sets the step's length, it is not the GPU."""
+    out = tmp_path / "job.duckdb"
+    traceflow.ingest([str(path)], str(out))
+    with traceflow.open(str(out)) as job:
+        first = job.findings()["findings"][0]
+    ops = _nsys_gpu(path)
+    per_device = [[o for o in ops if o[4] == d] for d in sorted({o[4] for o in ops})]
+    assert (first["kind"], first["class"]) == ("dominant", cls), first
+    if cls == "compute":
+        raw = [_share(o, lambda x: x[0] == "kernel" and not (x[1] or "").startswith("nccl")) for o in per_device]
+        assert min(raw) > 80
+        assert abs(first["share_pct"] - sum(raw) / len(raw)) < 3, (first["share_pct"], raw)
+    else:
+        busy = max(_share(o, lambda x: True) for o in per_device)
+        assert busy < 5 and first["share_pct"] >= 100 - busy - 1, (first["share_pct"], busy)
+    assert f"{first['share_pct']:.0f}%" in first["sentence"]
+
+
+@needs_shared
+def test_copy_bound_job_leads_with_pageable_copies(tmp_path_factory):
+    """kineto/launch_bound: a 256 MiB pageable host-to-device copy per step is 97 % of the GPU's busy
+    time in the raw file; the first finding says copy-bound, HtoD pageable, with its share."""
+    folder = FIX / "h100" / "kineto" / "launch_bound"
+    first = _findings(folder, tmp_path_factory)["findings"][0]
+    ops = _kineto_gpu(next(folder.glob("rank-*.gz")))
+    pageable = _union([(o[2], o[3]) for o in ops if o[0] == "gpu_memcpy" and "HtoD" in o[1] and "Pageable" in o[1]])
+    assert pageable / _union([(o[2], o[3]) for o in ops]) > 0.9
+    assert (first["kind"], first["class"], first["cause"]) == ("dominant", "memory copies", "HtoD pageable")
+    assert first["sentence"].startswith("Copy-bound: ") and "pin" in first["sentence"]
+
+
+def test_communication_bound_job(tmp_path_factory):
+    """ddp4_sync_stall (NCCL over loopback sockets): NCCL kernels not overlapped by compute cover
+    87-93 % of each rank's GPU window in the raw files; the dominant finding says communication-bound
+    with a share within 6 points of their median. (Its first finding is the injected stall.)"""
+    folder = BUNDLED / "ddp4_sync_stall"
+    f = _findings(folder, tmp_path_factory)["findings"]
+    dom = next(x for x in f if x["kind"] == "dominant")
+    raw = []
+    for p in sorted(folder.glob("rank-*.gz")):
+        ops = _kineto_gpu(p)
+        lo, hi = min(o[2] for o in ops), max(o[3] for o in ops)
+        nccl = [(o[2], o[3]) for o in ops if o[0] == "kernel" and o[1].startswith("nccl")]
+        comp = [(o[2], o[3]) for o in ops if o[0] == "kernel" and not o[1].startswith("nccl")]
+        raw.append(100.0 * (_union(nccl + comp) - _union(comp)) / (hi - lo))
+    raw.sort()
+    assert dom["class"] == "communication" and min(raw) > 80
+    assert abs(dom["share_pct"] - (raw[1] + raw[2]) / 2) < 6, (dom["share_pct"], raw)
+    assert f[0]["kind"] == "step_outlier"
+
+
+# --- shared GPUs ------------------------------------------------------------------------------------
+
+@needs_shared
+def test_ranks_sharing_one_gpu_are_said(ingested):
+    """The nsys H100 job's four ranks ran on one GPU: the raw exports give one UUID. nsys-ai's two
+    processes ran on two GPUs: no such finding."""
+    folder = FIX / "h100" / "nsys" / "ddp4_sync_stall"
+    uuids = set()
+    for p in sorted(folder.glob("rank*.sqlite")):
+        con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        uuids |= {u for (u,) in con.execute("SELECT uuid FROM TARGET_INFO_GPU")}
+        con.close()
+    assert len(uuids) == 1
+    with traceflow.open(ingested("h100/nsys/ddp4_sync_stall")) as job:
+        shared = [x for x in job.findings()["findings"] if x["kind"] == "shared_gpu"]
+        assert job.sql("SELECT list(DISTINCT gpu_uuid) FROM gpu_devices").item().to_list() == sorted(uuids)
+    assert len(shared) == 1 and shared[0]["ranks"] == [0, 1, 2, 3] and shared[0]["note"] == "the same GPU UUID"
+    assert "MFU" in shared[0]["sentence"] and "exposed-communication" in shared[0]["sentence"]
+    devices = {o[4] for o in _nsys_gpu(PUBLIC / "nsys-ai" / "mfu_2gpu_before.sqlite")}
+    assert devices == {0, 1}
+    with traceflow.open(ingested("public/nsys-ai")) as job:
+        assert not [x for x in job.findings()["findings"] if x["kind"] == "shared_gpu"]
+
+
+def test_kineto_ranks_on_one_device_index_are_said_as_possible(tmp_path_factory):
+    """Kineto records neither host nor GPU UUID: four ranks on device 0 may share it, said as such."""
+    f = _findings(BUNDLED / "ddp4_sync_stall", tmp_path_factory)["findings"]
+    shared = [x for x in f if x["kind"] == "shared_gpu"]
+    assert len(shared) == 1 and shared[0]["ranks"] == [0, 1, 2, 3] and "may share one GPU" in shared[0]["sentence"]
+
+
+# --- the pack, its hook, the smaller things ---------------------------------------------------------
+
+def test_findings_is_a_pack_and_step_causes_tile_the_path(tmp_path_factory):
+    db = _db(BUNDLED / "ddp2_flops" / "stall", tmp_path_factory)
+    listed = run_cli("query", db, "--list")
+    assert listed.returncode == 0 and "findings" in listed.stdout and "step-causes" in listed.stdout
+    q = run_cli("query", db, "findings", "--format", "csv")
+    assert q.returncode == 0 and "step_outlier" in q.stdout, q.stderr
+    with traceflow.open(db) as job:
+        bad = job.sql("""SELECT c.step, c.ns, p.ns FROM (SELECT step, sum(path_ns) ns FROM step_causes GROUP BY step) c
+                         JOIN (SELECT step, sum(dur_ns) ns FROM critical_path GROUP BY step) p USING (step)
+                         WHERE c.ns <> p.ns""")
+        assert bad.height == 0, bad
+        launch = job.sql("SELECT count(DISTINCT name), count(*) FROM launch_overhead_summary WHERE launch_bound").row(0)
+        n = next(x for x in job.findings()["findings"] if x["kind"] == "launch_names")["n"]
+        assert n == launch[0] <= launch[1]  # kernel names, not (rank, name) pairs
+
+
+def test_another_pack_plugs_its_findings_in_first(tmp_path_factory, tmp_path, monkeypatch):
+    """The hook for hang forensics: a table with the findings' columns, named in FINDING_TABLES, and
+    a sentence for its kind; priority 0 comes before everything."""
+    import duckdb
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(_db(BUNDLED / "ddp2_flops" / "stall", tmp_path_factory), db)
+    con = duckdb.connect(str(db))
+    con.execute("""CREATE TABLE hang_findings AS SELECT * REPLACE (0 AS priority, 'hang' AS kind, 1 AS rank)
+                   FROM findings LIMIT 1""")
+    con.close()
+    monkeypatch.setattr(verdict, "FINDING_TABLES", [*verdict.FINDING_TABLES, "hang_findings"])
+    monkeypatch.setattr(verdict, "_SENTENCES", dict(verdict._SENTENCES))
+    verdict.sentence("hang")(lambda r, con: f"Rank {r['rank']} stopped.")
+    with traceflow.open(str(db)) as job:
+        f = job.findings()
+    assert f["sentences"][1] == "Rank 1 stopped." and f["findings"][1]["kind"] == "step_outlier"
+
+
+def test_a_database_without_the_findings_says_to_ingest_again(tmp_path_factory, tmp_path):
+    import duckdb
+    db = tmp_path / "old.duckdb"
+    shutil.copy(_db(BUNDLED / "ddp2_flops" / "clean", tmp_path_factory), db)
+    con = duckdb.connect(str(db))
+    con.execute("DROP TABLE findings")
+    con.close()
+    with traceflow.open(str(db)) as job:
+        assert "ingest the traces again" in job.verdict()
+
+
+def test_sizes_in_human_units():
+    assert [size(n) for n in (704, 1536, 256 * 2**20, 3 * 2**30)] == ["704 B", "1.5 KiB", "256 MiB", "3 GiB"]
+
+
+# --- public traces of the wild corpus (helper "corpus": /work/wild, its manifest gives provenance) ---
+
+WILD = Path(os.environ.get("TRACEFLOW_WILD", Path(__file__).resolve().parent.parent.parent / "wild"))
+
+
+def _wild(rel: str) -> Path:
+    p = WILD / rel
+    if not p.exists():
+        pytest.skip(f"{p} not found (the wild corpus is outside the repository; TRACEFLOW_WILD names it)")
+    return p
+
+
+def _first(path: Path, tmp_path) -> dict:
+    tmp_path.mkdir(exist_ok=True)
+    out = tmp_path / "job.duckdb"
+    traceflow.ingest([str(path)], str(out))
+    with traceflow.open(str(out)) as job:
+        return job.findings()["findings"][0]
+
+
+def test_wild_copy_bound_two_gpu_capture(tmp_path):
+    """nsys-ai's h100_2gpu_1s: host-to-device copies from pinned memory (the file's own
+    ENUM_CUDA_MEM_KIND names srcKind 1 'Pinned') fill 95 % of each GPU's window."""
+    path = _wild("nsys-ai/h100_2gpu_1s.sqlite")
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    kinds = dict(con.execute("SELECT id, label FROM ENUM_CUDA_MEM_KIND"))
+    rows = con.execute('SELECT deviceId, copyKind, srcKind, start, "end" FROM CUPTI_ACTIVITY_KIND_MEMCPY').fetchall()
+    con.close()
+    ops = _nsys_gpu(path)
+    raw = []
+    for d in sorted({o[4] for o in ops}):
+        lo, hi = min(o[2] for o in ops if o[4] == d), max(o[3] for o in ops if o[4] == d)
+        htod = [(s, e) for dev, ck, sk, s, e in rows if dev == d and ck == 1 and kinds[sk] == "Pinned"]
+        raw.append(100.0 * _union(htod) / (hi - lo))
+    first = _first(path, tmp_path)
+    assert min(raw) > 90
+    assert (first["kind"], first["class"], first["cause"]) == ("dominant", "memory copies", "HtoD pinned")
+    assert abs(first["share_pct"] - sum(raw) / len(raw)) < 3, (first["share_pct"], raw)
+
+
+def test_wild_compute_and_host_bound_kineto(tmp_path):
+    """TraceLens' MI300 Qwen inference: compute kernels cover 91 % of the GPU window: compute-bound.
+    HTA's nccl_parser_config training trace: the GPU ran anything 24 % of its window, so at least
+    74 % of any step's critical path is not on the GPU: host-bound."""
+    qwen = _wild("tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    first = _first(qwen, tmp_path / "q")
+    raw = _share(_kineto_gpu(qwen), lambda o: o[0] == "kernel" and not o[1].startswith("nccl"))
+    assert raw > 80 and first["class"] == "compute" and abs(first["share_pct"] - raw) < 3, (first, raw)
+    nccl = _wild("hta/nccl_parser_config/nccl_data.json.gz")
+    _first(nccl, tmp_path / "n")  # ingests it
+    busy = _share(_kineto_gpu(nccl), lambda o: True)
+    with traceflow.open(str(tmp_path / "n" / "job.duckdb")) as job:
+        dominant = next(x for x in job.findings()["findings"] if x["kind"] == "dominant")
+    assert busy < 30 and dominant["class"] == "host" and dominant["share_pct"] >= 100 - busy - 2, (dominant, busy)

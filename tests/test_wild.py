@@ -1,0 +1,210 @@
+"""Issue 33: the wild corpus. Public traces (tests/wild/manifest.json: source repository, path, commit,
+licence, sha256 of each), kept outside the repository under $TRACEFLOW_WILD (default ../shared/wild);
+each ingested and checked against its raw file, read here with plain Python:
+
+- counts: the GPU ops read = the raw file's GPU events with usable times (docs/bad-input.md says
+  which are dropped; a drop is counted in the warnings);
+- conservation: per rank, the step rows' busy time = the union of the raw GPU intervals; rows tile
+  the timeline and every row's identity holds (test_step_attribution.check_conservation);
+- steps: a Kineto trace's ProfilerStep#N annotations = its steps; no step window longer than the capture;
+- communication: NCCL/RCCL kernel time = the raw sum of kernels so named; DeepEP's likewise;
+- attribution validity: every GPU op's CPU op contains, on its thread, the runtime call that launched it
+  (the call found in the raw file by its correlation id);
+- a trace with no GPU work at all (an nsys export of CPU sampling only) is refused: exit 3, one line.
+"""
+from __future__ import annotations
+
+import collections
+import gzip
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import connect
+from intervals import measure
+from test_step_attribution import check_conservation
+
+import traceflow
+from traceflow.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+WILD = Path(os.environ.get("TRACEFLOW_WILD", ROOT.parent / "shared" / "wild"))
+MANIFEST = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
+JOBS: dict[str, list[dict]] = collections.defaultdict(list)
+for _e in MANIFEST:
+    JOBS[_e["job"]].append(_e)
+
+needs_wild = pytest.mark.skipif(not WILD.is_dir(), reason=f"wild corpus not found at {WILD} (set TRACEFLOW_WILD; "
+                                "tests/wild/manifest.json names every file and where it comes from)")
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel",
+            "Memcpy": "memcpy", "Memset": "memset"}
+NCCL = re.compile(r"^\s*(void\s+)?(nccl|rccl)", re.I)
+DEEPEP = re.compile(r"(deep_ep|dpsk::ep)::(internode|intranode)", re.I)
+SLACK_NS = 20_000  # a CPU op moved onto the runtime calls' clock is placed to within a few us (host_clock.py)
+
+
+def test_manifest():
+    """At least 40 traces from at least 12 sources, each with provenance and licence."""
+    assert len(MANIFEST) >= 40 and len({e["repo"] for e in MANIFEST}) >= 12
+    for e in MANIFEST:
+        assert e["repo"] and e["path"] and len(e["commit"]) == 40 and e["licence"] and len(e["sha256"]) == 64
+
+
+def _file(e: dict) -> Path:
+    p = WILD / e["file"]
+    if not p.exists():
+        pytest.skip(f"{e['file']} not in the wild corpus at {WILD}")
+    if hashlib.sha256(p.read_bytes()).hexdigest() != e["sha256"]:
+        pytest.skip(f"{p}: not the file the manifest names (sha256 differs)")
+    return p
+
+
+# --- the raw side -------------------------------------------------------------------------------
+
+def _ns(v) -> int:
+    """us -> ns as written: the integer part and the fraction apart (us since the epoch times 1000
+    is past float precision)."""
+    ip = math.floor(v)
+    return int(ip) * 1000 + round((v - ip) * 1000)
+
+
+def _usable(e) -> bool:
+    """What the reader keeps (docs/bad-input.md): numeric ts and dur, finite, dur >= 0, ts >= 0."""
+    ts, dur = e.get("ts"), e.get("dur", 0)
+    return (isinstance(ts, (int, float)) and not isinstance(ts, bool) and isinstance(dur, (int, float))
+            and not isinstance(dur, bool) and math.isfinite(ts) and math.isfinite(dur) and dur >= 0 and 0 <= ts < 9e15)
+
+
+def kineto_raw(path: Path) -> dict:
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    base = int(d.get("baseTimeNanoseconds") or 0)
+    gpu, runtime, cpu, steps, span = [], {}, set(), set(), [None, None]
+    for e in d["traceEvents"]:
+        if not isinstance(e, dict) or e.get("ph") != "X" or not _usable(e):
+            continue
+        a, b = base + _ns(e["ts"]), base + _ns(e["ts"]) + _ns(e.get("dur", 0))
+        span = [a if span[0] is None else min(span[0], a), b if span[1] is None else max(span[1], b)]
+        cat, args = e.get("cat"), e.get("args") if isinstance(e.get("args"), dict) else {}
+        if cat in GPU_CATS:
+            gpu.append((a, b, str(e.get("name")), args.get("correlation")))
+        elif cat in ("cuda_runtime", "cuda_driver", "Runtime"):
+            runtime[None, args.get("correlation")] = (e.get("tid"), a, b)
+        elif cat in ("cpu_op", "Operator"):
+            cpu.add((str(e.get("tid")), str(e.get("name")), a, b))
+        m = re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name")))
+        if m and cat != "gpu_user_annotation":
+            steps.add(int(m.group(1)))
+    return {"gpu": gpu, "runtime": runtime, "cpu": cpu, "steps": steps, "span": span}
+
+
+def nsys_raw(path: Path) -> dict:
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in c.execute("select name from sqlite_master where type = 'table'")}
+    cols = {t: {r[1] for r in c.execute(f"pragma table_info({t})")} for t in tables}
+    names = dict(c.execute("select id, value from StringIds")) if "StringIds" in tables else {}
+    base = 0  # nsys times are ns after the session start; its wall clock, where the export has it
+    if "utcEpochNs" in cols.get("TARGET_INFO_SESSION_START_TIME", ()):
+        base = (c.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone() or (0,))[0] or 0
+    gpu = []
+    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if t in tables:
+            name = "demangledName" if t.endswith("KERNEL") else "NULL"
+            corr = "correlationId" if "correlationId" in cols[t] else "NULL"
+            for a, b, n, k in c.execute(f'select start, "end", {name}, {corr} from {t} where "end" >= start and start >= 0'):
+                gpu.append((base + a, base + b, names.get(n, "") if t.endswith("KERNEL") else "", k))
+    runtime = {}
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and "correlationId" in cols["CUPTI_ACTIVITY_KIND_RUNTIME"]:
+        # correlation ids are per process: two processes in one export repeat them
+        g = "globalTid" in cols["CUPTI_ACTIVITY_KIND_RUNTIME"]
+        tid, pid = ("globalTid & 16777215", "(globalTid >> 24) & 16777215") if g else ("NULL", "NULL")
+        for k, p, t, a, b in c.execute(f'select correlationId, {pid}, {tid}, start, "end" from CUPTI_ACTIVITY_KIND_RUNTIME'):
+            runtime[p, k] = (t, base + a, base + b)
+    span = [min((g[0] for g in gpu), default=None), max((g[1] for g in gpu), default=None)]
+    return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span}
+
+
+def raw(path: Path) -> dict:
+    return nsys_raw(path) if path.suffix == ".sqlite" else kineto_raw(path)
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+@needs_wild
+@pytest.mark.parametrize("job", sorted(JOBS), ids=str)
+def test_wild_trace(job, tmp_path):
+    entries = JOBS[job]
+    files = [_file(e) for e in entries]
+    db_path = tmp_path / "w.duckdb"
+    if entries[0]["expect"] == "refused":
+        r = CliRunner().invoke(main, ["ingest", *map(str, files), "-o", str(db_path)])
+        lines = r.stderr.strip().splitlines()
+        assert r.exit_code == 3 and len(lines) == 1 and str(files[0]) in lines[0], (r.exit_code, r.stderr)
+        return
+    res = traceflow.ingest([str(f) for f in files], str(db_path))
+    db = connect(db_path)
+    if db.execute("select count(*) from gpu_ops").fetchone()[0]:
+        check_conservation(db)
+    traces = db.execute("select trace_id, rank, source_path, pid, cpu_clock_offset_ns, clock_offset_ns, "
+                        "cpu_clock_consistent from traces").fetchall()
+    for f in files:
+        r = raw(f)
+        mine = [t for t in traces if t[2] == str(f)]
+        assert mine, f
+        ids = [t[0] for t in mine]
+        q = ",".join(map(str, ids))
+        # counts
+        n_db = db.execute(f"select count(*) from gpu_ops where trace_id in ({q})").fetchone()[0]
+        assert n_db == len(r["gpu"]), (f.name, n_db, len(r["gpu"]), res.warnings)
+        # conservation against the raw file (one process per file; a file of several is checked as a whole)
+        if len(mine) == 1:
+            busy = db.execute(f"select sum(busy_ns) from step_breakdown where rank = {mine[0][1]}").fetchone()[0] or 0
+            assert busy == measure([(a, b) for a, b, _, _ in r["gpu"]]), f.name
+        # communication
+        nccl_db = db.execute(f"""select coalesce(sum(end_ns - start_ns), 0) from gpu_ops where trace_id in ({q})
+                                 and category = 'communication' and regexp_matches(name, '(?i)^\\s*(void\\s+)?(nccl|rccl)')""").fetchone()[0]
+        assert nccl_db == sum(b - a for a, b, n, _ in r["gpu"] if NCCL.match(n)), f.name
+        ep_db = db.execute(f"""select coalesce(sum(end_ns - start_ns), 0) from gpu_ops where trace_id in ({q})
+                               and category = 'communication' and regexp_matches(name, '(?i)(deep_ep|dpsk::ep)::(internode|intranode)')""").fetchone()[0]
+        assert ep_db == sum(b - a for a, b, n, _ in r["gpu"] if DEEPEP.search(n)), f.name
+        # steps
+        if r["steps"]:
+            got = db.execute(f"select count(*) from steps where rank in (select rank from traces where trace_id in ({q}))").fetchone()[0]
+            assert got == len(r["steps"]), (f.name, got, sorted(r["steps"]))
+        # no window longer than the capture
+        if r["span"][0] is not None:
+            longest = db.execute(f"""select coalesce(max(end_ns - start_ns), 0) from tf_internal.step_windows
+                                     where rank in (select rank from traces where trace_id in ({q}))""").fetchone()[0]
+            assert longest <= r["span"][1] - r["span"][0], (f.name, longest, r["span"])
+        # attribution validity
+        _check_links(db, q, r, mine, f)
+
+
+def _check_links(db, q, r, mine, f):
+    """Every GPU op's CPU op, as recorded in the raw file, contains the launch call (found in the raw
+    file by correlation id) on the call's thread. DB times are the recorded ones plus the rank's clock
+    offset, and for CPU ops plus the CPU-clock offset (host_clock.py), undone here."""
+    off = {t[0]: (t[5] or 0, t[4] or 0) for t in mine}
+    pid = {t[0]: t[3] if f.suffix == ".sqlite" else None for t in mine}
+    rows = db.execute(f"""select g.trace_id, g.correlation_id, h.tid, h.name, h.start_ns, h.end_ns
+                          from gpu_ops g join host_ops h on h.op_id = g.cpu_op_id
+                          where g.trace_id in ({q})""").fetchall()
+    bad = []
+    for trace_id, corr, tid, name, a, b in rows:
+        call = r["runtime"].get((pid[trace_id], corr))
+        assert call is not None, (f.name, "a GPU op linked to a CPU op has no runtime call in the file", corr)
+        ctid, ca, cb = call
+        clock, cpu = off[trace_id]
+        a1, b1 = a - clock, b - clock            # on the runtime calls' clock
+        slack = SLACK_NS if cpu else 0
+        if r["cpu"] is not None:                 # Kineto: the CPU op is one of the file's
+            assert (str(tid), name, a1 - cpu, b1 - cpu) in r["cpu"], (f.name, "the CPU op is not in the file", name, a1 - cpu)
+        if not (str(ctid) == str(tid) and a1 - slack <= ca and cb <= b1 + slack):
+            bad.append((corr, name, a1, b1, call))
+    assert not bad, (f.name, f"{len(bad)} of {len(rows)} GPU ops charged to a CPU op that does not contain their launch", bad[:3])

@@ -1,0 +1,160 @@
+"""Ctrl-C and SIGTERM for the command: one line, every temp file removed, exit 130 (Ctrl-C) or 143
+(SIGTERM: what `kill`, `timeout`, Slurm at the time limit and systemd send).
+
+Both signals become a KeyboardInterrupt in the main thread, so the one cleanup path runs for both:
+the `with` blocks of the outputs (outputs.atomic_output, scratch_folder), the reader pool and the
+Dask cluster undo what they made. `install()` sets it up for the command (cli._Guard.main); the
+rest of this module is the patching that a Ctrl-C landing at the wrong moment made necessary, each
+with the failure it fixes. A library user who imports traceflow gets none of it.
+
+- `starting()`: while the command still imports (nothing to clean up yet), either signal ends it
+  at once with the one line; a process that multiprocessing spawns from the command ignores both
+  (its parent stops it).
+- `install()`: the handlers, the hold of signals while a C extension initialises, the hook that
+  delivers a Ctrl-C lost in a weakref callback, and the check before any output replaces its target.
+- `exit_interrupted()`: the one line and the exit code.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+import threading
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+
+_seen: dict = {"signal": None}  # the first signal the command received
+
+
+def _while_starting(signum, frame):
+    code, word = EXIT.get(signum, (130, "interrupted"))
+    os.write(2, f"traceflow: {word}\n".encode())
+    os._exit(code)
+
+
+def starting(as_command: bool) -> None:
+    """Called first thing when the command's module loads. A process that multiprocessing spawns
+    from the command (a Dask nanny or worker of --cluster local:N imports the command's module as
+    its __mp_main__ with the command's argv) ignores Ctrl-C, which a terminal sends to the whole
+    process group: the command itself stops it (else every worker printed its own KeyboardInterrupt
+    traceback, or this module's one line)."""
+    if "__mp_main__" in sys.modules:  # set by multiprocessing in the processes it spawns, never in the command
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    elif as_command:
+        for s in SIGNALS:
+            signal.signal(s, _while_starting)
+
+
+def _on_signal(signum, frame):
+    """A KeyboardInterrupt, remembering which signal it was: an extension module can turn the
+    KeyboardInterrupt into its own error (DuckDB's InterruptException, "ImportError:
+    initialization failed" from a lazy import of a C extension)."""
+    if _seen["signal"] is None:
+        _seen["signal"] = signum
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Raises again a signal that an extension module swallowed: pyarrow turns a KeyboardInterrupt
+    raised inside its conversion of a list into its own error, which a reader's fallback for mixed
+    values then handled, and the run went on to the end (1 interrupted run in 100 on a loaded
+    machine). Called at each progress point (a file read, a phase started) and before any output
+    replaces its target (outputs.BEFORE_REPLACE)."""
+    if _seen["signal"] is not None:
+        raise KeyboardInterrupt
+
+
+_held: dict = {"depth": 0, "signals": []}  # extension inits running on the main thread, signals held back
+
+
+def _note(signum, frame):
+    _held["signals"].append(signum)
+
+
+def _hold_signals_in_extension_inits() -> None:
+    """A Ctrl-C while a C extension module initialises (pyarrow's Cython modules, DuckDB, numpy;
+    most are imported lazily, some by DuckDB itself) left it half-made: "ImportError:
+    initialization failed", then a crash at exit (3 of 80 ingests interrupted while loading ended
+    with SIGSEGV). The command holds SIGINT and SIGTERM back while any extension's init runs, on
+    the main thread, and delivers them as soon as the outermost one is done."""
+    from importlib.machinery import ExtensionFileLoader
+    if getattr(ExtensionFileLoader, "traceflow_holds_signals", False):
+        return
+
+    def held(method):
+        @functools.wraps(method)
+        def run(self, arg):
+            if threading.current_thread() is not threading.main_thread():
+                return method(self, arg)
+            if _held["depth"] == 0:
+                _held["previous"] = {s: signal.signal(s, _note) for s in SIGNALS}
+            _held["depth"] += 1
+            try:
+                return method(self, arg)
+            finally:
+                _held["depth"] -= 1
+                if _held["depth"] == 0:
+                    for s, previous in _held.pop("previous").items():
+                        # None: a handler set from C, not Python's
+                        signal.signal(s, previous if previous is not None else
+                                      (signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL))
+                    pending, _held["signals"] = _held["signals"], []
+                    if pending:
+                        signal.raise_signal(pending[0])  # runs the command's handler, now
+        return run
+    for name in ("create_module", "exec_module"):
+        setattr(ExtensionFileLoader, name, held(getattr(ExtensionFileLoader, name)))
+    ExtensionFileLoader.traceflow_holds_signals = True  # type: ignore[attr-defined]
+
+
+def _unraisable(u) -> None:
+    """A Ctrl-C that lands in code whose errors Python only reports (a weakref callback, a
+    finalizer) printed "Exception ignored in ..." with a traceback, and was lost: 1 interrupted
+    `--cluster local:2` run in 30 on a loaded machine. Deliver it again to the main thread instead."""
+    if u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
+        import _thread
+        # from another thread, a moment later: raised here it would be lost again in the same callback;
+        # once the command has returned (signals ignored) this does nothing
+        threading.Timer(0.05, _thread.interrupt_main).start()
+        return
+    sys.__unraisablehook__(u)
+
+
+def install() -> None:
+    """From here on, Ctrl-C and SIGTERM raise KeyboardInterrupt in the main thread (the command
+    cleans up and ends with exit_interrupted())."""
+    from .outputs import BEFORE_REPLACE
+    for s in SIGNALS:
+        signal.signal(s, _on_signal)
+    sys.unraisablehook = _unraisable
+    _hold_signals_in_extension_inits()
+    if raise_if_interrupted not in BEFORE_REPLACE:
+        BEFORE_REPLACE.append(raise_if_interrupted)
+
+
+def ignore() -> None:
+    """The work is done (or being ended): a late signal in interpreter shutdown must not turn the
+    exit into a death by that signal (seen as exit -2 when one landed just after the command returned)."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
+def is_interrupt(e: BaseException) -> bool:
+    """Any error once a signal came is the signal's doing; DuckDB also names its own."""
+    return _seen["signal"] is not None or type(e).__name__ == "InterruptException" or "Query interrupted" in str(e)
+
+
+def exit_interrupted():
+    """The one line and the exit code: 130 for Ctrl-C, 143 for SIGTERM."""
+    ignore()
+    # CPython 3.11 marks a KeyboardInterrupt that ends an eval() of a string as never handled (and
+    # collections.namedtuple evals one per class it builds, while modules import): the interpreter
+    # then kills itself with SIGINT at exit, whatever sys.exit says (exit -2, 2 of 80 runs
+    # interrupted while starting). An eval() of a string that succeeds clears the mark.
+    eval("None")
+    code, word = EXIT.get(_seen["signal"], EXIT[signal.SIGINT])
+    from .terminal import say
+    say(f"traceflow: {word}", err=True)
+    sys.exit(code)
