@@ -22,6 +22,7 @@ import tempfile
 import click
 
 from .errors import InputError, UsageError, one_line
+from .memory import hint as memory_hint
 from .outputs import disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
 from .text import printable
@@ -154,13 +155,15 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
     (exported with nsys when it is installed) and PyTorch profiler traces (.json, .json.gz),
     mixed freely, and PyTorch Flight Recorder dumps (one per rank, alone or beside the traces:
     docs/hang-forensics.md); a folder stands for the trace files and dumps in it. Formats are
-    detected from content.
+    detected from content. CUDA allocator snapshots (torch.cuda.memory._dump_snapshot, .pickle)
+    join the trace of the rank in their file name (docs/memory.md).
 
     \b
     Examples:
       traceflow ingest runs/rank*.sqlite -o job.duckdb
       traceflow ingest traces/rank-*.pt.trace.json.gz -o job.duckdb
       traceflow ingest new/rank4.sqlite -o job.duckdb --append
+      traceflow ingest traces/rank-*.json.gz snapshots/rank*_snapshot.pickle -o job.duckdb
       traceflow ingest node*/gpu*.sqlite --rank-pattern 'gpu(\\d+)'
       traceflow ingest /shared/runs/rank*.sqlite -o /shared/job.duckdb --cluster tcp://scheduler:8786
       traceflow ingest /tmp/nccl_trace_rank_* -o hang.duckdb      # Flight Recorder dumps: why it stopped
@@ -194,6 +197,9 @@ def query(database, name, list_, rank, step, fmt, limit):
       traceflow query job.duckdb idle-gaps --rank 3 --step 4
       traceflow query job.duckdb stragglers --format json
       traceflow query job.duckdb critical-path --step 4
+      traceflow query job.duckdb memory --rank 1           (profile_memory=True: peaks per step)
+      traceflow query job.duckdb memory-peak-allocations --rank 1 --step 2
+      traceflow query job.duckdb memory-ranks
     """
     from . import packs
     if list_ or not name:
@@ -207,6 +213,8 @@ def query(database, name, list_, rank, step, fmt, limit):
             for line in critical_path_lines(job.con, step):
                 say(line)
         print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step))
+        if fmt == "table" and (hint := memory_hint(job.con, name)):
+            say(hint)
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(job, rank):
                 say(line)

@@ -15,6 +15,7 @@ from pathlib import Path
 # Tables that exist before any pack runs: loaded by ingest, or made by traceflow/derive/.
 LOADED = {"traces", "gpu_ops", "host_ops", "ranges", "device_peaks", "gpu_devices",  # device_peaks, gpu_devices: hardware.py
           "fr_dumps", "fr_entries", "fr_groups"}  # Flight Recorder dumps: fr_load.py
+LOADED |= {"memory_events", "devices", "memory_segments", "memory_snapshot_blocks", "memory_snapshot_history"}  # docs/memory.md
 # Analyses written in Python: name -> (tables they create, tables they require). The critical
 # path's walk runs between queries/cp_graph.sql (the graph) and queries/critical_path.sql (naming).
 PYTHON_ANALYSES: dict[str, tuple[set[str], set[str]]] = {
