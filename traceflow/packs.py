@@ -36,6 +36,19 @@ def public_tables() -> tuple[str, ...]:
     return tuple(t for f in run_order() if f not in PYTHON_ANALYSES for t in creates_public(pack_sql(f)))
 
 
+def shows_first(pack: str) -> list[str]:
+    """The columns of a pack's table a narrow terminal keeps first (its file's `-- <table> shows first:`
+    line, sqlmodules.shows_first), or [] for a pack that declares none."""
+    from .sqlmodules import shows_first as declared
+    table = table_of(pack)
+    if table is None:
+        return []
+    for f in run_order():
+        if f not in PYTHON_ANALYSES and table in (d := declared(pack_sql(f))):
+            return d[table]
+    return []
+
+
 def table_of(pack: str) -> str | None:
     """The table a pack name (as typed: `idle-gaps`, `idle_gaps` or an alias) fills, or None."""
     table = ALIASES.get(pack) or pack.replace("-", "_")

@@ -307,7 +307,7 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
            progress=None, force: bool = False, max_inflate: str | None = None,
-           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None) -> Job:
+           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None, name: str | None = None) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
@@ -317,6 +317,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     knows the common data-centre GPUs by name). `cluster` ('local:N', a Dask scheduler address, or a
     dask.distributed.Client) runs the per-rank work as Dask tasks (traceflow/cluster.py, rank_task.py), whose
     Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
+    `name` names the job in titles (default: its input folder or first file; job_name.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
     if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
@@ -349,6 +350,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             if append:
                 _refuse_views(con, output)
             _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs)
+            from .job_name import store
+            store(con, name, files, append)
             from .derive import derive_all
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
