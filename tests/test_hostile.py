@@ -304,6 +304,8 @@ def test_a_truncated_database_and_option_extremes(sandbox):
                       (["ingest", trace, "-o", run.root / "n.duckdb", "--cluster", "local:-1"], 2)):
         r = run(*cmd)
         assert r.returncode == code and "Traceback" not in r.stderr, (cmd, r.returncode, r.stderr)
+    for var in ("TRACEFLOW_MEMORY_LIMIT", "TRACEFLOW_MAX_INFLATE"):
+        assert_one_line(run("ingest", trace, "-o", run.root / "n.duckdb", env={var: "garbage"}), 2, var)
     r = run("query", db, "steps", "--rank", str(2**70), "--step", str(-2**70))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert_clean(run, before, run.root)
