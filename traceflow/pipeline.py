@@ -424,10 +424,22 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         _check_step_pattern(step_pattern)
     if rank_pattern is not None:
         ranks.rank_from_name("", rank_pattern)
+    from .readers.compressed import parse_limit
     if max_inflate:
-        from .readers.compressed import parse_limit
         parse_limit(max_inflate)
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
+    elif os.environ.get("TRACEFLOW_MAX_INFLATE"):
+        try:
+            parse_limit(os.environ["TRACEFLOW_MAX_INFLATE"])
+        except UsageError as e:
+            raise UsageError(f"TRACEFLOW_MAX_INFLATE: {str(e).removeprefix('--max-inflate ')}") from None
+    if os.environ.get("TRACEFLOW_MEMORY_LIMIT"):
+        import duckdb
+        try:
+            duck_connect().execute("SET memory_limit = ?", [os.environ["TRACEFLOW_MEMORY_LIMIT"]])
+        except duckdb.Error as e:
+            raise UsageError(f"TRACEFLOW_MEMORY_LIMIT={os.environ['TRACEFLOW_MEMORY_LIMIT']!r}: not a size DuckDB "
+                             f"takes, such as '4GB' ({one_line(e)})") from None
 
 
 
