@@ -10,7 +10,8 @@
 --   queue_ns    max(0, gpu_start - api_end): waiting in the stream queue (nsys "queue time")
 --   latency_ns  gpu_start - api_start
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the launch
---               call (Kineto links them by External id); the launch call's start where unknown (nsys)
+--               call (gpu_ops.cpu_op_id: by External id, or by nesting on the launching thread, as for
+--               nsys's emit_nvtx ops); the launch call's start where unknown
 --   dispatch_ns  api_start - issue_start: framework time before the launch call; NULL where it
 --               cannot be answered from the trace (see cannot_answer)
 --   cannot_answer  NULL, or why dispatch_ns is NULL: 'no CPU op contains the launch call' (none

@@ -332,9 +332,9 @@ def test_annotate_rank_filter_keeps_file_small(ingested, tmp_path):
 def test_postmortem_verdict(tmp_path):
     r = run_cli("postmortem", *fixture_files("h100/nsys/ddp4_sync_stall"), "-o", tmp_path / "pm")
     assert r.returncode == 0, r.stderr
-    line = next(l for l in r.stdout.splitlines() if "stalled" in l)
-    m = re.search(r"Rank (\d+) stalled ([\d.]+) ms on the host in step (\d+)", line)
-    assert m and m.group(1) == "3" and m.group(3) == "4" and 35 <= float(m.group(2)) <= 50
+    line = next(l for l in r.stdout.splitlines() if "held up" in l)
+    m = re.search(r"Rank (\d+) held up step (\d+) with .*?, ([\d.]+) ms more", line)
+    assert m and m.group(1) == "3" and m.group(2) == "4" and 35 <= float(m.group(3)) <= 50
     for f in ("report.html", "job.perfetto-trace", "job.duckdb"):
         assert (tmp_path / "pm" / f).stat().st_size > 0
 

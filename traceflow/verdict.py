@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from . import memory
 from .hang import findings as hang_findings
 from .text import short_name, size
 
@@ -33,6 +34,10 @@ def sentence(kind: str):
         _SENTENCES[kind] = fn
         return fn
     return register
+
+
+FINDING_TABLES.append(memory.FINDINGS_TABLE)  # the memory packs' findings (traceflow/memory.py)
+_SENTENCES.update(memory.SENTENCES)
 
 
 def _ms(ns) -> str:
@@ -81,6 +86,7 @@ def findings(con) -> dict:
     steps = con.execute("SELECT step, wall_ns, warmup FROM tf_internal.findings_steps ORDER BY step").fetchall()
     if not steps:
         out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
+        out["sentences"].extend(memory.sentences(con))  # no GPU steps (a CPU job): the memory findings all the same
         return out
     walls = sorted(w for _, w, _ in steps)
     median = walls[len(walls) // 2]
@@ -161,7 +167,9 @@ def _step_outlier(r: dict, con) -> str:
     s = (f"Rank {r['rank']} held up step {r['step']} with {_what(r['class'], r['cause'])}: {_ms(r['value_ns'])} of "
          f"the critical path against {_ms(r['baseline_ns'])} in the other steps (median), {_ms(r['cost_ns'])} more")
     if r["class"] == "host" and r["evidence_ns"]:
-        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if r["activity"] else "")
+        # a Kineto step range as the host's activity says only that no op was running
+        inside = r["activity"] and not r["activity"].startswith("ProfilerStep#")
+        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if inside else "")
     elif r["evidence"]:
         s += f" (longest: {short_name(r['evidence'])})"
     if r["peer_wait_ns"] and r["peers"]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..outputs import atomic_output, check_output
 from ..text import printable
-from . import roofline, whatif
+from . import memory, roofline, whatif
 from .blocks import CAUSE_COLORS, KIND_COLORS, PAGE_NAMES, STATE_COLORS, Items, Note, Plots, Section, bars, label, shortened, table
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def _page(con, name: str, f: dict, P: Plots) -> str:
     from . import hang
     sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
                 *filter(None, [hang.section(con, f)]), _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
-                _inputs(con, P)]
+                *filter(None, [memory.section(con, P)]), _inputs(con, P)]  # memory: when the job recorded memory events
     return render(title=printable(f"traceflow post-mortem: {name}"), sections=sections,
                   specs=P.script_json())
 
