@@ -25,7 +25,7 @@ def section(con, P: Plots) -> Section | None:
             FROM memory_snapshot ORDER BY rank, device""",
             headers=["rank", "GPU", "segments", "reserved (MiB)", "allocated (MiB)", "cached free (MiB)",
                      "largest free block (MiB)", "fragmentation %", "largest request (MiB)", "it fits", "OOMs",
-                     "headroom (MiB)"]),
+                     "headroom (MiB)"], hint=P.hint("memory-snapshot")),
                    Note("Fragmentation: the share of the cached free memory outside its largest free block. A request "
                         "larger than that block needs a new cudaMalloc (or, with no room left, fails).")]
     return Section("memory", "Memory: peaks per rank, what held them, headroom", blocks)
@@ -51,7 +51,8 @@ def _events(con, P: Plots) -> list:
                        FROM memory_peak_allocations a JOIN memory_ranks USING (rank, step, device_type, device)
                        WHERE pos <= 5 ORDER BY rank, device_type, device, pos""",
                headers=["rank", "step", "device", "#", "MiB", "% of peak", "CPU op that allocated it", "module",
-                        "Python frame", "annotation"])
+                        "Python frame", "annotation"],
+               cap=5 * MAX_RANKS_CHARTED, hint=P.hint("memory-peak-allocations"))  # the top 5 of each rank charted
     return [*blocks,
             Note("Allocated: the bytes live tensors hold (the profiler's Total Allocated). Reserved: what the caching "
                  "allocator holds from the device (CUDA only). Headroom: the device's memory minus the peak reserved; "
