@@ -15,6 +15,7 @@ from pathlib import Path
 # Tables that exist before any pack runs: loaded by ingest, or made by traceflow/derive/.
 LOADED = {"traces", "gpu_ops", "host_ops", "ranges", "device_peaks", "gpu_devices",  # device_peaks, gpu_devices: hardware.py
           "fr_dumps", "fr_entries", "fr_groups"}  # Flight Recorder dumps: fr_load.py
+LOADED |= {"memory_events", "devices", "memory_segments", "memory_snapshot_blocks", "memory_snapshot_history"}  # docs/memory.md
 # Analyses written in Python: name -> (tables they create, tables they require). The critical
 # path's walk runs between queries/cp_graph.sql (the graph) and queries/critical_path.sql (naming).
 PYTHON_ANALYSES: dict[str, tuple[set[str], set[str]]] = {
@@ -35,6 +36,19 @@ def public_tables() -> tuple[str, ...]:
     return tuple(t for f in run_order() if f not in PYTHON_ANALYSES for t in creates_public(pack_sql(f)))
 
 
+def shows_first(pack: str) -> list[str]:
+    """The columns of a pack's table a narrow terminal keeps first (its file's `-- <table> shows first:`
+    line, sqlmodules.shows_first), or [] for a pack that declares none."""
+    from .sqlmodules import shows_first as declared
+    table = table_of(pack)
+    if table is None:
+        return []
+    for f in run_order():
+        if f not in PYTHON_ANALYSES and table in (d := declared(pack_sql(f))):
+            return d[table]
+    return []
+
+
 def table_of(pack: str) -> str | None:
     """The table a pack name (as typed: `idle-gaps`, `idle_gaps` or an alias) fills, or None."""
     table = ALIASES.get(pack) or pack.replace("-", "_")
@@ -44,7 +58,8 @@ def table_of(pack: str) -> str | None:
 # How `traceflow query` sorts a pack's rows: a 40 ms gap must not hide under 2,500 gaps of 1 µs.
 # (A cluster job's per-rank packs are views over Parquet shards, whose rows come in no set order.)
 DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank",
-                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC"}
+                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC",
+                 "desync": "created_ns, pg, seq, kind", "desync_ranks": "pg, rank"}  # where it stopped first
 
 
 def queries_dir() -> Path:

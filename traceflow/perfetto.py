@@ -20,7 +20,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from .errors import UsageError
 from .outputs import PERFETTO_MARK, atomic_output, check_output
-from .perfetto_packets import Interner, slice_packets
+from .perfetto_packets import Interner, counter_packets, slice_packets
 
 if TYPE_CHECKING:
     from .job import Job
@@ -115,7 +115,7 @@ def write_trace(job: Job, output: str = "job.perfetto-trace", ranks=None, steps=
     # the bundled 4-rank job's 13 MB of protobuf (names interned) become 1.6 MB, below the
     # 3.2 MB of its gzip'd JSON input.
     with atomic_output(output, "perfetto", inputs=[job.path], force=force) as tmp, open(tmp, "wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:  # no FNAME: the temp file's name
         w = _Writer(f)
         for rank in keep_ranks:
             _rank_tracks(con, w, rank, tf, keep_ranks)
@@ -239,3 +239,26 @@ def _rank_tracks(con, w: _Writer, rank: int, tf: str, ranks: list[int]):
         FROM (SELECT *, lag(rank) OVER w AS prev_rank, lead(rank) OVER w AS next_rank, lead(ordinal) OVER w AS next_ordinal
               FROM critical_path WHERE {tf} WINDOW w AS (PARTITION BY step ORDER BY ordinal))
         WHERE rank = $rank ORDER BY step, ordinal""", {"ranks": ranks, "rank": rank}, "name", ("step", "ordinal", "kind"))
+    _memory_counters(con, w, rank, proc, tf)
+
+
+def _memory_counters(con, w: _Writer, rank: int, proc: int, tf: str):
+    """Counter tracks of the rank's memory (Kineto profile_memory=True): allocated and reserved bytes
+    per device after each event, as the profiler recorded them (docs/memory.md)."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import CounterDescriptor
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_events'").fetchone()[0]:
+        return  # a database from before memory events were ingested
+    for dtype, dev in con.execute("SELECT DISTINCT device_type, device FROM memory_events WHERE rank = ? ORDER BY ALL",
+                                  [rank]).fetchall():
+        t = arrow_table(con, f"""SELECT start_ns AS ts_ns, total_allocated, total_reserved FROM (
+                                     SELECT ts_ns AS start_ns, ts_ns AS end_ns, total_allocated, total_reserved FROM memory_events
+                                     WHERE rank = ? AND device_type IS NOT DISTINCT FROM ? AND device IS NOT DISTINCT FROM ?)
+                                 WHERE {tf} ORDER BY ts_ns""", [rank, dtype, dev])
+        for what in ("allocated", "reserved") if dtype != "cpu" else ("allocated",):  # the CPU reserves nothing
+            u = _uuid("tf-memory", rank, dtype, dev, what)
+            p = w.packet()
+            d = p.track_descriptor
+            d.uuid, d.parent_uuid, d.name = u, proc, f"memory {what} ({dtype}:{dev})"
+            d.counter.unit = CounterDescriptor.UNIT_SIZE_BYTES
+            w.b.write_packet(p)
+            counter_packets(w.f, SEQ, u, t["ts_ns"].to_numpy(), t[f"total_{what}"].fill_null(0).to_numpy())

@@ -291,3 +291,19 @@ def slice_packets(f, seq_id: int, track_uuid: int, start, end, names: pa.Array, 
             packet = Concat(packet, Const(Interner.NEEDS_STATE, n))
         f.write(materialize(length_delimited(1, packet)).tobytes())
     return int(len(start))
+
+
+COUNTER = 4  # TrackEvent.TYPE_COUNTER
+
+
+def counter_packets(f, seq_id: int, track_uuid: int, ts: np.ndarray, values: np.ndarray) -> int:
+    """Writes the values of one counter track (TrackEvent.counter_value, field 30, at each ts) to the
+    open file f, column by column as slice_packets does (memory events can outnumber kernels tenfold).
+    Returns the count."""
+    for a in range(0, len(ts), CHUNK_EVENTS):
+        t, v = ts[a:a + CHUNK_EVENTS], values[a:a + CHUNK_EVENTS]
+        n = len(t)
+        event = Concat(varint_field(9, np.full(n, COUNTER)), Const(tag(11, 0) + varint(track_uuid), n), varint_field(30, v))
+        packet = Concat(varint_field(8, t), varint_field(10, np.full(n, seq_id)), length_delimited(11, event))
+        f.write(materialize(length_delimited(1, packet)).tobytes())
+    return int(len(ts))

@@ -36,7 +36,8 @@ from .text import as_text
 
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
-SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
+SUFFIXES: tuple[str, ...] = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
+SUFFIXES += (".pickle",)  # torch.cuda.memory._dump_snapshot (readers/memory_snapshot.py)
 
 
 def _looks_like_trace(p: Path) -> bool:
@@ -306,7 +307,7 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
            progress=None, force: bool = False, max_inflate: str | None = None,
-           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None) -> Job:
+           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None, name: str | None = None) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
@@ -316,6 +317,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     knows the common data-centre GPUs by name). `cluster` ('local:N', a Dask scheduler address, or a
     dask.distributed.Client) runs the per-rank work as Dask tasks (traceflow/cluster.py, rank_task.py), whose
     Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
+    `name` names the job in titles (default: its input folder or first file; job_name.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
     if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
@@ -348,6 +350,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             if append:
                 _refuse_views(con, output)
             _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs)
+            from .job_name import store
+            store(con, name, files, append)
             from .derive import derive_all
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
@@ -420,10 +424,22 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         _check_step_pattern(step_pattern)
     if rank_pattern is not None:
         ranks.rank_from_name("", rank_pattern)
+    from .readers.compressed import parse_limit
     if max_inflate:
-        from .readers.compressed import parse_limit
         parse_limit(max_inflate)
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
+    elif os.environ.get("TRACEFLOW_MAX_INFLATE"):
+        try:
+            parse_limit(os.environ["TRACEFLOW_MAX_INFLATE"])
+        except UsageError as e:
+            raise UsageError(f"TRACEFLOW_MAX_INFLATE: {str(e).removeprefix('--max-inflate ')}") from None
+    if os.environ.get("TRACEFLOW_MEMORY_LIMIT"):
+        import duckdb
+        try:
+            duck_connect().execute("SET memory_limit = ?", [os.environ["TRACEFLOW_MEMORY_LIMIT"]])
+        except duckdb.Error as e:
+            raise UsageError(f"TRACEFLOW_MEMORY_LIMIT={os.environ['TRACEFLOW_MEMORY_LIMIT']!r}: not a size DuckDB "
+                             f"takes, such as '4GB' ({one_line(e)})") from None
 
 
 
@@ -528,8 +544,9 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
             existing.add((h, pid))
             taken[rank] = path
             next_id = max(next_id, tid + 1)
-        from .schema import DERIVED, TABLES, duck_type
+        from .schema import DERIVED, TABLES, ddl, duck_type
         for table, sch in TABLES.items():  # a database from before a column existed: NULL in its rows
+            con.execute(ddl(table).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))  # nor the table (memory_events)
             have = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
             for name, typ in [(f.name, duck_type(f.type)) for f in sch] + DERIVED[table]:
                 if name not in have:
@@ -551,8 +568,10 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
         else:
             seen.add(k)
             fresh.append(t)
+    snapshots = [t for t in fresh if t.source_format == "torch-memory-snapshot"]  # join their rank's trace, below
+    fresh = [t for t in fresh if t.source_format != "torch-memory-snapshot"]
     if not fresh and not dumps and not append:
-        raise UsageError("nothing to ingest")
+        raise UsageError("nothing to ingest" + (": a memory snapshot joins its rank's trace; ingest them together" * bool(snapshots)))
     assigned = ranks.assign(fresh, rank_pattern, taken)  # also drops world sizes a file got wrong
     world = max([t.world_size or 0 for t in fresh] + [0]) or None
     loads = []
@@ -569,8 +588,35 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
         result.traces.append({"trace_id": tid, "rank": rank, "file": trace.source_path, "format": trace.source_format,
                               "rank_source": src, **trace.counts})
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
+    loads.extend(_snapshot_loads(con, snapshots, loads, rank_pattern, result))
     _check_one_job(con, load(loads))
     if dumps:
         fr_load.load(con, dumps, scratch, rank_pattern, result)
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
     con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])
+
+
+def _snapshot_loads(con, snapshots, loads, rank_pattern, result) -> list:
+    """Allocator snapshots (readers/memory_snapshot.py) hold no rank: each gets the rank in its file
+    name (or the job's only rank) and the trace_id of that rank's trace, whose tables it joins."""
+    if not snapshots:
+        return []
+    of_rank = {r: tid for tid, r in con.execute("SELECT trace_id, rank FROM traces").fetchall()}
+    seen = {h for (h,) in con.execute("SELECT DISTINCT source_hash FROM memory_segments").fetchall()}
+    out = []
+    for s in snapshots:
+        rank = ranks.rank_from_name(s.source_path, rank_pattern)
+        if rank is None and len(of_rank) == 1:
+            rank = next(iter(of_rank))
+        if rank is None:
+            raise InputError(s.source_path, f"a memory snapshot names no rank, and the job has {len(of_rank)}: "
+                             "put the rank in its file name (rank3_snapshot.pickle) or use --rank-pattern")
+        if rank not in of_rank:
+            raise InputError(s.source_path, f"a memory snapshot of rank {rank}, but no trace of rank {rank} is in the job")
+        if s.source_hash in seen:
+            result.skipped.append(f"{s.source_path}: already in the database (same content), skipped")
+            continue
+        seen.add(s.source_hash)
+        out.append((s, of_rank[rank], rank))
+        result.warnings.extend(f"{s.source_path}: {w}" for w in s.warnings)
+    return out

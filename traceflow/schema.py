@@ -1,4 +1,7 @@
-"""The canonical tables (DESIGN.md, "Schema"). All times: INT64 ns since the Unix epoch."""
+"""The canonical tables (DESIGN.md, "Schema"). All times: INT64 ns since the Unix epoch.
+
+Size: every loaded table's columns and their words (COMMENT ON), one place for all the readers.
+"""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -25,6 +28,35 @@ RANGES = pa.schema([
     ("name", pa.string()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("on_gpu", pa.bool_()),
 ])
 
+# Kineto profile_memory=True: one row per allocation (bytes > 0) or free (bytes < 0); docs/memory.md
+MEMORY_EVENTS = pa.schema([
+    ("trace_id", pa.int32()), ("rank", pa.int32()), ("device_type", pa.string()), ("device", pa.int32()),
+    ("pid", pa.int64()), ("tid", pa.int64()), ("ts_ns", pa.int64()), ("bytes", pa.int64()), ("addr", pa.int64()),
+    ("total_allocated", pa.int64()), ("total_reserved", pa.int64()),
+])
+
+# the GPUs a trace describes (Kineto deviceProperties): their memory, for the memory pack's headroom
+DEVICES = pa.schema([
+    ("trace_id", pa.int32()), ("rank", pa.int32()), ("device", pa.int32()), ("name", pa.string()),
+    ("memory_bytes", pa.int64()),
+])
+
+# torch.cuda.memory snapshots (readers/memory_snapshot.py), joined to the rank of their file name
+MEMORY_SEGMENTS = pa.schema([
+    ("trace_id", pa.int32()), ("rank", pa.int32()), ("device", pa.int32()), ("address", pa.int64()),
+    ("total_size", pa.int64()), ("allocated_size", pa.int64()), ("active_size", pa.int64()),
+    ("requested_size", pa.int64()), ("stream", pa.int64()), ("segment_type", pa.string()), ("is_expandable", pa.bool_()),
+    ("n_blocks", pa.int64()), ("largest_free_block", pa.int64()), ("source_hash", pa.string()),
+])
+MEMORY_SNAPSHOT_BLOCKS = pa.schema([
+    ("trace_id", pa.int32()), ("rank", pa.int32()), ("device", pa.int32()), ("segment_address", pa.int64()),
+    ("address", pa.int64()), ("size", pa.int64()), ("requested_size", pa.int64()), ("state", pa.string()),
+    ("frames", pa.string()),
+])
+MEMORY_SNAPSHOT_HISTORY = pa.schema([
+    ("trace_id", pa.int32()), ("rank", pa.int32()), ("device", pa.int32()), ("action", pa.string()),
+    ("addr", pa.int64()), ("size", pa.int64()), ("stream", pa.int64()), ("time_ns", pa.int64()), ("frames", pa.string()),
+])
 # PyTorch Flight Recorder dumps (readers/flight_recorder.py; docs/hang-forensics.md): one row per
 # entry of a rank's buffer, and one per process group it knew. dump_id: fr_dumps.dump_id.
 FR_ENTRIES = pa.schema([
@@ -78,12 +110,14 @@ CREATE TABLE traces (
     clock_note VARCHAR,                 -- why the offset was or was not applied (docs/clock-alignment.md)
     cpu_clock_offset_ns BIGINT DEFAULT 0,  -- Kineto: added to CPU ops / annotations to put them on the runtime calls' clock
     cpu_clock_consistent BOOLEAN,       -- FALSE: no single offset fits; figures mixing the two clocks are NULL
-    rank_source VARCHAR,                -- where the rank came from: nccl | distributedInfo | file name | file order | pattern
+    rank_source VARCHAR,                -- where the rank came from: nccl | distributedInfo | file name | device | file order | pattern
     warnings VARCHAR[]
 )
 """
 
 TABLES = {"gpu_ops": GPU_OPS, "host_ops": HOST_OPS, "ranges": RANGES}
+TABLES.update({"memory_events": MEMORY_EVENTS, "devices": DEVICES, "memory_segments": MEMORY_SEGMENTS,
+               "memory_snapshot_blocks": MEMORY_SNAPSHOT_BLOCKS, "memory_snapshot_history": MEMORY_SNAPSHOT_HISTORY})
 
 _DUCK = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.string(): "VARCHAR", pa.bool_(): "BOOLEAN"}
 
@@ -94,6 +128,7 @@ DERIVED = {
                 ("cpu_op_id", "BIGINT"), ("step", "INTEGER")],
     "host_ops": [("op_id", "BIGINT")],
     "ranges": [],
+    "memory_events": [], "devices": [], "memory_segments": [], "memory_snapshot_blocks": [], "memory_snapshot_history": [],
 }
 
 
@@ -124,7 +159,7 @@ DOCS = {
         "clock_note": "why the offset was or was not applied (docs/clock-alignment.md)",
         "cpu_clock_offset_ns": "Kineto: added to CPU ops and annotations to put them on the runtime calls' clock (ns)",
         "cpu_clock_consistent": "FALSE: no single offset fits; figures mixing the two clocks are NULL",
-        "rank_source": "where the rank came from: nccl | distributedInfo | file name | file order | pattern",
+        "rank_source": "where the rank came from: nccl | distributedInfo | file name | device | file order | pattern",
         "warnings": "what ingest dropped or refused in this file, and why"}),
     "gpu_ops": ("one row per GPU op (kernel, memcpy, memset) of every rank", {
         "device": "the GPU index", "short_name": "the profiler's short kernel name, when it records one",
@@ -146,4 +181,28 @@ DOCS = {
                            "(e.g. [\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"1\"]: stride, padding, dilation, groups)"}),
     "ranges": ("NVTX ranges and user annotations (record_function), host side and GPU side", {
         "domain": "the NVTX domain", "on_gpu": "TRUE for Kineto's GPU-side user annotations"}),
+    "memory_events": ("one row per allocation or free the PyTorch profiler recorded (profile_memory=True; docs/memory.md)", {
+        "device_type": "cpu | cuda | ... (c10 DeviceType)", "device": "the device index as recorded (-1: the CPU)",
+        "pid": "the process id", "tid": "the thread that allocated or freed",
+        "ts_ns": "when (ns since epoch, on the CPU ops' clock)",
+        "bytes": "bytes allocated (> 0) or freed (< 0)", "addr": "the block's address (pairs an allocation with its free)",
+        "total_allocated": "the allocator's bytes allocated on this device just after the event",
+        "total_reserved": "the caching allocator's bytes reserved from the device just after the event (the CPU allocator reserves none: 0)"}),
+    "memory_segments": ("one row per segment of a CUDA caching-allocator snapshot (torch.cuda.memory._dump_snapshot; docs/memory.md)", {
+        "device": "the GPU index", "address": "the segment's address", "total_size": "bytes the segment holds from the device",
+        "allocated_size": "bytes of it allocated to tensors", "active_size": "bytes of it in use or awaiting a free on a stream",
+        "requested_size": "bytes the allocations asked for (before rounding)", "stream": "the stream the segment serves",
+        "segment_type": "'large' | 'small' pool", "is_expandable": "expandable_segments", "n_blocks": "its blocks",
+        "largest_free_block": "its largest inactive (free) block: the biggest request it could serve without a new cudaMalloc",
+        "source_hash": "blake2b of the snapshot file (re-ingest is idempotent)"}),
+    "memory_snapshot_blocks": ("one row per block of a snapshot's segments", {
+        "segment_address": "the segment holding it", "address": "the block's address", "size": "its bytes",
+        "requested_size": "bytes the allocation asked for", "state": "active_allocated | active_pending_free | inactive",
+        "frames": "the innermost frames of the stack that allocated it (file:line function), when history was recorded"}),
+    "memory_snapshot_history": ("the allocator's recorded history in a snapshot (_record_memory_history)", {
+        "action": "alloc | free_requested | free_completed | segment_alloc | segment_free | oom | snapshot",
+        "addr": "the block or segment address", "size": "bytes", "stream": "the CUDA stream",
+        "time_ns": "when (ns since epoch; the snapshot's time_us)", "frames": "the innermost frames of its stack"}),
+    "devices": ("the GPUs a trace describes (Kineto deviceProperties)", {
+        "device": "the device index", "name": "the device's name", "memory_bytes": "its memory (totalGlobalMem, bytes)"}),
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from . import memory
 from .hang import findings as hang_findings
 from .text import short_name, size
 
@@ -33,6 +34,10 @@ def sentence(kind: str):
         _SENTENCES[kind] = fn
         return fn
     return register
+
+
+FINDING_TABLES.append(memory.FINDINGS_TABLE)  # the memory packs' findings (traceflow/memory.py)
+_SENTENCES.update(memory.SENTENCES)
 
 
 def _ms(ns) -> str:
@@ -81,6 +86,7 @@ def findings(con) -> dict:
     steps = con.execute("SELECT step, wall_ns, warmup FROM tf_internal.findings_steps ORDER BY step").fetchall()
     if not steps:
         out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
+        out["sentences"].extend(memory.sentences(con))  # no GPU steps (a CPU job): the memory findings all the same
         return out
     walls = sorted(w for _, w, _ in steps)
     median = walls[len(walls) // 2]

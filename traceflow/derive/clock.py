@@ -50,7 +50,7 @@ NEGLIGIBLE_NS = 50_000     # shifts below this are within the precision of the c
 NATURAL_FACTOR = 2.0       # a shift must exceed this many times the peers' median |offset|
 
 # the loaded tables' times (rank_task.TIMES lists every per-rank table's; the derived ones are derived again)
-TIME_COLUMNS = {t: TIMES[t] for t in ("gpu_ops", "host_ops", "ranges")}
+TIME_COLUMNS = {t: TIMES[t] for t in ("gpu_ops", "host_ops", "ranges", "memory_events")}
 
 _ENDS_SQL = """
 WITH m AS (SELECT comm, step, seq FROM collectives GROUP BY ALL HAVING count(DISTINCT rank) >= 2)

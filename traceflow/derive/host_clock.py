@@ -69,6 +69,7 @@ def reconcile(con) -> list[tuple[int, str]]:
                         "WHERE trace_id = ? AND kind IN ('cpu_op', 'python')", [delta, delta, trace_id])
             con.execute("UPDATE ranges SET start_ns = start_ns + ?, end_ns = end_ns + ? WHERE trace_id = ? AND NOT on_gpu",
                         [delta, delta, trace_id])
+            con.execute("UPDATE memory_events SET ts_ns = ts_ns + ? WHERE trace_id = ?", [delta, trace_id])  # CPU-side too
             con.execute("UPDATE traces SET cpu_clock_offset_ns = ?, cpu_clock_consistent = TRUE WHERE trace_id = ?",
                         [delta, trace_id])
             warnings.append((trace_id, "CPU ops are on another clock than the CUDA runtime calls and GPU work; moved by "

@@ -30,7 +30,8 @@ def identify(path: str) -> Input:
 
 def detect(path: str) -> str:
     """'nsys-sqlite', 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
-    Recorder dumps, readers/flight_recorder.py); InputError otherwise."""
+    Recorder dumps, readers/flight_recorder.py), 'torch-memory-snapshot' (readers/memory_snapshot.py);
+    InputError otherwise."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
@@ -45,6 +46,8 @@ def detect(path: str) -> str:
         raise InputError(path, "empty file (0 bytes)")
     if head.startswith(SQLITE_MAGIC):
         return "nsys-sqlite"
+    if head[:1] == b"\x80" and b"segments" in head:  # readers/memory_snapshot.py
+        return "torch-memory-snapshot"
     if path.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
     if head.startswith(GZIP_MAGIC):

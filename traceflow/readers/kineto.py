@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError, one_line
+from . import kineto_memory
 from .compressed import BoundedReader
 from .model import ProcessTrace
 from .stream import HashedFile, ReadAhead
@@ -35,7 +36,7 @@ MAX_HEADER_BYTES = 64 << 20
 Num = int | float | str | None
 
 
-class Args(msgspec.Struct):
+class Args(kineto_memory.MemoryArgs):  # with the fields of [memory] events
     correlation: Num = None
     external_id: Num = msgspec.field(default=None, name="External id")
     device: Num = None
@@ -67,7 +68,7 @@ class Event(msgspec.Struct):
 # The types nearly every trace has. A batch that decodes with them is turned into columns by C
 # loops (attrgetter, Arrow); one that does not (a float pid, a null ts) is decoded again with the
 # loose types above and converted event by event. Both give the same columns.
-class StrictArgs(msgspec.Struct, frozen=True, gc=False):
+class StrictArgs(kineto_memory.StrictMemoryArgs, frozen=True, gc=False):
     correlation: int | None = None
     external_id: int | None = msgspec.field(default=None, name="External id")
     device: int | None = None
@@ -359,6 +360,7 @@ class _Converter:
         self.any_events = False
         self.version = None
         self.notes: set[str] = set()
+        self.devices = None
 
     def set_meta(self, m: Meta):
         if m.baseTimeNanoseconds is not None:
@@ -378,6 +380,7 @@ class _Converter:
         if m.hostname:
             self.hostname = m.hostname
         if m.deviceProperties and isinstance(m.deviceProperties, list):
+            self.devices = kineto_memory.devices(m.deviceProperties)
             names = sorted({str(d["name"]) for d in m.deviceProperties if isinstance(d, dict) and d.get("name")})
             self.device_name = ", ".join(names) or None
         if m.schemaVersion is not None:
@@ -393,6 +396,11 @@ class _Converter:
             if e.name == "process_name" and e.args is not None and e.args is not _NO_STRICT_ARGS \
                     and isinstance(e.pid, int):
                 self.host_pids.setdefault(e.pid, e.args.name)
+        mem, bad = kineto_memory.columns(events, ph, self.base, _ints, _ns, _where)
+        if mem is not None:
+            self.bad_time += bad
+            self.n.setdefault("memory_events", 0)
+            self._write(sink, key, "memory_events", mem)
         # Only complete events ('X') become rows: flow arrows and markers are often a quarter of a trace.
         xs = list(compress(events, map(eq, ph, repeat("X"))))
         if not xs:
@@ -509,6 +517,9 @@ class _Converter:
             warnings.append(f"{k} GPU ops {what[field]}")
         if self.n["gpu_ops"] == 0:
             warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
+        if self.devices is not None:
+            self.n.setdefault("devices", 0)
+            self._write(sink, key, "devices", self.devices)
         pid = None
         if self.host_pids:
             # Kineto names GPU "processes" by device index; the host process has a real pid.

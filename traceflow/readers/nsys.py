@@ -18,7 +18,7 @@ from urllib.parse import quote
 import duckdb
 import pyarrow as pa
 
-from ..duck import relation, sql_string
+from ..duck import arrow_table, relation, sql_string
 from ..errors import InputError, one_line
 from .model import ProcessTrace
 
@@ -268,6 +268,10 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
         col = next((c for c in ("cuDevice", "id", "deviceId") if src.has("TARGET_INFO_GPU", c)), None)
         if col:
             gpu_names = dict(con.execute(f"SELECT {col}, name FROM src.TARGET_INFO_GPU").fetchall())
+    gpu_memory = None  # the GPUs' memory: the memory packs' headroom (docs/memory.md)
+    if gpu_names and src.has("TARGET_INFO_GPU", "totalMemory"):
+        gpu_memory = arrow_table(con, f"""SELECT {col}::INTEGER AS device, name, totalMemory::BIGINT AS memory_bytes
+                                          FROM src.TARGET_INFO_GPU""")
 
     out = []
     if not procs:
@@ -284,6 +288,8 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
                 n += batch.num_rows
                 sink.write(pkey, table, batch)
             counts[table] = n
+        if gpu_memory is not None and gpu_memory.num_rows:
+            sink.write(pkey, "devices", gpu_memory)
         devs = [r[0] for r in con.execute(f"SELECT DISTINCT device FROM g WHERE {flt}").fetchall()]
         device_name = ", ".join(sorted({str(gpu_names.get(d, "")) for d in devs} - {""})) or None
         nccl_rank = _nccl_rank(src, gpid)
@@ -292,7 +298,8 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
             profiler_version=f"nsys {version}" + (f" (schema {schema})" if schema else "") if version else None,
             hostname=hostname, pid=pid, device_name=device_name, rank_hint=nccl_rank,
             rank_hint_source="nccl" if nccl_rank is not None else None, world_size=None,
-            warnings=list(warnings), n_processes=len(procs), counts=counts))
+            warnings=list(warnings), n_processes=len(procs), counts=counts,
+            devices=tuple(sorted(d for d in devs if d is not None))))
     return out
 
 

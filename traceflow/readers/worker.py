@@ -80,9 +80,12 @@ def _read_file(inp: Input, folder, index, nsys_exe):
         if fmt in ("fr-pickle", "fr-json"):
             from . import flight_recorder
             return flight_recorder.read(path, sink, f"f{index}fr", fmt)
-        if fmt != "kineto-json":
+        if fmt not in ("kineto-json", "torch-memory-snapshot"):
             from . import nsys  # DuckDB: imported only by the processes that read nsys exports
-        if fmt == "nsys-rep":
+        if fmt == "torch-memory-snapshot":
+            from . import memory_snapshot
+            traces = memory_snapshot.read(path, sink, key=f"f{index}p0")
+        elif fmt == "nsys-rep":
             from .nsys_cli import export_sqlite
             traces = nsys.read(export_sqlite(path, nsys_exe), sink, key=f"f{index}p")
         elif fmt in ("sqlite-gz", "sqlite-xz"):

@@ -1,0 +1,62 @@
+-- memory_ranks (pack `memory-ranks`): the ranks side by side: each rank's highest memory peak, how far it
+-- lies above its peers', and the op holding most of it (uneven shards and pipeline stages show here).
+--
+-- Inputs: memory, memory_peak_allocations (memory.sql, memory_peak_allocations.sql).
+-- Parameters (DuckDB variables; defaults in brackets):
+--   tf_memory_peer_pct  a rank peaks far above its peers when its peak exceeds their median by this much [20 %]
+--
+-- One row per rank and device type (cpu, cuda, ...): the rank's highest peak_allocated_bytes over its
+-- steps and devices of that type (the first step that reached it). Bytes; ns since epoch.
+--   rank, device_type
+--   device               INTEGER  the device of that peak
+--   step                 INTEGER  the step of that peak
+--   peak_allocated_bytes BIGINT   the peak (memory.peak_allocated_bytes)
+--   peak_ns              BIGINT   when it was reached
+--   peak_reserved_bytes  BIGINT   the rank's highest reserved total in that step (NULL on the CPU)
+--   device_memory_bytes  BIGINT   the device's memory (NULL: unknown)
+--   headroom_pct         DOUBLE   memory.headroom_pct of that step (NULL: unknown)
+--   near_device_limit    BOOLEAN  memory.near_device_limit of that step (NULL: unknown)
+--   top_op               VARCHAR  the CPU op whose allocations hold the most bytes at the peak (memory_peak_allocations)
+--   top_op_bytes         BIGINT   those bytes
+--   top_allocation_bytes BIGINT   the largest single allocation live at the peak
+--   top_allocation_op    VARCHAR  the CPU op that made it
+--   peers_median_bytes   BIGINT   the median peak of the other ranks (same device type); NULL with no peers
+--   above_peers_bytes    BIGINT   peak_allocated_bytes - peers_median_bytes
+--   above_peers_pct      DOUBLE   above_peers_bytes in percent of peers_median_bytes
+--   highest              BOOLEAN  the rank with the highest peak of its device type (ties: the lowest rank)
+--   far_above_peers      BOOLEAN  above_peers_pct >= tf_memory_peer_pct
+-- requires: memory, memory_peak_allocations
+-- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
+CREATE SCHEMA IF NOT EXISTS tf_internal;
+SET search_path = 'main,tf_internal';
+CREATE OR REPLACE TABLE memory_ranks AS
+WITH best AS (
+    SELECT * FROM (
+        SELECT *, row_number() OVER (PARTITION BY rank, device_type ORDER BY peak_allocated_bytes DESC, step, device) AS k
+        FROM memory)
+    WHERE k = 1
+), by_op AS (
+    SELECT a.rank, a.device_type, a.op_name, sum(a.bytes)::BIGINT AS bytes
+    FROM memory_peak_allocations a JOIN best b USING (rank, step, device_type, device)
+    GROUP BY ALL
+), top_op AS (
+    SELECT rank, device_type, arg_max(op_name, bytes) AS top_op, max(bytes) AS top_op_bytes FROM by_op GROUP BY ALL
+), top_alloc AS (
+    SELECT a.rank, a.device_type, a.bytes AS top_allocation_bytes, a.op_name AS top_allocation_op
+    FROM memory_peak_allocations a JOIN best b USING (rank, step, device_type, device) WHERE a.pos = 1
+), peers AS (
+    SELECT b.rank, b.device_type, (SELECT median(o.peak_allocated_bytes) FROM best o
+                                   WHERE o.device_type = b.device_type AND o.rank <> b.rank)::BIGINT AS peers_median_bytes
+    FROM best b
+)
+SELECT b.rank, b.device_type, b.device, b.step, b.peak_allocated_bytes,
+       round(100.0 * (b.peak_allocated_bytes - p.peers_median_bytes) / nullif(p.peers_median_bytes, 0), 2) AS above_peers_pct,
+       t.top_op, b.headroom_pct, b.peak_ns, b.peak_reserved_bytes, b.device_memory_bytes, b.near_device_limit,
+       t.top_op_bytes, a.top_allocation_bytes, a.top_allocation_op,
+       p.peers_median_bytes, b.peak_allocated_bytes - p.peers_median_bytes AS above_peers_bytes,
+       row_number() OVER (PARTITION BY b.device_type ORDER BY b.peak_allocated_bytes DESC, b.rank) = 1 AS highest,
+       coalesce(100.0 * (b.peak_allocated_bytes - p.peers_median_bytes) / nullif(p.peers_median_bytes, 0)
+                >= coalesce(getvariable('tf_memory_peer_pct'), 20), FALSE) AS far_above_peers
+FROM best b LEFT JOIN top_op t USING (rank, device_type) LEFT JOIN top_alloc a USING (rank, device_type)
+LEFT JOIN peers p USING (rank, device_type)
+ORDER BY b.device_type, b.rank;
