@@ -17,6 +17,7 @@ from . import schema
 from .errors import InputError
 from .readers import ranks
 from .readers.model import ProcessTrace
+from .text import as_text
 
 FORMATS = ("fr-pickle", "fr-json")
 # Dumps of one job overlap in time: each buffer holds the last entries before the dump, and the
@@ -79,7 +80,7 @@ def load(con, dumps: list[ProcessTrace], folder: str, rank_pattern: str | None, 
     for t, rank, src in ranks.assign(fresh, rank_pattern, taken):
         did = next_id
         next_id += 1
-        rows["fr_dumps"].append((did, rank, t.world_size, os.path.abspath(t.source_path), t.source_format, t.source_hash,
+        rows["fr_dumps"].append((did, rank, t.world_size, as_text(os.path.abspath(t.source_path)), t.source_format, t.source_hash,
                                  t.profiler_version, src, t.counts.get("fr_entries", 0), t.warnings))
         for table in schema.FR_TABLES:
             path = Path(folder) / f"{t.key}.{table}.arrow"
