@@ -243,6 +243,12 @@ def test_verdict_names_the_rank_far_above_its_peers(memory_job, tmp_path):
     assert "above its peers' median" in line and "aten::empty holds" in line, line
     assert not any(s.startswith(f"Rank {1 - HOLD_RANK} peaks") for s in sentences)
     assert not any("close to running out of memory" in s for s in sentences)  # the CPU's memory is unknown: no guess
+    # the same row reaches the verdict's findings (FINDING_TABLES) beside findings.sql's own, worded the same
+    from traceflow import memory, verdict
+    con = connect(memory_job["db"])
+    mem = [r for r in verdict.rows(con) if r["kind"].startswith("memory_")]
+    assert [(r["kind"], r["rank"], r["step"], r["evidence"]) for r in mem] == [("memory_above_peers", HOLD_RANK, HOLD_STEP, "aten::empty")]
+    assert memory.SENTENCES[mem[0]["kind"]](mem[0], con) == line
 
 
 def test_perfetto_counter_tracks_carry_every_total(memory_job, tmp_path):
