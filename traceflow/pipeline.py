@@ -47,6 +47,11 @@ def _looks_like_trace(p: Path) -> bool:
     from .readers.flight_recorder import looks_like_dump
     if looks_like_dump(str(p)):
         return True
+    if p.name.endswith(".pickle"):  # an allocator snapshot, not any pickle beside the traces (detect.py)
+        try:
+            return identify(str(p)).format == SNAPSHOT
+        except InputError:
+            return False
     if not p.name.endswith((".json", ".json.gz")):
         return p.name.endswith(SUFFIXES)
     try:
