@@ -1,11 +1,13 @@
 # Two commands: `make demo` and `make test`. Both create the venv when it is missing.
+# `make test` is the quick suite (under 5 minutes on 2 cores); `make test-slow` the rest: bigger inputs,
+# Dask clusters, the bad-input corpus, the install check and the peer (HTA) comparison. CI runs both.
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 SHARED ?= ../shared
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: demo test test-all fuzz bench bench-cluster venv dev chromium install-check peers lint clean
+.PHONY: demo demo-next test test-slow test-all fuzz bench bench-cluster venv dev chromium install-check peers lint clean
 
 # The demo's venv holds only what the package declares (versions pinned by the lock as constraints);
 # the test venv adds the dev set (pytest, hypothesis, torch for recording real traces in tests).
@@ -28,10 +30,17 @@ demo: venv
 	$(BIN)/traceflow postmortem fixtures/ddp4_sync_stall/rank-*.pt.trace.json.gz -o out/postmortem
 	@echo
 	$(BIN)/traceflow query out/postmortem/job.duckdb steps --step 4
+	@$(MAKE) -s --no-print-directory demo-next
+
+# What to open next, each command one that works in this venv: the demo's venv holds only the declared
+# dependencies, so DuckDB's shell (duckdb-cli, a dev dependency) is there only after `make dev`.
+demo-next:
 	@echo
 	@echo "Report:   out/postmortem/report.html (open in a browser, works offline)"
 	@echo "Perfetto: out/postmortem/job.perfetto-trace (drop onto https://ui.perfetto.dev)"
-	@echo "Shell:    $(BIN)/duckdb -readonly out/postmortem/job.duckdb"
+	@echo "SQL:      $(BIN)/traceflow sql out/postmortem/job.duckdb \"select * from idle_gaps order by dur_ns desc limit 5\""
+	@if [ -x $(BIN)/duckdb ]; then echo "Shell:    $(BIN)/duckdb -readonly out/postmortem/job.duckdb"; \
+	  else echo "Shell:    make dev, then $(BIN)/duckdb -readonly out/postmortem/job.duckdb (the DuckDB shell)"; fi
 
 # Debian's chromium drives the report test; installed here when missing (needs root or sudo).
 chromium:
@@ -55,11 +64,14 @@ lint: dev
 	$(BIN)/ruff check traceflow bench tests
 	$(BIN)/python -m mypy traceflow
 
-test: dev lint chromium install-check peers
-	TRACEFLOW_HTA_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q -n 2 -m "not slow" tests
+test: dev lint chromium
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
-test-all: dev chromium install-check peers
-	TRACEFLOW_HTA_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q -n 2 tests
+# Marked slow (tests/conftest.py says which and why): bigger inputs, clusters, the corpus, HTA.
+test-slow: dev chromium install-check peers
+	TRACEFLOW_HTA_PYTHON=$(CURDIR)/$(PEERS)/bin/python $(BIN)/python -m pytest -q -n 2 -m slow tests
+
+test-all: test test-slow
 
 # Installs as a user does: the wheel into a fresh venv with nothing but its declared dependencies,
 # then every module imported and `postmortem` run on a Kineto and (when ../shared is here) an nsys job.
@@ -77,4 +89,4 @@ bench-cluster: dev
 	$(BIN)/python bench/cluster.py --shared $(SHARED) --ranks 16 64 256
 
 clean:
-	rm -rf $(VENV) $(PEERS) out bench/work .pytest_cache
+	rm -rf $(VENV) $(PEERS) out bench/work .pytest_cache .pytest-tmp

@@ -12,6 +12,7 @@
 --   last_start_ns  when the last rank started (ns since epoch)
 --   n_ranks        ranks that recorded this collective
 --   op_id          gpu_ops.op_id of the rank's NCCL kernel
+-- collective_waits shows first: comm, step, seq, op, rank, wait_ns, transfer_ns, n_ranks
 -- requires: collectives
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -23,6 +23,8 @@
 --   share_pct     total_ns / step_wall_ns (percent)
 --   step_wall_ns  the step's span across ranks: the length of its critical path (ns)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- critical_path shows first: step, rank, kind, name, dur_ns, bound
+-- critical_path_summary shows first: step, rank, kind, total_ns, share_pct, segments
 -- requires: critical_path_raw, gpu_ops, host_ops, op_work, op_work_kernels, ranges
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

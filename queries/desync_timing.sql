@@ -30,6 +30,7 @@
 --   where_stuck      collective: inside a communication call for at least half of the stretch |
 --                    host: in a host op or range outside any collective for at least half of it |
 --                    idle: neither | NULL: its trace ends before the hang
+-- desync_timing_ranks shows first: rank, where_stuck, host_activity, host_activity_ns, in_collective_ns, gpu_busy_ns, gpu_at_hang, last_seq
 -- requires: fr_entries, traces, host_ops, ranges, gpu_ops, desync, desync_ranks
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

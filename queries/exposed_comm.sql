@@ -9,6 +9,7 @@
 --   overlap_ns   |comm ∩ compute|
 --   overlap_pct  100 * overlap_ns / comm_ns (percent, 0..100; NULL without communication)
 --   exposed_ns   |comm − compute| = comm_ns − overlap_ns
+-- exposed_comm shows first: rank, step, exposed_ns, comm_ns, compute_ns, overlap_pct
 -- requires: gpu_state, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -37,6 +37,7 @@
 --   ranks          ranks concerned (shared_gpu: the ranks on one GPU) (INTEGER[])
 --   steps          steps concerned (launch_bound_steps) (INTEGER[])
 --   note           a short qualifier: how a shared GPU was identified, the MFU lower bound (VARCHAR)
+-- findings shows first: priority, kind, rank, step, cause, cost_ns, share_pct, evidence, note
 -- requires: collective_waits, gpu_devices, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -32,6 +32,8 @@
 --   total_ns  their total length (ns)
 --   max_ns    the longest (ns)
 -- Few rows probe the as-of join below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- idle_gaps shows first: rank, step, dur_ns, cause, host_activity, next_op, start_ns
+-- idle_gaps_summary shows first: rank, step, cause, n_gaps, total_ns, max_ns
 -- requires: gpu_islands, gpu_ops, host_ops, ranges, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

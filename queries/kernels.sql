@@ -9,6 +9,7 @@
 --   mean_ns     total_ns / count
 --   busy_share  total_ns / the rank's busy time (union of all its GPU ops), 0..1 (kernels on
 --               concurrent streams can make the shares of a rank add up to more than 1)
+-- kernels shows first: rank, name, total_ns, count, mean_ns, busy_share
 -- requires: gpu_islands, gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -13,6 +13,7 @@
 --   launch_exposed_pct  launch_exposed_ns in percent of wall_ns
 --   launch_bound        launch_exposed_ns is at least tf_launch_bound_share of the window and more
 --                       than the step's compute time
+-- launch_bound_steps shows first: rank, step, launch_exposed_ns, launch_exposed_pct, launch_bound, launches
 -- requires: idle_gaps, launch_overhead, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -10,7 +10,8 @@
 --   queue_ns    max(0, gpu_start - api_end): waiting in the stream queue (nsys "queue time")
 --   latency_ns  gpu_start - api_start
 --   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the launch
---               call (Kineto links them by External id); the launch call's start where unknown (nsys)
+--               call (gpu_ops.cpu_op_id: by External id, or by nesting on the launching thread, as for
+--               nsys's emit_nvtx ops); the launch call's start where unknown
 --   dispatch_ns  api_start - issue_start: framework time before the launch call; NULL where it
 --               cannot be answered from the trace (see cannot_answer)
 --   cannot_answer  NULL, or why dispatch_ns is NULL: 'no CPU op contains the launch call' (none
@@ -36,6 +37,8 @@
 --   total_latency_ns  sum of latency_ns, launch call start to kernel start: call and queue together (ns)
 --   mean_latency_ns, p50_latency_ns, p99_latency_ns  mean / median / 99th percentile of latency_ns (ns)
 --   total_api_ns      sum of api_ns (ns)
+-- launch_overhead shows first: rank, step, name, exposed_ns, gpu_ns, api_ns, queue_ns, latency_ns, dispatch_ns
+-- launch_overhead_summary shows first: rank, name, count, total_exposed_ns, total_gpu_ns, launch_bound, mean_api_ns, mean_queue_ns
 -- requires: gpu_islands, gpu_ops, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -14,6 +14,7 @@
 --                 the gap to mfu_pct is idle time
 --   known_pct    share of the step's compute-kernel time whose op has known FLOPs (percent): below
 --                100, MFU is a lower bound
+-- mfu shows first: rank, step, mfu_pct, busy_hfu_pct, known_pct, dtype, peak_tflops
 -- requires: device_peaks, gpu_ops, op_work, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

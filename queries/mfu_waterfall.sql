@@ -24,6 +24,7 @@
 --   path_ns              critical-path time that ran on this rank in the step (ns)
 --   path_idle_ns, path_comm_ns, path_host_ns, path_compute_ns  of it: idle; NCCL kernels and peer
 --                        waits; host code, syncs and launches; compute and memory kernels (ns)
+-- mfu_waterfall shows first: rank, step, mfu_pct, below_roof_pts, no_flops_compute_pts, idle_pts, straggler_wait_pts, exposed_transfer_pts, exposed_memory_pts
 -- requires: collective_waits, critical_path_summary, mfu, op_work, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

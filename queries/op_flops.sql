@@ -22,6 +22,7 @@
 --                  reductions 0 (a lower bound); copy_, fill_ and zero_ 0 (the tensor they write is an input).
 --                  Other copies (to, _to_copy: the target dtype is not kept; cat, stack and the optimizers'
 --                  _foreach_ ops: a TensorList's dtypes are not recorded) stay NULL
+-- op_flops shows first: rank, op_id, name, op_class, dtype, shape_flops, profiler_flops
 -- requires: host_ops, op_classes
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

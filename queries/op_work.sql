@@ -30,6 +30,7 @@
 --                tf_roofline_min_ns) | NULL (no work known)
 --
 -- op_work_kernels (helper): gpu_op_id -> op_id of the CPU op that launched it, with rank, step, dur_ns.
+-- op_work shows first: rank, step, name, op_class, gpu_ns, achieved_tflops, roof_pct, bound
 -- requires: device_peaks, host_ops, op_classes, op_flops, op_work_kernels
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -15,6 +15,7 @@
 --   roof_ns      the time the ops would take at the roof: Σ max(flops / peak FLOP/s, bytes / peak bandwidth) (ns)
 --   headroom_ns  gpu_ns of the ops with known work minus roof_ns: what running at the roof would save (ns)
 --   bound        the bound most of the time went to (op_work.bound)
+-- roofline shows first: rank, op_class, op, gpu_ns, time_share_pct, achieved_tflops, headroom_ns, bound
 -- requires: op_work
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -21,6 +21,7 @@
 --   exposed_memory_ns    memcpy/memset not overlapped by compute or communication
 --   idle_pct, compute_pct, exposed_comm_pct, exposed_memory_pct  the four parts in percent of wall_ns
 --   Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
+-- step_breakdown shows first: rank, step, busy_ns, idle_ns, compute_ns, exposed_comm_ns, idle_pct, compute_pct, exposed_comm_pct, wall_ns, exposed_memory_ns, exposed_memory_pct
 -- requires: gpu_ops, gpu_state, step_windows, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -21,6 +21,7 @@
 --   step_wall_ns   the step's critical path length: its span across ranks (ns, BIGINT)
 --   share_pct      path_ns / step_wall_ns (percent)
 --
+-- step_causes shows first: step, rank, class, cause, path_ns, share_pct, top_name, segments
 -- requires: critical_path, gpu_ops, host_ops, host_time_spans, sync
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

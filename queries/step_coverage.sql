@@ -8,6 +8,7 @@
 --   after_ns      busy time after the last step's window (ns)
 --   coverage_pct  in_steps_ns / gpu_busy_ns (percent)
 --   ops_outside   GPU ops with no step
+-- step_coverage shows first: rank, coverage_pct, before_ns, after_ns
 -- requires: step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

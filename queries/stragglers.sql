@@ -14,6 +14,8 @@
 --   wait_caused_ns  the total_wait_ns of those collectives (ns)
 --   worst_step      the step of the one that cost most; worst_wait_ns its total_wait_ns (ns)
 --   worst_wait_ns   the total_wait_ns of the worst one (ns)
+-- stragglers shows first: comm, step, seq, op, last_rank, last_by_ns, total_wait_ns
+-- stragglers_by_rank shows first: rank, times_last, wait_caused_ns, worst_step, worst_wait_ns
 -- requires: collective_waits
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

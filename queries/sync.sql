@@ -12,6 +12,7 @@
 --   reason            'synchronize' | 'sync memcpy' | 'pageable memcpy'
 --   gpu_op            the GPU op the call launched, when it launched one (memcpy)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
+-- sync shows first: rank, step, name, blocked_ns, reason, gpu_op
 -- requires: gpu_ops, host_ops, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

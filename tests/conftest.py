@@ -16,6 +16,11 @@ FIX = SHARED / "fixtures"
 BUNDLED = ROOT / "fixtures"
 TRACEFLOW = [sys.executable, "-m", "traceflow.cli"]
 
+# The developer's terminal size must not change what the commands under test print through a pipe
+# (COLUMNS sets a piped table's width): tests that want a width set it themselves.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+
 needs_shared = pytest.mark.skipif(not FIX.is_dir(), reason=f"real fixtures not found at {FIX} (../shared is absent)")
 
 
@@ -66,6 +71,102 @@ def on_a_terminal(*args, env=None, columns: int = 100, program=None) -> str:
     p.wait(timeout=120)
     os.close(master)
     return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+# Temporary files stay inside the clone (ignored by git), not in /tmp/pytest-of-<user>: one folder per run,
+# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN); the folders of the
+# last three runs that ended are kept for a look, older ones removed.
+TMP_ROOT = ROOT / ".pytest-tmp"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if config.option.basetemp or hasattr(config, "workerinput"):  # given, or a worker (xdist gave it one)
+        return
+    TMP_ROOT.mkdir(exist_ok=True)
+    ended = []
+    for d in TMP_ROOT.glob("run-*"):
+        pid = d.name[4:]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            ended.append(d)
+    for d in sorted(ended, key=lambda d: d.stat().st_mtime)[:-3]:
+        shutil.rmtree(d, ignore_errors=True)
+    config.option.basetemp = str(TMP_ROOT / f"run-{os.getpid()}")
+
+
+# --- the quick suite and the slow one --------------------------------------------------------------
+# `make test` runs what is not marked slow (under 5 minutes on 2 cores); `make test-slow`, which CI runs
+# too (.ci/run), runs the rest. Measured with `pytest --durations` on 2 busy cores (session 13): the
+# whole suite was 3,075 s of test time; what stays quick is about a sixth of it. Marked here, in one
+# place, with the reason, rather than in each file:
+SLOW_MODULES = {
+    "test_cluster.py": "Dask clusters: a scheduler and worker processes per test",
+    "test_corpus.py": "the bad-input corpus, 115 damaged files (make fuzz runs the full one)",
+    "test_robustness.py": "kill -9 loops, concurrent writers, mutation fuzzing",
+}
+SLOW_TESTS = {
+    # the peer comparison: Holistic Trace Analysis in its own venv (make peers)
+    "test_hta_temporal_breakdown_agrees": "runs Holistic Trace Analysis",
+    # recordings and big derived inputs
+    "test_record_real_trace_with_torch_and_ingest": "records a trace with torch",
+    "test_nsys_and_kineto_recordings_agree": "both recordings of a job, ingested",
+    "test_mixed_formats_in_one_ingest": "eight files of two formats",
+    "test_compressed_exports_read_like_the_plain_file": "compresses nsys exports",
+    "test_source_hash_is_the_files_blake2b": "hashes every shared fixture",
+    "test_a_bomb_of_valid_events_is_refused_by_default": "writes a trace of millions of events",
+    "test_inflation_bound_is_a_setting": "inflates big traces",
+    "test_rank_in_a_file_name_past_int32": "ingests nsys exports",
+    "test_rank_from_file_order_warns_and_pattern_overrides": "three ingests of nsys exports",
+    "test_trace_without_distributed_info_takes_rank_from_name": "rewrites traces",
+    "test_escape_sequences_in_every_string_field_never_reach_the_terminal": "every command on a hostile trace",
+    # derived clock and capture edits, each a fresh ingest of a shared fixture
+    "test_gpu_running_behind_the_host": "edits and ingests an nsys job",
+    "test_kineto_capture_cut_mid_step": "edits and ingests a Kineto job",
+    "test_profiler_step_recorded_as_cpu_op": "edits and ingests a Kineto job",
+    "test_nsys_without_metadata_table": "edits and ingests an nsys job",
+    "test_alignment_undoes_a_shift": "shifts a rank's clock and ingests again",
+    "test_nsys_kernels_link_to_the_innermost_emit_nvtx_op": "ingests an nsys job under emit_nvtx",
+    "test_an_unknown_device_is_a_warning_and_flags_set_the_peaks": "three ingests",
+    "test_copy_bytes_follow_from_the_recorded_shapes": "records with torch",
+    "test_postmortem_verdict": "postmortem of the nsys job (the bundled one stays quick)",
+    "test_annotate_rank_filter_keeps_file_small": "Perfetto traces of the nsys job",
+    "test_trace_folders_are_ingested_first": "diff of two trace folders",
+    "test_cli_tables_json_csv_and_page": "diff of the shared jobs in three formats and a page",
+    "test_clock_skew_found_from_collectives": "shifts clocks of every multi-rank fixture",
+    "test_nsys_capture_cut_mid_step": "edits and ingests an nsys job",
+    "test_cpu_only_trace_warns": "records with torch",
+    "test_convolution_flops_equal_flop_counter_on_a_cpu_trace": "records with torch",
+    "test_flops_from_shapes_equal_flop_counter_and_profiler_on_a_cpu_trace": "records with torch",
+    "test_small_batches_give_the_same_rows": "reads every fixture in small batches",
+    "test_perfetto_trace_interned_with_launch_flows_and_small": "Perfetto traces of the shared jobs",
+    "test_packets_equal_protobuf_library": "every packet against the protobuf library",
+    "test_cli_json_and_page": "scaling across three ingests",
+    "test_every_schema_version_is_read": "ingests an export of every nsys schema version",
+    "test_host_calls_loaded_per_step_equal_all_at_once": "walks every fixture twice",
+    "test_the_walk_loads_only_the_ranks_it_stands_on": "walks the nsys jobs rank by rank",
+    "test_nsys_rep_exported_through_nsys": "runs nsys export",
+}
+# Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
+SWEEPS = {
+    "test_clock_skew_found_from_collectives", "test_every_pack_runs", "test_values_a_trace_gets_wrong_are_refused_with_a_warning",
+    "test_nsys_numeric_extremes", "test_report_renders_offline", "test_the_measured_graph_replays_to_the_measured_step",
+    "test_counts_match_json", "test_row_counts_match_source", "test_half_durations_halve_gpu_bound_steps",
+    "test_segments_tile_each_step", "test_host_activity_is_the_innermost_covering_span", "test_every_pack_reads_at_a_terminal",
+    "test_ingest_refuses_outputs_it_does_not_own", "test_conservation_on_every_fixture", "test_step_breakdown_adds_up",
+    "test_peer_wait_on_path_equals_collective_waits", "test_fast_and_loose_paths_agree_on_real_traces",
+    "test_report_and_annotate_outputs", "test_force_replaces_only_regular_files_that_are_not_inputs",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    first_of: dict[str, str] = {}
+    for item in items:
+        fn = getattr(item, "originalname", item.name)
+        why = SLOW_MODULES.get(item.path.name) or SLOW_TESTS.get(fn)
+        if fn in SWEEPS and first_of.setdefault(f"{item.path.name}::{fn}", item.nodeid) != item.nodeid:
+            why = "one case of a sweep (the first runs in the quick suite)"
+        if why:
+            item.add_marker(pytest.mark.slow(reason=why))
 
 
 _DBS: dict[str, Path] = {}

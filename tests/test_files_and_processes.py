@@ -258,15 +258,15 @@ def test_foreign_scratch_look_alikes_are_never_removed(sandbox):
 
 # --- processes: kill -9 and Ctrl-C ------------------------------------------------------------
 
-@pytest.mark.parametrize("after_s", [0.6, 1.6])
-def test_kill_9_leaves_no_process_behind(tmp_path, after_s):
+@pytest.mark.parametrize("phase", ["reading", "loading"])
+def test_kill_9_leaves_no_process_behind(tmp_path, phase):
     run = Run(tmp_path)
     db = tmp_path / "job.duckdb"
     p = run.popen("ingest", *KINETO, "-o", db, "--jobs", "3")
-    time.sleep(after_s)
+    assert wait_for_phase(p, phase, run, tmp_path), p.communicate()
     os.kill(p.pid, signal.SIGKILL)  # the parent only, as the OOM killer or a scheduler would
     p.wait()
-    assert wait_gone(run.tag, 6.0) == [], "a reader process or the resource tracker outlived its parent"
+    assert wait_gone(run.tag, 30.0) == [], "a reader process or the resource tracker outlived its parent"
 
 
 def _catches(pid: int, sig: int) -> bool:
@@ -317,10 +317,13 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(sandbox, phase, sig):
     pm = run.root / "pm"
     p = run.popen("postmortem", *KINETO, "-o", pm, "--jobs", "3")
     reached = wait_for_phase(p, phase, run, pm)
-    if sig == signal.SIGINT:
-        os.killpg(p.pid, sig)
-    else:
-        p.send_signal(sig)
+    try:
+        if sig == signal.SIGINT:
+            os.killpg(p.pid, sig)
+        else:
+            p.send_signal(sig)
+    except ProcessLookupError:  # it finished in between (a zombie takes no signal)
+        pass
     out, err = p.communicate(timeout=120)
     code, word = (130, "interrupted") if sig == signal.SIGINT else (143, "terminated")
     assert reached or p.returncode == 0, (p.returncode, err)

@@ -304,6 +304,8 @@ def test_a_truncated_database_and_option_extremes(sandbox):
                       (["ingest", trace, "-o", run.root / "n.duckdb", "--cluster", "local:-1"], 2)):
         r = run(*cmd)
         assert r.returncode == code and "Traceback" not in r.stderr, (cmd, r.returncode, r.stderr)
+    for var in ("TRACEFLOW_MEMORY_LIMIT", "TRACEFLOW_MAX_INFLATE"):
+        assert_one_line(run("ingest", trace, "-o", run.root / "n.duckdb", env={var: "garbage"}), 2, var)
     r = run("query", db, "steps", "--rank", str(2**70), "--step", str(-2**70))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert_clean(run, before, run.root)
@@ -407,3 +409,32 @@ def test_an_output_inside_the_input_folder_and_one_file_by_two_paths(sandbox):
 def test_fixtures_are_untouched_by_every_hostile_run():
     """The shared fixtures are read by every test here: none may have a -wal/-shm/journal beside it."""
     assert [p for p in FIX.rglob("*") if p.name.endswith(("-wal", "-shm", "-journal"))] == []
+
+
+def test_a_users_own_connection_beside_a_job(sandbox):
+    """A user's duckdb.connect(path) open in the same process: traceflow.open and ingest onto that
+    database still work (DuckDB shares one instance per file and refused one with other settings),
+    and the user's connection is not locked down by traceflow's."""
+    run, trace, db = sandbox
+    code = f"""
+import duckdb, traceflow
+mine = duckdb.connect({str(db)!r}, read_only=True)
+with traceflow.open({str(db)!r}) as job:
+    print(job.sql("SELECT count(*) AS n FROM traces")["n"][0])
+print(mine.execute("SELECT current_setting('enable_external_access'), current_setting('lock_configuration')").fetchone())
+job = traceflow.ingest([{KINETO[1]!r}], {str(db)!r}, append=True)
+print(len(job.rank_summary()))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, **run.env})
+    lines = r.stdout.split("\n")
+    assert lines[:3] == ["1", "(True, False)", "2"], r.stdout + r.stderr
+    # a writer in another program (a DuckDB shell): the command waits its turn, even with --force
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; c = duckdb.connect({str(db)!r}); print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(run.root)
+        assert_refused(run("ingest", trace, "-o", db, "--force"), 3, "job.duckdb", "open for writing in another program")
+        assert snapshot(run.root) == before
+    finally:
+        holder.communicate("", timeout=60)

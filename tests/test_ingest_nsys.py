@@ -109,7 +109,7 @@ def test_two_processes_in_one_file_are_two_ranks(ingested):
     rows = db.execute("select rank, pid, rank_source from traces order by rank").fetchall()
     assert [r[0] for r in rows] == [0, 1]
     assert len({r[1] for r in rows}) == 2
-    assert {r[2] for r in rows} == {"file order"}
+    assert {r[2] for r in rows} == {"device"}  # each on a GPU of its own (tests/test_ranks.py)
     devices = db.execute("select rank, list(distinct device) from gpu_ops group by rank order by rank").fetchall()
     assert devices[0][1] != devices[1][1]
     assert db.execute("select count(*) from gpu_ops where collective = 'SendRecv' and category = 'communication'").fetchone()[0] > 0

@@ -138,6 +138,85 @@ def test_report_readable_without_javascript(report_dbs, tmp_path):
     assert re.search(r"<td[^>]*>ncclDevKernel_AllReduce", body)
 
 
+_MEASURE = r"""<script>
+setTimeout(function () {
+  var de = document.documentElement, bad = [];
+  function box(e) { return e.getBoundingClientRect(); }
+  document.querySelectorAll("div.plot").forEach(function (p) {
+    // an axis title must sit clear of its tick labels: left of every y label, below every x label
+    ["x", "y"].forEach(function (ax) {
+      var t = p.querySelector("text." + ax + "title"); if (!t) return;
+      var r = box(t);
+      p.querySelectorAll("g." + ax + "tick text").forEach(function (k) {
+        var b = box(k); if (ax == "y" ? r.right > b.left : r.top < b.bottom) bad.push(p.id + " " + ax + ": " + k.textContent); });
+    });
+  });
+  var v = document.querySelector("ul.verdict");
+  de.setAttribute("data-page-height", String(de.scrollHeight));
+  de.setAttribute("data-verdict-bottom", String(Math.round(box(v).bottom + window.scrollY)));
+  de.setAttribute("data-overlaps", bad.join(" | "));
+}, 8000);
+</script></body>"""
+
+
+def measure(page: Path, tmp: Path, width: int) -> dict:
+    """The page laid out by headless Chromium at `width` px: its height, where the verdict ends, and
+    any axis title lying over a tick label (a script added to a copy of the page reads the layout)."""
+    copy = tmp / f"measured-{width}.html"
+    copy.write_text(page.read_text().replace("</body>", _MEASURE))
+    dom = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          f"--user-data-dir={tmp / 'profile-measure'}", "--virtual-time-budget=20000",
+                          f"--window-size={width},1080", "--dump-dom", copy.as_uri()],
+                         capture_output=True, text=True, timeout=180).stdout
+    get = lambda k: re.search(rf'data-{k}="([^"]*)"', dom).group(1)
+    return {"height": int(get("page-height")), "verdict_bottom": int(get("verdict-bottom")), "overlaps": get("overlaps"),
+            "dom": dom}
+
+
+@needs_browser
+def test_bundled_report_reads_in_five_screens(report_dbs, tmp_path):
+    """Issue 36: the whole report of the bundled 4-rank job fits in five screens of 1080 px at 1280 and
+    1920 px wide (it ran past 16,000 px with full C++ names), the verdict (what is wrong, what to fix)
+    ends within the first screen, and no axis title lies over a tick label (the what-if chart's did)."""
+    page = tmp_path / "report.html"
+    assert run_cli("report", report_dbs["kineto"], "-o", page).returncode == 0
+    for width in (1280, 1920):
+        m = measure(page, tmp_path, width)
+        assert m["height"] <= 5 * 1080, (width, m["height"])
+        assert m["verdict_bottom"] <= 1080, (width, m["verdict_bottom"])
+        assert m["overlaps"] == "", (width, m["overlaps"])
+
+
+def test_report_names_short_distinct_and_full_on_hover(report_dbs, tmp_path):
+    """Kernel names in the report are short (the full name on hover, and in the database), two kernels
+    never share a short name, and a capped table says how many rows it left out and which command
+    lists them all."""
+    import html as htmlmod
+    page = tmp_path / "report.html"
+    db = report_dbs["kineto"]
+    assert run_cli("report", db, "-o", page).returncode == 0
+    text = page.read_text()
+    con = connect(db)
+    names = {r[0] for r in con.execute("SELECT DISTINCT name FROM gpu_ops").fetchall()}
+    longest = max(len(n) for n in names)
+    assert longest > 1000  # the bundled job's longest demangled name (3,009 characters)
+    body = text[text.index("<main>"): text.index("</main>")]
+    cells = [htmlmod.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", body, re.S)]
+    assert cells and max(len(c) for c in cells) <= 300, max(cells, key=len)  # a sentence at most; a name was 3,143
+    shown: dict[str, str] = {}
+    for title, short in re.findall(r'<td title="([^"]*)">([^<]*)</td>', body):
+        full, short = htmlmod.unescape(title), htmlmod.unescape(short)
+        assert full in names and len(short) < len(full), (short, full[:80])
+        assert shown.setdefault(short, full) == full, f"{short!r} names two kernels"
+    assert len(shown) >= 3
+    # capped tables: "N more" with the command that lists them all, and N is right
+    m = re.search(r'(\d[\d,]*) more: <code>traceflow query (\S+) idle-gaps</code>', body)
+    assert m and m.group(2) == Path(db).name
+    n_gaps = con.execute("SELECT count(*) FROM idle_gaps WHERE step IS NOT NULL").fetchone()[0]
+    shown_gaps = 5
+    assert int(m.group(1).replace(",", "")) == n_gaps - shown_gaps
+
+
 def hostile_trace(tmp_path) -> Path:
     src = BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz"
     d = json.load(gzip.open(src))
@@ -170,7 +249,8 @@ def test_hostile_names_render_as_text(tmp_path):
     check_page(res, n_expected_min=3)
     markup = re.sub(r"<script\b.*?</script>", "", res["dom"], flags=re.S)  # the page's own code aside
     assert not re.search(r"<img\b", markup)
-    assert not re.search(r"<[a-zA-Z][^>]*\son(error|load)\s*=", markup)  # as escaped text it is fine, as an attribute not
+    # as escaped text it is fine (also inside a quoted attribute value: a full name on hover), as an attribute not
+    assert not re.search(r"<[a-zA-Z][^>]*\son(error|load)\s*=", re.sub(r'="[^"]*"', '=""', markup))
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in res["dom"]
 
 
@@ -252,11 +332,21 @@ def test_annotate_rank_filter_keeps_file_small(ingested, tmp_path):
 def test_postmortem_verdict(tmp_path):
     r = run_cli("postmortem", *fixture_files("h100/nsys/ddp4_sync_stall"), "-o", tmp_path / "pm")
     assert r.returncode == 0, r.stderr
-    line = next(l for l in r.stdout.splitlines() if "stalled" in l)
-    m = re.search(r"Rank (\d+) stalled ([\d.]+) ms on the host in step (\d+)", line)
-    assert m and m.group(1) == "3" and m.group(3) == "4" and 35 <= float(m.group(2)) <= 50
+    line = next(l for l in r.stdout.splitlines() if "held up" in l)
+    m = re.search(r"Rank (\d+) held up step (\d+) with .*?, ([\d.]+) ms more", line)
+    assert m and m.group(1) == "3" and m.group(2) == "4" and 35 <= float(m.group(3)) <= 50
     for f in ("report.html", "job.perfetto-trace", "job.duckdb"):
         assert (tmp_path / "pm" / f).stat().st_size > 0
+
+
+def test_perfetto_gzip_header_names_no_file(report_dbs, tmp_path):
+    """The trace is written to a temp file and renamed: gzip's FNAME field held the temp file's name."""
+    out = tmp_path / "job.perfetto-trace"
+    assert run_cli("annotate", report_dbs["kineto"], "-o", out, "--step", "4").returncode == 0
+    head = out.read_bytes()[:64]
+    assert head[:3] == b"\x1f\x8b\x08" and not head[3] & 0x08, head  # FLG: no FNAME
+    assert b".tmp" not in head and b"perfetto" not in head
+    assert gzip.decompress(out.read_bytes())  # and it is whole
 
 
 def test_perfetto_trace_interned_with_launch_flows_and_small(tmp_path):
@@ -286,3 +376,32 @@ def test_perfetto_trace_interned_with_launch_flows_and_small(tmp_path):
     launched = con.execute("select count(distinct launch_op_id) from gpu_ops where launch_op_id is not null").fetchone()[0]
     linked = flows_out & flows_in
     assert len(linked) >= 0.95 * launched and launched > 1000
+
+
+# --- issue 36: titles name the job by its input ----------------------------------------------------
+
+def test_titles_name_the_job_by_its_input(report_dbs, tmp_path):
+    """"traceflow post-mortem: job.duckdb" and "diff: job.duckdb vs job.duckdb" said nothing: the title
+    names the job by its input folder (or first file, or --name), kept in the database at ingest."""
+    import traceflow
+    folder = BUNDLED / "ddp4_sync_stall"
+    a = report_dbs["kineto"]  # the bundled job's four files, all in one folder
+    with traceflow.open(str(a)) as job:
+        assert job.name == "ddp4_sync_stall"
+    b = tmp_path / "b" / "job.duckdb"
+    b.parent.mkdir()
+    r = run_cli("ingest", folder / "rank-0.pt.trace.json.gz", folder / "rank-1.pt.trace.json.gz", "-o", b, "--name", "two ranks <b>")
+    assert r.returncode == 0, r.stderr
+    assert connect(b).execute("SELECT value FROM tf_internal.metadata WHERE key = 'name'").fetchone()[0] == "two ranks <b>"
+    page = tmp_path / "report.html"
+    assert run_cli("report", b, "-o", page).returncode == 0
+    assert "<title>traceflow post-mortem: two ranks &lt;b&gt;</title>" in page.read_text()
+    page = tmp_path / "diff.html"
+    assert run_cli("diff", a, b, "-o", page).returncode == 0
+    assert "<title>traceflow diff: ddp4_sync_stall vs two ranks &lt;b&gt;</title>" in page.read_text()
+    # one file: its name without extensions; --append keeps the name the database has
+    c = tmp_path / "c.duckdb"
+    traceflow.ingest([str(folder / "rank-2.pt.trace.json.gz")], str(c)).close()
+    traceflow.ingest([str(folder / "rank-3.pt.trace.json.gz")], str(c), append=True).close()
+    with traceflow.open(str(c)) as job:
+        assert job.name == "rank-2" and job.ranks() == [2, 3]

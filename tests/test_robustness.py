@@ -80,15 +80,17 @@ def test_second_writer_refused_and_readers_see_whole_databases(tmp_path):
     old = counts(db)
     lock = tmp_path / f".job.duckdb{LOCK_SUFFIX}"
     a = subprocess.Popen([*TRACEFLOW, "ingest", *KINETO, "-o", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # wait until A holds the lock
-    for _ in range(200):
-        time.sleep(0.02)
+    # wait until A holds the lock: however long A takes to start (4 s were not enough on a loaded machine)
+    held = False
+    while not held and a.poll() is None:
+        time.sleep(0.01)
         with open(lock, "a+") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
             except BlockingIOError:
-                break
+                held = True
+    assert held, "A finished before it was seen holding the lock"
     b = run_cli("ingest", KINETO[1], "-o", db)
     assert b.returncode == 3 and "another traceflow process is writing" in b.stderr
     seen = set()

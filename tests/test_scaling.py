@@ -107,7 +107,8 @@ def _kernels_per_rank_step(folder) -> float:
     counts = []
     for p in sorted(folder.glob("rank-*.json.gz")):
         ev = json.load(gzip.open(p))["traceEvents"]
-        steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+        steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")
+                 and e.get("cat") != "gpu_user_annotation"]  # the host's step ranges, not their GPU-side copies
         launch = {e["args"]["correlation"]: e["ts"] for e in ev
                   if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})}
         ts = [launch.get(e["args"].get("correlation")) for e in ev

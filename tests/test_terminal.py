@@ -43,8 +43,9 @@ def test_every_pack_reads_at_a_terminal(job, pack, columns):
     # one line per row: nothing folded onto a second line (a folded row has fewer cells)
     n_cells = {line.count("│") + line.count("┃") for line in rows}
     assert len(n_cells) == 1 and min(n_cells) >= 3, out
-    # no column squeezed to nothing
-    assert not re.search(r"[│┃]\s*[│┃]", rows[0]), rows[0]
+    # no column squeezed to nothing (a header folded at a narrow width ends on its last line)
+    head = [line for line in rows if line.startswith("┃")]
+    assert not re.search(r"[│┃]\s*[│┃]", head[-1]), head[-1]
     # numbers are whole: each numeric cell matches a number pattern, never cut with an ellipsis
     for line in rows[1:]:
         for cell in re.split(r"[│┃]", line)[1:-1]:
@@ -81,10 +82,14 @@ def test_plurals_and_short_kernel_names(tmp_path):
     db = tmp_path / "one.duckdb"
     r = run_cli("ingest", BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz", "-o", db)
     assert "1 rank\n" in r.stdout and "3 steps" in r.stdout
-    out = ANSI.sub("", on_a_terminal("query", db, "kernels", "--limit", "50", columns=200))
-    assert "at::native::vectorized_elementwise_kernel<…>" in out and "(int, T2, T3)" not in out
+    out = ANSI.sub("", on_a_terminal("query", db, "kernels", "--limit", "0", columns=250))
+    assert "at::native::vectorized_elementwise_kernel<" in out and "(int, T2, T3)" not in out
     full = run_cli("query", db, "kernels", "--format", "json").stdout
     assert re.search(r"vectorized_elementwise_kernel<[^…]", full)  # JSON keeps the full name
+    # distinct: the shortening once showed six different kernels as one `…kernel<…>` (issue 36)
+    names = {r["name"] for r in __import__("json").loads(full)}
+    shown = [re.split(r"│", line)[2].strip() for line in _table_lines(out) if line.startswith("│")]
+    assert len(shown) == len(names) == len(set(shown)), sorted(shown)
 
 
 # --- the DuckDB shell ---------------------------------------------------------------------------
@@ -127,3 +132,81 @@ def test_progress_names_each_phase(tmp_path):
     for phase in ("reading", "loading into DuckDB", "running the analyses", "computing the critical path",
                   "writing the report", "writing the Perfetto trace"):
         assert phase in out, (phase, out[-2000:])
+    assert "0/0 files" not in out  # the report's and the trace's phases count no files (issue 36)
+    assert re.search(r"reading .*\d/4 files", out)
+
+
+# --- issue 36: what a 100-column terminal keeps, numbers as the query gave them, pipes ------------
+
+def _header_names(out: str) -> set[str]:
+    """The columns a table shows: its header cells, folded headers joined back (`exposed_` + `comm`)."""
+    head = [line for line in ANSI.sub("", out).splitlines() if line.startswith("┃")]
+    cells = [re.split(r"┃", line)[1:-1] for line in head]
+    return {"".join(c[k].strip() for c in cells if c[k].strip() not in ("(ms)", "(UTC)")) for k in range(len(cells[0]))}
+
+
+@pytest.mark.parametrize("pack, args, wanted", [
+    ("steps", ["--step", "4"], {"busy", "idle", "compute", "exposed_comm", "idle_pct", "compute_pct", "exposed_comm_pct"}),
+    ("critical-path", ["--step", "4"], {"dur", "kind", "rank"}),
+    ("idle-gaps", [], {"dur", "cause", "host_activity", "next_op"}),
+])
+def test_a_100_column_terminal_keeps_the_columns_that_matter(job, pack, args, wanted):
+    """Each pack declares which columns a narrow terminal keeps first (`-- <table> shows first:` in its
+    file); at 100 columns `steps` once kept the timestamps and dropped busy, idle, compute, exposed
+    comm and every percentage, `critical-path` dropped dur_ns, `idle-gaps` host_activity."""
+    out = on_a_terminal("query", job, pack, *args, "--limit", "5", columns=100)
+    shown = _header_names(out)
+    assert wanted <= shown, (wanted - shown, out)
+    assert max(len(line) for line in ANSI.sub("", out).splitlines() if line.startswith(("┃", "│", "┏"))) <= 100
+    table = packs.table_of(pack)
+    first = packs.shows_first(pack)
+    cols = [r[0] for r in connect(job).execute(f"DESCRIBE {table}").fetchall()]
+    # the columns left out are named, and none of them comes before a kept one in the declared order
+    left = re.search(r"not shown at this width: ([^;]+);", ANSI.sub("", out)).group(1).split(", ")
+    assert set(left) <= set(cols) and not set(left) & set(first[: len(wanted)])
+
+
+def test_every_wide_pack_declares_its_columns_by_priority(job):
+    """A table of more than 8 columns says which a narrow terminal keeps; each name is one of its columns."""
+    con = connect(job)
+    for table in packs.public_tables():
+        cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+        first = packs.shows_first(table)
+        assert set(first) <= set(cols), (table, set(first) - set(cols))
+        assert len(cols) <= 8 or first, f"{table}: {len(cols)} columns and no `-- {table} shows first:` line"
+
+
+def test_numbers_keep_the_querys_precision(job):
+    """`select 0.000123::double` showed 0.00 (every double at 2 decimals); counts computed as doubles showed 4.00."""
+    out = ANSI.sub("", on_a_terminal("sql", job, "select 0.000123::double AS small, round(2/3, 1) AS rounded, "
+                                     "count(*)::double AS n, 1/3 AS third, 123456.789123::double AS big FROM traces", columns=120))
+    row = next(line for line in out.splitlines() if line.startswith("│"))
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    n = connect(job).execute("SELECT count(*) FROM traces").fetchone()[0]
+    assert cells == ["0.000123", "0.7", str(n), "0.33", "123,456.79"], cells
+
+
+def test_piped_output_follows_columns(job):
+    """Through a pipe a table took its natural width (200 to 1,100 characters); COLUMNS sets it."""
+    wide = run_cli("query", job, "idle-gaps", "--limit", "5", env={"COLUMNS": ""}).stdout
+    assert max(map(len, wide.splitlines())) > 150  # no width asked: nothing cut
+    for columns in (80, 120):
+        out = run_cli("query", job, "idle-gaps", "--limit", "5", env={"COLUMNS": str(columns)}).stdout
+        table = [line for line in out.splitlines() if line[:1] in "┏┃│┡└"]
+        assert table and max(map(len, table)) <= columns, (columns, out)
+        assert "host_activity" in _header_names(out)
+
+
+def test_short_names_are_distinct_and_one_function(job):
+    """text.short_names, used by the terminal and the report: every kernel of the bundled job gets a
+    short name of its own, each one a prefix-sharing brief of its full name."""
+    from traceflow.text import short_name, short_names
+    names = [r[0] for r in connect(job).execute("SELECT DISTINCT name FROM gpu_ops").fetchall()]
+    short = short_names(names)
+    assert len(set(short.values())) == len(names)
+    assert len({short_name(n) for n in names}) < len(names)  # the plain shortening collides on this job
+    for full, s in short.items():
+        assert len(s) <= 120 and s.split("<")[0] == short_name(full).split("<")[0], (s, full[:100])
+    import traceflow.report.blocks as blocks
+    import traceflow.terminal as terminal
+    assert blocks.short_names is short_names and terminal.short_names is short_names

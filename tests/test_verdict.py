@@ -353,3 +353,19 @@ def test_wild_compute_and_host_bound_kineto(tmp_path):
     with traceflow.open(str(tmp_path / "n" / "job.duckdb")) as job:
         dominant = next(x for x in job.findings()["findings"] if x["kind"] == "dominant")
     assert busy < 30 and dominant["class"] == "host" and dominant["share_pct"] >= 100 - busy - 2, (dominant, busy)
+
+
+def test_the_report_shows_the_clock_decisions_beside_the_readers_warnings(tmp_path_factory, tmp_path):
+    """A job whose clock alignment has something to say (the bundled 4-rank Kineto job: a note per
+    rank) no longer reads "Warnings from ingest: none" under it: the notes have their own table."""
+    import duckdb
+    db = _db(BUNDLED / "ddp4_sync_stall", tmp_path_factory)
+    con = duckdb.connect(db, read_only=True)
+    notes = [n for (n,) in con.execute("SELECT clock_note FROM traces WHERE clock_note IS NOT NULL ORDER BY rank").fetchall()]
+    con.close()
+    assert notes
+    r = run_cli("report", db, "-o", tmp_path / "r.html")
+    assert r.returncode == 0, r.stderr
+    import html
+    page = html.unescape((tmp_path / "r.html").read_text())
+    assert "Clock alignment" in page and notes[0][:60] in page and "Warnings from ingest" not in page

@@ -113,3 +113,7 @@ def test_scenarios_on_one_rank_and_the_cli(dbs):
     out = json.loads(r.stdout)
     assert out[0]["scenario"] == "no allocator calls, no host syncs"
     assert out[0]["predicted_ns"] == out[0]["measured_ns"] - both
+    r = run_cli("whatif", dbs["ddp2_flops/stall"], "--step", "3", "--no-host-syncs", "--on-rank", "1", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out[0]["scenario"] == "no host syncs on rank 1" and out[0]["gain_ns"] == one

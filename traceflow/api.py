@@ -6,7 +6,7 @@ import os
 import duckdb
 
 from . import packs
-from .duck import check_read_only, lock_down, relation, use_internal_schema
+from .duck import check_read_only, lock_down, relation, sql_string, use_internal_schema
 from .duck import connect as duck_connect
 from .errors import InputError, UsageError, one_line
 from .outputs import is_duckdb_file, is_utf8_name, os_problem, parts_folders
@@ -27,9 +27,18 @@ def connect(database: str) -> duckdb.DuckDBPyConnection:
         raise InputError(database, f"cannot read it ({os_problem(e)})") from None
     if not is_duckdb_file(database):  # an nsys .sqlite, a trace, a FIFO: never handed to DuckDB
         raise InputError(database, "not a DuckDB database (run `traceflow ingest` on trace files first)")
+    # Attached to a connection of its own rather than opened by duckdb.connect(path): DuckDB shares
+    # one instance per file among a process's connect() calls and refuses a second one with other
+    # settings (a user's own duckdb.connect(path), open beside a Job, made traceflow.open fail), and
+    # the locked settings would have reached that user's connection. DuckDB spills where it would
+    # for the file itself, beside it (<db>.tmp), never into the current folder.
+    real = os.path.realpath(database)
+    con = duck_connect(config={"temp_directory": f"{real}.tmp"})
     try:
-        con = duck_connect(database, read_only=True)
+        con.execute(f"ATTACH {sql_string(real)} AS {_alias(real)} (READ_ONLY)")
+        con.execute(f"USE {_alias(real)}")
     except duckdb.Error as e:
+        con.close()
         raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
     try:
         lock_down(con, [str(p) for p in parts_folders(database)])
@@ -42,6 +51,14 @@ def connect(database: str) -> duckdb.DuckDBPyConnection:
         con.close()
         raise
     return con
+
+
+def _alias(path: str) -> str:
+    """The database's name in SQL: its file's stem, as `duckdb job.duckdb` names it, where that is
+    a plain name DuckDB does not keep for itself; else `job`."""
+    stem = os.path.basename(path).split(".")[0]
+    ok = stem.isidentifier() and stem.isascii() and stem.lower() not in ("memory", "system", "temp", "main")
+    return f'"{stem}"' if ok else "job"
 
 
 def _check_parts(con, database: str):

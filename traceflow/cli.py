@@ -107,6 +107,8 @@ def main():
 
 
 def _ingest_options(f):
+    f = click.option("--name", metavar="NAME", help="The job's name in titles (report, diff); default: its input folder, "
+                     "or its first file. Kept in the database.")(f)
     f = click.option("--append", is_flag=True, help="Add these files to an existing database (ranks already there are kept; identical files are skipped).")(f)
     f = click.option("--rank-pattern", metavar="REGEX", help=r"Take each file's rank from its name with this regex (first group), e.g. 'node\d+-gpu(\d+)'.")(f)
     f = click.option("--align", type=click.Choice(["off", "auto", "collectives"]), default="auto", show_default=True,
@@ -129,13 +131,13 @@ def _ingest_options(f):
 
 
 def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-               peak_tflops=None, peak_gbps=None, cluster=None):
+               peak_tflops=None, peak_gbps=None, cluster=None, name=None):
     from .pipeline import expand, ingest
     paths = expand(files)
     with Progress(len(paths), interrupts.raise_if_interrupted) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
-                     peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster)
+                     peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster, name=name)
     for w in res.warnings:
         say(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
@@ -148,7 +150,7 @@ def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, j
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
 def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps,
-           cluster):
+           cluster, name):
     """Read rank profiles into one DuckDB database.
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
@@ -170,7 +172,7 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest fr_dumps/ kineto/rank*.json -o hang.duckdb  # dumps beside the job's traces
     """
     with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                    peak_tflops, peak_gbps, cluster) as job:
+                    peak_tflops, peak_gbps, cluster, name) as job:
         rows = job.rank_summary()
         from .hang import dump_count
         dumps = dump_count(job.con)
@@ -212,7 +214,7 @@ def query(database, name, list_, rank, step, fmt, limit):
         if name == "critical-path" and fmt == "table" and sys.stdout.isatty():
             for line in critical_path_lines(job.con, step):
                 say(line)
-        print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step))
+        print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step), pack=name)
         if fmt == "table" and (hint := memory_hint(job.con, name)):
             say(hint)
         if name == "steps" and fmt == "table":
@@ -300,18 +302,20 @@ def annotate(database, output, ranks, steps, force):
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @_ingest_options
 def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
-               peak_gbps, cluster):
+               peak_gbps, cluster, name):
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
     \b
-    Example:
+    Examples:
       traceflow postmortem runs/rank*.sqlite -o postmortem/
+      traceflow postmortem /tmp/nccl_trace_rank_* traces/ -o why-it-stopped/   # Flight Recorder dumps
+      traceflow postmortem runs/rank*.sqlite -o pm/ --name "llama-70b, 64 GPUs, before the fix"
     """
     from .pipeline import expand
     from .postmortem import finish, output_folder
     with output_folder(outdir, expand(files), force=force) as db, \
             _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                       peak_tflops, peak_gbps, cluster) as job, \
+                       peak_tflops, peak_gbps, cluster, name) as job, \
             Progress(0, interrupts.raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress)
     say(out["verdict"])
@@ -328,11 +332,13 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
 @click.option("--no-launch-overhead", is_flag=True, help="Launch calls take no host time and launched kernels no latency.")
 @click.option("--no-allocator-calls", is_flag=True, help="cudaMalloc / cudaFree / hipFree ... take no host time.")
 @click.option("--no-host-syncs", is_flag=True, help="Synchronizing calls neither wait nor take host time.")
+@click.option("--on-rank", "host_ranks", type=int, multiple=True, metavar="RANK",
+              help="Apply --no-launch-overhead / --no-allocator-calls / --no-host-syncs on this rank only (repeatable).")
 @click.option("--overlap-comm", is_flag=True, help="Collectives no longer wait behind compute on their stream.")
 @click.option("--no-stragglers", is_flag=True, help="Every rank's compute in a step scaled to the median rank's.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, no_allocator_calls,
-               no_host_syncs, overlap_comm, no_stragglers, fmt):
+               no_host_syncs, host_ranks, overlap_comm, no_stragglers, fmt):
     """What would a fix gain? Replays each step's dependency graph across ranks (streams, launches,
     syncs, cross-stream waits, collectives) with edited durations and predicts the step time. The
     replay of the unedited graph is checked against the measured step first: beyond 2 % off, the
@@ -344,10 +350,11 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
       traceflow whatif job.duckdb --scale-kernels '.*flash.*=0.5' --scale-kind comm=0.8
       traceflow whatif job.duckdb --no-launch-overhead --format json
       traceflow whatif job.duckdb --no-allocator-calls --no-host-syncs
+      traceflow whatif job.duckdb --no-host-syncs --on-rank 1
     """
     from .whatif import parse_scenario, whatif
     scenario = parse_scenario(scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm, no_stragglers,
-                              no_allocator_calls, no_host_syncs)
+                              no_allocator_calls, no_host_syncs, host_ranks)
     from .job import open as open_job
     with open_job(database) as job:
         have = [r[0] for r in job.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]

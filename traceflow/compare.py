@@ -34,6 +34,7 @@ class Diff:
     warnings: list[str]
     sentences: list[str]
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    names: tuple[str, str] = ("a", "b")  # the runs' job names, for titles (job_name.py)
 
     def to_json(self) -> dict:
         return {"a": self.a, "b": self.b, "pairs": [{"step_a": x, "step_b": y} for x, y in self.pairs],
@@ -73,6 +74,8 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
             con.execute("CREATE TEMP TABLE pairs (step_a INTEGER, step_b INTEGER)")
             con.executemany("INSERT INTO pairs VALUES (?, ?)", pairs)
             comparability, warnings = _comparability(con)
+            from .job_name import read as job_name
+            names = (job_name(con, "a"), job_name(con, "b"))
             tables = {}
             for name in COMPARISONS:
                 con.execute((queries_dir() / "diff" / f"{name}.sql").read_text())
@@ -80,8 +83,10 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
         finally:
             con.close()
     assert isinstance(tables["steps"], pl.DataFrame)
+    if names[0] == names[1]:  # two runs read from folders of one name: the paths as given tell them apart
+        names = (str(a), str(b))
     d = Diff(a=str(a), b=str(b), pairs=pairs, comparability=comparability, warnings=warnings, sentences=[],
-             tables=tables)  # type: ignore[arg-type]
+             tables=tables, names=names)  # type: ignore[arg-type]
     d.sentences = _sentences(d)
     return d
 

@@ -99,7 +99,8 @@ def load(con, dumps: list[ProcessTrace], folder: str, rank_pattern: str | None, 
         con.execute(f"INSERT INTO fr_dumps ({', '.join(names)}) SELECT {', '.join(names)} FROM dumps_rows")
     for table, tables in parts.items():
         if tables:
-            incoming = pa.concat_tables(tables)  # noqa: F841 - read by DuckDB's replacement scan
+            # one chunk: DuckDB's Arrow scan of 2,048 one-dump chunks took 14 s, of one chunk well under 1 s
+            incoming = pa.concat_tables(tables).combine_chunks()  # noqa: F841 - read by DuckDB's replacement scan
             cols = ", ".join(f.name for f in schema.FR_TABLES[table])
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM incoming")
     check_one_job(con)

@@ -104,6 +104,12 @@ class Job:
         """The critical path's segments in time order (all steps, or one)."""
         return self.query("critical-path", step=step)
 
+    @property
+    def name(self) -> str:
+        """The job's name, for titles: `--name` at ingest, else its input folder or first file (job_name.py)."""
+        from .job_name import read
+        return read(self.con)
+
     def ranks(self) -> list[int]:
         return [r[0] for r in self.con.execute("SELECT rank FROM traces ORDER BY rank").fetchall()]
 

@@ -104,22 +104,25 @@ def _is_database(path: Path) -> bool:
         return False
     import duckdb
 
-    from .duck import connect
+    from .duck import connect, sql_string
     try:
-        con = connect(path, read_only=True)
+        con = connect()  # attached, not opened: see api.connect
         try:
+            con.execute(f"ATTACH {sql_string(os.path.realpath(path))} AS tf_check (READ_ONLY)")
             # DuckDB 2 opens a truncated file and fails only when a lost block is read: the file
             # must hold every block its header counts.
-            row = con.execute("PRAGMA database_size").fetchone()
+            row = con.execute("SELECT block_size, total_blocks FROM pragma_database_size() "
+                              "WHERE database_name = 'tf_check'").fetchone()
             cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' "
-                                              "AND table_name = ? AND database_name = current_database()",
+                                              "AND table_name = ? AND database_name = 'tf_check'",
                                               [OWN_TABLE]).fetchall()}
         finally:
             con.close()
-    except duckdb.Error:
+    except duckdb.Error as e:
+        if "Conflicting lock" in str(e) or "already attached" in str(e):  # another program (or this one) writes it
+            raise OutputBusy(path, "is open for writing in another program (DuckDB holds its lock): close it first") from None
         return False
-    return (row is not None and os.path.getsize(path) >= int(row[2]) * int(row[3])  # block_size * total_blocks
-            and cols >= OWN_COLUMNS)
+    return row is not None and os.path.getsize(path) >= int(row[0]) * int(row[1]) and cols >= OWN_COLUMNS
 
 
 def _is_report(path: Path) -> bool:

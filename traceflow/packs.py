@@ -36,6 +36,19 @@ def public_tables() -> tuple[str, ...]:
     return tuple(t for f in run_order() if f not in PYTHON_ANALYSES for t in creates_public(pack_sql(f)))
 
 
+def shows_first(pack: str) -> list[str]:
+    """The columns of a pack's table a narrow terminal keeps first (its file's `-- <table> shows first:`
+    line, sqlmodules.shows_first), or [] for a pack that declares none."""
+    from .sqlmodules import shows_first as declared
+    table = table_of(pack)
+    if table is None:
+        return []
+    for f in run_order():
+        if f not in PYTHON_ANALYSES and table in (d := declared(pack_sql(f))):
+            return d[table]
+    return []
+
+
 def table_of(pack: str) -> str | None:
     """The table a pack name (as typed: `idle-gaps`, `idle_gaps` or an alias) fills, or None."""
     table = ALIASES.get(pack) or pack.replace("-", "_")
@@ -45,7 +58,8 @@ def table_of(pack: str) -> str | None:
 # How `traceflow query` sorts a pack's rows: a 40 ms gap must not hide under 2,500 gaps of 1 µs.
 # (A cluster job's per-rank packs are views over Parquet shards, whose rows come in no set order.)
 DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank",
-                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC"}
+                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC",
+                 "desync": "created_ns, pg, seq, kind", "desync_ranks": "pg, rank"}  # where it stopped first
 
 
 def queries_dir() -> Path:

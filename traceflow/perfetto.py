@@ -115,7 +115,7 @@ def write_trace(job: Job, output: str = "job.perfetto-trace", ranks=None, steps=
     # the bundled 4-rank job's 13 MB of protobuf (names interned) become 1.6 MB, below the
     # 3.2 MB of its gzip'd JSON input.
     with atomic_output(output, "perfetto", inputs=[job.path], force=force) as tmp, open(tmp, "wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+            gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:  # no FNAME: the temp file's name
         w = _Writer(f)
         for rank in keep_ranks:
             _rank_tracks(con, w, rank, tf, keep_ranks)

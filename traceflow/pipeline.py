@@ -313,7 +313,7 @@ def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
            progress=None, force: bool = False, max_inflate: str | None = None,
-           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None) -> Job:
+           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None, name: str | None = None) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
@@ -323,6 +323,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     knows the common data-centre GPUs by name). `cluster` ('local:N', a Dask scheduler address, or a
     dask.distributed.Client) runs the per-rank work as Dask tasks (traceflow/cluster.py, rank_task.py), whose
     Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
+    `name` names the job in titles (default: its input folder or first file; job_name.py).
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
     if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
@@ -355,6 +356,8 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             if append:
                 _refuse_views(con, output)
             _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs)
+            from .job_name import store
+            store(con, name, files, append)
             from .derive import derive_all
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
@@ -427,10 +430,22 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         _check_step_pattern(step_pattern)
     if rank_pattern is not None:
         ranks.rank_from_name("", rank_pattern)
+    from .readers.compressed import parse_limit
     if max_inflate:
-        from .readers.compressed import parse_limit
         parse_limit(max_inflate)
         os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
+    elif os.environ.get("TRACEFLOW_MAX_INFLATE"):
+        try:
+            parse_limit(os.environ["TRACEFLOW_MAX_INFLATE"])
+        except UsageError as e:
+            raise UsageError(f"TRACEFLOW_MAX_INFLATE: {str(e).removeprefix('--max-inflate ')}") from None
+    if os.environ.get("TRACEFLOW_MEMORY_LIMIT"):
+        import duckdb
+        try:
+            duck_connect().execute("SET memory_limit = ?", [os.environ["TRACEFLOW_MEMORY_LIMIT"]])
+        except duckdb.Error as e:
+            raise UsageError(f"TRACEFLOW_MEMORY_LIMIT={os.environ['TRACEFLOW_MEMORY_LIMIT']!r}: not a size DuckDB "
+                             f"takes, such as '4GB' ({one_line(e)})") from None
 
 
 

@@ -111,11 +111,11 @@ def _sentences(t: pl.DataFrame, mode: str) -> list[str]:
     for r in t.iter_rows(named=True):
         if r["karp_flatt"] is None:
             continue
-        kf = (f"serial fraction (Karp–Flatt) {r['karp_flatt']:.3f}" if r["karp_flatt_valid"] else
+        serial = (f"serial fraction (Karp–Flatt) {r['karp_flatt']:.3f}" if r["karp_flatt_valid"] else
               f"Karp–Flatt {r['karp_flatt']:.3f}, outside [0, 1] where it is a serial fraction ("
               + ("the step got slower with more ranks" if r["karp_flatt"] > 1 else "superlinear speedup") + ")")
         out.append(f"{r['ranks']} ranks ({mode} scaling from {base['ranks']}): step {r['step_ns'] / 1e6:.1f} ms, "
-                   f"parallel efficiency {r['efficiency_pct']:.0f}%, {kf}; "
+                   f"parallel efficiency {r['efficiency_pct']:.0f}%, {serial}; "
                    f"exposed communication {r['exposed_comm_pct']:.0f}% of the step (base {base['exposed_comm_pct']:.0f}%), "
                    f"waits for peers {r['wait_pct']:.0f}% (base {base['wait_pct']:.0f}%).")
     rows = [r for r in t.iter_rows(named=True) if r["karp_flatt"] is not None]

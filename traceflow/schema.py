@@ -110,7 +110,7 @@ CREATE TABLE traces (
     clock_note VARCHAR,                 -- why the offset was or was not applied (docs/clock-alignment.md)
     cpu_clock_offset_ns BIGINT DEFAULT 0,  -- Kineto: added to CPU ops / annotations to put them on the runtime calls' clock
     cpu_clock_consistent BOOLEAN,       -- FALSE: no single offset fits; figures mixing the two clocks are NULL
-    rank_source VARCHAR,                -- where the rank came from: nccl | distributedInfo | file name | file order | pattern
+    rank_source VARCHAR,                -- where the rank came from: nccl | distributedInfo | file name | device | file order | pattern
     warnings VARCHAR[]
 )
 """
@@ -159,7 +159,7 @@ DOCS = {
         "clock_note": "why the offset was or was not applied (docs/clock-alignment.md)",
         "cpu_clock_offset_ns": "Kineto: added to CPU ops and annotations to put them on the runtime calls' clock (ns)",
         "cpu_clock_consistent": "FALSE: no single offset fits; figures mixing the two clocks are NULL",
-        "rank_source": "where the rank came from: nccl | distributedInfo | file name | file order | pattern",
+        "rank_source": "where the rank came from: nccl | distributedInfo | file name | device | file order | pattern",
         "warnings": "what ingest dropped or refused in this file, and why"}),
     "gpu_ops": ("one row per GPU op (kernel, memcpy, memset) of every rank", {
         "device": "the GPU index", "short_name": "the profiler's short kernel name, when it records one",

@@ -11,6 +11,9 @@ import re
 from graphlib import TopologicalSorter
 
 _REQUIRES = re.compile(r"^-- requires:(.*)$", re.M)
+# `-- idle_gaps shows first: rank, step, dur_ns, ...`: the columns a narrow terminal keeps, in order,
+# declared beside the columns' docs (the rest follow in table order).
+_SHOWS_FIRST = re.compile(r"^-- (\w+) shows first:(.*)$", re.M)
 _CREATES = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:TABLE|VIEW)\s+(?:tf_internal\.|main\.)?(\w+)", re.I)
 _USES = re.compile(r"\b(?:(?<!DISTINCT )FROM|JOIN)\s+(?:tf_internal\.|main\.)?([A-Za-z_]\w*)\b(?!\s*\()", re.I)
 _CTE = re.compile(r"(?:\bWITH|,)\s*(\w+)\s+AS\s*(?:MATERIALIZED\s*)?\(", re.I)
@@ -36,6 +39,11 @@ def requires(sql: str) -> set[str] | None:
     if m is None:
         return None
     return {t.strip() for t in m.group(1).split(",") if t.strip() and t.strip() != "(nothing)"}
+
+
+def shows_first(sql: str) -> dict[str, list[str]]:
+    """{table: its columns by priority}, from the file's `-- <table> shows first:` lines."""
+    return {t: [c.strip() for c in cols.split(",") if c.strip()] for t, cols in _SHOWS_FIRST.findall(sql)}
 
 
 def referenced(sql: str) -> set[str]:

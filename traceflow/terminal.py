@@ -1,5 +1,9 @@
 """What a person sees on a terminal: tables sized to its width, the progress line, and the
-one-line summaries; --format json/csv bypass all of it and keep raw values."""
+one-line summaries; --format json/csv bypass all of it and keep raw values.
+
+Size: the table is most of it (columns chosen by the pack's priority, headers folded, names
+shortened, numbers as the query gave them); splitting it would scatter one layout over files.
+"""
 from __future__ import annotations
 
 import json
@@ -8,7 +12,7 @@ from contextlib import contextmanager
 
 import click
 
-from .text import is_identifier, printable, short_name
+from .text import decimal_text, is_identifier, is_name_column, printable, short_names
 
 
 def say(text, err: bool = False):
@@ -27,8 +31,11 @@ class Progress:
         self.prog = None
         if sys.stderr.isatty():
             from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-            self.prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
-                                 TextColumn("{task.completed}/{task.total} files"), TimeElapsedColumn(), transient=True)
+            # files read out of how many, when there are files to read: the report and the Perfetto
+            # trace of `postmortem` (a display of their own) showed "0/0 files"
+            counts = [BarColumn(), TextColumn("{task.completed}/{task.total} files")] if total else []
+            self.prog = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), *counts, TimeElapsedColumn(),
+                                 transient=True)
             self.task = self.prog.add_task("reading", total=total)
 
     def __enter__(self):
@@ -80,19 +87,14 @@ def cell(v, col: str, instant: bool, duration: bool) -> str:
     if duration and isinstance(v, (int, float)):
         return f"{v / 1e6:,.3f}"
     if isinstance(v, float):
-        return f"{v:,.2f}"
+        return decimal_text(v)
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000 and not is_identifier(col):
         return f"{v:,}"
-    if isinstance(v, str) and col.endswith(NAME_COLUMNS):
-        v = short_name(v)  # the full name: --format json / csv
     return printable(v)
 
 
-# Columns holding kernel or call names: shown short on a terminal (text.short_name).
-NAME_COLUMNS = ("name", "_op", "kernel", "what")
-
-
-def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
+def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows", pack: str | None = None):
+    """A relation's rows as a table (a pack's: its `shows first` columns kept first), JSON or CSV."""
     cols = [d[0] for d in rel.description]
     rows = _fetch_rows(rel)
     if fmt == "json":
@@ -102,7 +104,8 @@ def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows"):
     elif not rows:
         say(empty)
     else:
-        _table_up_to(cols, rows, limit)
+        from .packs import shows_first
+        _table_up_to(cols, rows, limit, shows_first(pack) if pack else ())
 
 
 def _fetch_rows(rel) -> list:
@@ -133,40 +136,70 @@ def print_frame(df, limit: int | None):
     _table_up_to(list(df.columns), df.rows(), limit)
 
 
-def _table_up_to(cols: list[str], rows: list, limit: int | None):
-    print_table(cols, rows if limit is None else rows[:limit])
+def _table_up_to(cols: list[str], rows: list, limit: int | None, first=()):
+    print_table(cols, rows if limit is None else rows[:limit], first)
     if limit is not None and len(rows) > limit:
         say(f"({len(rows) - limit:,} more rows; --limit 0 shows all, --format csv/json for machines)")
 
 
-def print_table(cols: list[str], rows: list[tuple]):
+def print_table(cols: list[str], rows: list[tuple], first: list[str] | tuple = ()):
     """For people: durations in ms, instants as UTC time of day (JSON and CSV keep integer ns);
     numbers right-aligned and never folded or cut; kernel names shortened; as many columns as the
-    terminal's width holds, and a line naming the ones left out."""
-    import shutil
-
+    terminal's width holds (`first`: the columns kept first, from the pack's `shows first` line),
+    and a line naming the ones left out."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
     instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
     duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
-    heads = [f"{c[:-3]} (UTC)" if i else f"{c[:-3]} (ms)" if d else c for c, i, d in zip(cols, instant, duration)]
-    cells = [[cell(v, c, i, d) for v, c, i, d in zip(r, cols, instant, duration)] for r in rows]
+    units = [" (UTC)" if i else " (ms)" if d else "" for i, d in zip(instant, duration)]
+    names = [c[:-3] if u else c for c, u in zip(cols, units)]
+    # kernel names short, and distinct within a column (text.short_names); the full name: --format json / csv
+    short = [short_names(v for r in rows if isinstance(v := r[k], str)) if is_name_column(c) else None
+             for k, c in enumerate(cols)]
+    # a column of whole doubles (a count computed as a double) prints as integers: `4`, not `4.00`
+    whole = [all(not isinstance(v, float) or v.is_integer() for v in col) for col in zip(*rows)]
+    cells = [[cell(m.get(v, v) if (m := short[k]) is not None and isinstance(v, str) else
+                   int(v) if whole[k] and isinstance(v, float) and abs(v) < 1e15 else v, c, i, d)
+              for k, (v, c, i, d) in enumerate(zip(r, cols, instant, duration))] for r in rows]
     numeric = [i or all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in col)
                for i, col in zip(instant, zip(*rows))]
-    natural = [max(len(h), *(len(r[k]) for r in cells)) for k, h in enumerate(heads)]
+    data = [max(len(r[k]) for r in cells) for k in range(len(cols))]
+    width = output_width()
+    # At a given width a header folds at its underscores, its unit on a line of its own, down to its
+    # values' width (`exposed_comm_pct` over `12.5` is three short lines, not 16 characters).
+    heads = [_fold(n, u, data[k]) if width else n + u for k, (n, u) in enumerate(zip(names, units))]
+    natural = [max(data[k], *(len(x) for x in h.split("\n"))) for k, h in enumerate(heads)]
     # A text column may shrink to 16 characters (then ends in …); a number or a time never shrinks.
     least = [n if numeric[k] else min(n, 16) for k, n in enumerate(natural)]
-    width = shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+    keep, size = _fit(cols, natural, least, numeric, first, width)
+    t = Table(show_lines=False, header_style="bold")
+    for k in keep:
+        t.add_column(Text("\n".join(printable(x) for x in heads[k].split("\n"))), justify="right" if numeric[k] else "left", no_wrap=True,
+                     overflow="ellipsis", width=size[k])
+    for row in cells:  # Text, not str: a '[red]' in a kernel name is not markup
+        t.add_row(*(Text(row[k]) for k in keep))
+    # Through a pipe with no COLUMNS there is no width to follow: wide enough that nothing is cut.
+    Console(width=width or sum(natural) + 3 * len(cols) + 1).print(t)
+    if len(keep) < len(cols):
+        left = ", ".join(cols[k] for k in range(len(cols)) if k not in keep)
+        say(f"(not shown at this width: {left}; a wider terminal, COLUMNS=... or --format csv/json shows them)")
+
+
+def _fit(cols, natural, least, numeric, first, width) -> tuple[list[int], dict[int, int]]:
+    """The columns kept at `width` (those in `first` first, then in table order, while they fit at
+    their `least`) and each one's width: numbers their own, text columns share what is left."""
     keep = list(range(len(cols)))
     if width:
-        used, keep = 1, []
-        for k in range(len(cols)):
+        order = [cols.index(c) for c in first if c in cols]
+        order += [k for k in range(len(cols)) if k not in order]
+        used, chosen = 1, set()
+        for k in order:
             if used + least[k] + 3 <= width:
-                keep.append(k)
+                chosen.add(k)
                 used += least[k] + 3
-    # Every column gets its width here (rich would squeeze some to nothing): numbers their own,
-    # text columns share what is left, each at least its `least`.
+        keep = sorted(chosen)
+    # Every column gets its width here (rich would squeeze some to nothing).
     size = {k: natural[k] for k in keep}
     if width:
         text = [k for k in keep if not numeric[k]]
@@ -175,17 +208,37 @@ def print_table(cols: list[str], rows: list[tuple]):
             size[k] = least[k] + min(natural[k] - least[k], spare // max(1, len(text)))
             spare -= size[k] - least[k]
             text.remove(k)
-    t = Table(show_lines=False, header_style="bold")
-    for k in keep:
-        t.add_column(Text(printable(heads[k])), justify="right" if numeric[k] else "left", no_wrap=True,
-                     overflow="ellipsis", width=size[k])
-    for row in cells:  # Text, not str: a '[red]' in a kernel name is not markup
-        t.add_row(*(Text(row[k]) for k in keep))
-    # Through a pipe there is no width to follow: wide enough that nothing is cut.
-    Console(width=width or sum(natural) + 3 * len(cols) + 1).print(t)
-    if len(keep) < len(cols):
-        left = ", ".join(cols[k] for k in range(len(cols)) if k not in keep)
-        say(f"(not shown at this terminal's width: {left}; a wider terminal or --format csv/json shows them)")
+    return keep, size
+
+
+def output_width() -> int:
+    """The width tables fit: COLUMNS when set (a pipe or a script can ask for a width), else the
+    terminal's, else 0 (a pipe: nothing cut)."""
+    import os
+    import shutil
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    return shutil.get_terminal_size((0, 0)).columns if sys.stdout.isatty() else 0
+
+
+def _fold(name: str, unit: str, room: int) -> str:
+    """A header in lines no wider than `room` where it can be: its `_`-joined words packed greedily,
+    its unit on a line of its own when the whole does not fit."""
+    if len(name) + len(unit) <= room:
+        return name + unit
+    words = name.split("_")
+    lines = [words[0]]
+    for w in words[1:]:
+        if len(lines[-1]) + 1 + len(w) <= room:
+            lines[-1] += "_" + w
+        else:
+            lines.append(w)
+    lines = [line if k == len(lines) - 1 else line + "_" for k, line in enumerate(lines)]
+    return "\n".join(lines + ([unit.strip()] if unit else []))
 
 
 def plural(n: int, word: str) -> str:
@@ -214,14 +267,16 @@ def critical_path_lines(con, step=None) -> list[str]:
     """One line per step: the biggest segments in words, for the terminal."""
     where = "" if step is None else f"WHERE step = {int(step)}"
     out = []
-    for st, wall, top in con.execute(f"""
+    found = con.execute(f"""
         WITH s AS (SELECT step, sum(end_ns - start_ns) AS wall FROM critical_path {where} GROUP BY step),
              k AS (SELECT step, rank, kind, coalesce(any_value(name), '') AS name, sum(end_ns - start_ns) AS d
                    FROM critical_path {where} GROUP BY step, rank, kind, name)
         SELECT s.step, s.wall, list(struct_pack(rank := k.rank, kind := k.kind, name := k.name, d := k.d) ORDER BY k.d DESC)[1:3]
-        FROM s JOIN k USING (step) GROUP BY s.step, s.wall ORDER BY s.step""").fetchall():
+        FROM s JOIN k USING (step) GROUP BY s.step, s.wall ORDER BY s.step""").fetchall()
+    short = short_names(p["name"] for _, _, top in found for p in top)
+    for st, wall, top in found:
         parts = [f"{p['d'] / 1e6:.1f} ms ({100 * p['d'] / wall:.0f}%) {p['kind']} on rank {p['rank']}"
-                 + (f" ({_clip(short_name(p['name']))})" if p['name'] else "") for p in top]
+                 + (f" ({_clip(short.get(p['name'], p['name']))})" if p['name'] else "") for p in top]
         out.append(f"step {st}: {wall / 1e6:.1f} ms; " + ", ".join(parts))
     return out
 

@@ -39,33 +39,162 @@ def printable(text) -> str:
 
 
 _ANONYMOUS = re.compile(r"\(anonymous namespace\)::|<unnamed>::")
+_LAMBDA = re.compile(r"\{lambda[^{}]*\}|\{unnamed type#\d+\}")
+
+
+def _groups(s: str):
+    """(text at depth 0, [top-level template argument strings], had a parameter list): one pass over
+    `s` splitting it at its first top-level '<...>' group and cutting at the parameter list."""
+    out: list[str] = []
+    args: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    seen_args = False
+    for ch in s:
+        if ch in "<(":
+            if depth == 0:
+                if ch == "(" and out:
+                    return "".join(out), args, True  # the parameter list: the name is complete
+                if ch == "<":
+                    out.append("<…>")
+                    if not seen_args:
+                        cur = []
+            depth += 1
+            if depth == 1:
+                continue
+        elif ch in ">)" and depth:
+            depth -= 1
+            if depth == 0:
+                if ch == ">" and not seen_args:
+                    args.append("".join(cur).strip())
+                    seen_args = True
+                continue
+        elif ch == "," and depth == 1 and not seen_args:
+            args.append("".join(cur).strip())
+            cur = []
+            continue
+        if depth == 0:
+            out.append(ch)
+        elif not seen_args:
+            cur.append(ch)
+    return "".join(out), args, False
+
+
+def _is_signature(s: str) -> bool:
+    return "::" in s or "<" in s or s.startswith("void ")
 
 
 def short_name(name) -> str:
     """A kernel's C++ name as a person reads it: the qualified base name, template arguments and
     parameters elided (`void at::native::vectorized_elementwise_kernel<(int)8, ...>(int, T2, T3)` ->
     `at::native::vectorized_elementwise_kernel<…>`). The full name stays in the database, in
-    --format json/csv and on hover in the report. Plain names (ncclDevKernel_..., cuDNN's) pass through."""
+    --format json/csv and on hover in the report. Plain names (ncclDevKernel_..., cuDNN's) pass through.
+    Two kernels can share a short name: `short_names` tells them apart."""
     s = _ANONYMOUS.sub("", str(name))
-    if "::" not in s and "<" not in s and not s.startswith("void "):
+    if not _is_signature(s):
         return s  # not a C++ signature: `Memcpy HtoD (Pageable -> Device)`, `ncclKernel_...`
-    out: list[str] = []
-    depth = 0
-    for ch in s:
-        if ch in "<(":
-            if depth == 0:
-                if ch == "(" and out:
-                    break  # the parameter list: the name is complete
-                if ch == "<":
-                    out.append("<…>")
-            depth += 1
-        elif ch in ">)" and depth:
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    base = "".join(out).strip()
+    base = _groups(s)[0].strip()
     base = base.rsplit(" ", 1)[-1] if " " in base else base  # drop a return type (`void`)
     return base or s
+
+
+def _brief(arg: str, detail: int) -> str:
+    """A template argument in a few characters: its last named component (`at::native::FillFunctor<float>`
+    -> `FillFunctor<…>`, a lambda inside `GeluCUDAKernelImpl(...)::{lambda()#2}` -> `GeluCUDAKernelImpl`),
+    with `detail` levels of its own template arguments."""
+    a = _LAMBDA.sub("", _ANONYMOUS.sub("", arg)).strip()
+    head, args, _ = _groups(a)
+    parts = [p.strip() for p in head.replace("<…>", "").split("::")]
+    parts = [p for p in parts if p and p not in ("operator", "const") and not p.startswith("operator")]
+    last = parts[-1].replace(" const", "").rsplit(" ", 1)[-1] if parts else a  # `float const*` -> `float*`
+    if not args:
+        return last
+    if detail <= 0:
+        return f"{last}<…>"
+    return f"{last}<{', '.join(_brief(x, detail - 1) for x in args)}>"
+
+
+def short_names(names) -> dict[str, str]:
+    """{full name: short name} for names shown together, the short ones distinct: where `short_name`
+    gives two kernels the same text (`at::native::vectorized_elementwise_kernel<…>` is six kernels of
+    one small job), the template arguments that differ are kept, in brief (`…<4, FillFunctor<…>>`),
+    with more of them until the names differ; what still collides (overloads differing only in their
+    parameters) gets a suffix `#2`, `#3` in the order of the full names."""
+    full = sorted({str(n) for n in names if n is not None})
+    out = {n: short_name(n) for n in full}
+    groups: dict[str, list[str]] = {}
+    for n in full:
+        groups.setdefault(out[n], []).append(n)
+    for short, members in groups.items():
+        if len(members) < 2:
+            continue
+        parsed = {n: _groups(_ANONYMOUS.sub("", n))[1] for n in members}
+        best: dict[str, str] = {}
+        stem = short[:-3] if short.endswith("<…>") else short
+        for detail in range(3):
+            briefs = {n: [_brief(a, detail) for a in parsed[n]] for n in members}
+            width = max(len(b) for b in briefs.values())
+            differ = [k for k in range(width) if len({tuple(b[k:k + 1]) for b in briefs.values()}) > 1]
+            shown: list[int] = []
+            for k in differ[:3]:  # the first arguments that differ, one more while names still collide
+                shown.append(k)
+                best = {n: _with_args(stem, briefs[n], shown) for n in members}
+                if len(set(best.values())) == len(members):
+                    break
+            if best and len(set(best.values())) == len(members):
+                break
+        final = best or {n: short for n in members}
+        seen: dict[str, int] = {}
+        for n in members:  # what is left equal: numbered, in the order of the full names
+            seen[final[n]] = seen.get(final[n], 0) + 1
+        count: dict[str, int] = {}
+        for n in members:
+            v = final[n]
+            if seen[v] > 1:
+                count[v] = count.get(v, 0) + 1
+                v = f"{v} #{count[v]}"
+            out[n] = v
+    return out
+
+
+def _with_args(stem: str, briefs: list[str], shown: list[int]) -> str:
+    """`stem<…, a, …>`: the template arguments at positions `shown`, an ellipsis for those left out."""
+    parts: list[str] = []
+    for k in range(len(briefs)):
+        if k in shown:
+            parts.append(briefs[k])
+        elif not parts or parts[-1] != "…":
+            parts.append("…")
+    return f"{stem}<{', '.join(parts)}>"
+
+
+# Columns holding kernel, op or call names: shown short on a terminal and in the report (the full
+# name in --format json/csv, in the database and on hover in the report).
+NAME_COLUMNS = ("name", "_op", "kernel", "what", "host_activity")
+
+
+def is_name_column(col: str) -> bool:
+    return col.endswith(NAME_COLUMNS)
+
+
+def decimal_text(v: float) -> str:
+    """A double as a person reads it, keeping the precision the query gave it: a value the query
+    rounded as it was rounded (`round(x, 1)` -> `12.3`, `4.0`), otherwise two decimals, or three
+    significant digits below 0.1 (`0.000123`, never `0.00`). (A column of whole doubles, a count
+    computed as a double, is shown as integers by the table that holds it.)"""
+    import math
+    v = float(v)  # a numpy double's repr is `np.float64(...)`
+    if not math.isfinite(v):
+        return str(v)
+    if abs(v) >= 1e15:
+        return f"{v:.4g}"
+    r = repr(v)
+    if "e" not in r and len(r.split(".")[1]) <= 4:
+        return f"{v:,.{len(r.split('.')[1])}f}"
+    if abs(v) >= 0.1:
+        return f"{v:,.2f}"
+    places = 2 - math.floor(math.log10(abs(v)))
+    return f"{v:.{places}f}" if places <= 12 else f"{v:.3g}"
 
 
 def is_identifier(col: str) -> bool:

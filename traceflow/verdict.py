@@ -167,7 +167,9 @@ def _step_outlier(r: dict, con) -> str:
     s = (f"Rank {r['rank']} held up step {r['step']} with {_what(r['class'], r['cause'])}: {_ms(r['value_ns'])} of "
          f"the critical path against {_ms(r['baseline_ns'])} in the other steps (median), {_ms(r['cost_ns'])} more")
     if r["class"] == "host" and r["evidence_ns"]:
-        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if r["activity"] else "")
+        # a Kineto step range as the host's activity says only that no op was running
+        inside = r["activity"] and not r["activity"].startswith("ProfilerStep#")
+        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if inside else "")
     elif r["evidence"]:
         s += f" (longest: {short_name(r['evidence'])})"
     if r["peer_wait_ns"] and r["peers"]:

@@ -4,8 +4,10 @@ the step time after a fix (docs/whatif.md).
 The graph is the critical path's (queries/cp_graph.sql): each GPU op follows the op before it on
 its stream, a cross-stream dependency, and its launch on the host; a collective ends when its last
 member has started plus its own transfer. The host is replayed as far as the GPU moves it: a
-synchronizing call returns when the op it waited for ends, so every later call of that thread
-moves with that op. Each op keeps the lag it had beyond its latest constraint (queueing, launch
+synchronizing call returns when the op it waited for ends, so every later call of that rank's
+launching threads moves with that op. Host edits remove stretches of exactly one cause of host
+time (host_time_spans, queries/host_time.sql): launch calls, allocator calls, syncs, or a rank's
+abnormal host time; every later call of the rank comes that much earlier, until a sync re-anchors it. Each op keeps the lag it had beyond its latest constraint (queueing, launch
 latency), so the replay of the unedited graph reproduces the measured times; its error is reported
 and bounds every prediction.
 
@@ -261,16 +263,6 @@ class StepGraph:
             self._stall_cuts = out
         return self._stall_cuts
 
-    def stalls(self) -> dict[int, tuple[float, str]]:
-        """Per rank: the abnormal host time stall_cuts removes in this step (ns) and its largest cause."""
-        out = {}
-        for r, cuts in self.stall_cuts().items():
-            by: dict[str, float] = {}
-            for a, b, c in cuts:
-                by[c] = by.get(c, 0.0) + (b - a)
-            out[r] = (sum(by.values()), max(by, key=lambda c: by[c]))
-        return out
-
     def _straggler_factors(self) -> np.ndarray:
         """Every rank's compute in the step scaled down to the median rank's."""
         kinds, ranks = np.array(self.kind), np.array(self.rank)
@@ -432,7 +424,8 @@ def _attribute(con, g: StepGraph, sc: Scenario, cause: str, row: dict, candidate
 
 
 def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,
-                   overlap_comm=False, no_stragglers=False, no_allocator_calls=False, no_host_syncs=False) -> Scenario:
+                   overlap_comm=False, no_stragglers=False, no_allocator_calls=False, no_host_syncs=False,
+                   host_ranks=()) -> Scenario:
     """A Scenario from the command line's strings: 'PATTERN=FACTOR', 'compute=0.5'."""
     def pair(text: str, flag: str) -> tuple[str, float]:
         key, sep, value = text.rpartition("=")
@@ -455,4 +448,4 @@ def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_lau
         raise UsageError(f"--scale-kind {sorted(bad)[0]!r}: one of compute, comm, memory")
     return Scenario(scale_kernels=kernels, scale_kind=kinds, remove_host_stall=list(remove_host_stall),
                     no_launch_overhead=no_launch_overhead, overlap_comm=overlap_comm, no_stragglers=no_stragglers,
-                    no_allocator_calls=no_allocator_calls, no_host_syncs=no_host_syncs)
+                    no_allocator_calls=no_allocator_calls, no_host_syncs=no_host_syncs, host_ranks=list(host_ranks))

@@ -45,7 +45,7 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     timings = {} if timings is None else timings
     phase = phase or (lambda _: None)
     phase("deriving tables, aligning clocks")
-    warnings = []
+    warnings: list[str] = []
     t0 = time.perf_counter()
     names = [n for n in ORDER if n not in PER_RANK] if per_rank_done else ORDER
     from .. import invariants

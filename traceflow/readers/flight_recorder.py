@@ -31,7 +31,7 @@ from ..errors import InputError
 from . import safe_pickle
 from .model import ProcessTrace
 from .ranks import rank_from_name
-from .stream import content_hash
+from .stream import HashedFile
 
 PICKLE_PROTO = 0x80  # a pickle of protocol 2 or later opens with this byte (PyTorch writes protocol 2)
 # Top-level keys of a dump: the JSON variant is told from a Kineto trace by its first key
@@ -72,8 +72,12 @@ def rank_of_file(path: str) -> int | None:
 def read(path: str, sink, key: str, fmt: str) -> list[ProcessTrace]:
     """Reads the dump at `path` ('fr-pickle' or 'fr-json') into `sink` under `key`."""
     try:
-        with open(path, "rb") as f:
+        f = HashedFile(path)  # hashed as it is read: the file is read once
+        try:
             data = f.read()
+            digest = f.hexdigest()
+        finally:
+            f.close()
     except OSError as e:
         raise InputError(path, f"cannot read ({e.strerror})") from None
     if fmt == "fr-pickle":
@@ -88,7 +92,7 @@ def read(path: str, sink, key: str, fmt: str) -> list[ProcessTrace]:
     sink.write(key, "fr_entries", entries)
     sink.write(key, "fr_groups", groups)
     t = ProcessTrace(source_path=path, source_format=fmt, key=key, profiler_version=f"Flight Recorder {version}",
-                     source_hash=content_hash(path), warnings=notes,
+                     source_hash=digest, warnings=notes,
                      counts={"fr_entries": entries.num_rows, "fr_groups": groups.num_rows})
     stated = dump.get("rank")
     if isinstance(stated, int) and not isinstance(stated, bool):

@@ -24,6 +24,7 @@ class ProcessTrace:
     world_size: int | None = None
     warnings: list[str] = field(default_factory=list)
     n_processes: int = 1            # processes found in the same file
+    devices: tuple = ()             # the GPU indices its GPU ops ran on, when the reader knows them (ranks.py)
     source_hash: str | None = None
     counts: dict = field(default_factory=dict)
     # a cluster's worker derived this process's per-rank tables into Parquet shards (rank_task.py):

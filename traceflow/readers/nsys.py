@@ -298,7 +298,8 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
             profiler_version=f"nsys {version}" + (f" (schema {schema})" if schema else "") if version else None,
             hostname=hostname, pid=pid, device_name=device_name, rank_hint=nccl_rank,
             rank_hint_source="nccl" if nccl_rank is not None else None, world_size=None,
-            warnings=list(warnings), n_processes=len(procs), counts=counts))
+            warnings=list(warnings), n_processes=len(procs), counts=counts,
+            devices=tuple(sorted(d for d in devs if d is not None))))
     return out
 
 

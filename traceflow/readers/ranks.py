@@ -59,14 +59,61 @@ def _name_rank(t: ProcessTrace, r: int | None) -> int | None:
     return r
 
 
+def _without_helpers(traces: list[ProcessTrace]) -> list[ProcessTrace]:
+    """A process with no GPU work beside processes with GPU work in one file (a data-loader worker, a
+    launcher that called cudaGetDevice) is not a rank: left out, with a warning on the file's first
+    rank saying how many and which. A file whose processes all lack GPU work keeps them."""
+    by_file: dict[str, list[ProcessTrace]] = {}
+    for t in traces:
+        by_file.setdefault(t.source_path, []).append(t)
+    out = []
+    for group in by_file.values():
+        gpu = [t for t in group if t.counts.get("gpu_ops", 0) > 0]
+        if len(group) == 1 or not gpu or len(gpu) == len(group):
+            out.extend(group)
+            continue
+        idle = [t for t in group if t not in gpu]
+        for t in gpu:
+            t.n_processes = len(gpu)
+        host = sum(t.counts.get("host_ops", 0) for t in idle)
+        gpu[0].warnings.append(f"{len(idle)} of its {len(group)} processes had no GPU work (pid "
+                               f"{', '.join(str(t.pid) for t in idle)}; {host:,} host calls): not ranks, left out")
+        out.extend(gpu)
+    return out
+
+
+def _by_device(chosen: list, owner: dict[int, str]) -> None:
+    """Several processes of one file, none stating its rank, each on a GPU of its own: rank = the GPU's
+    index (a launcher gives local rank k GPU k), when those ranks are free; one warning per file."""
+    by_file: dict[str, list[int]] = {}
+    for k, (t, _, _) in enumerate(chosen):
+        if t.n_processes > 1:
+            by_file.setdefault(t.source_path, []).append(k)
+    for path, ks in by_file.items():
+        group = [chosen[k][0] for k in ks]
+        if any(chosen[k][1] is not None for k in ks) or any(len(t.devices) != 1 for t in group):
+            continue
+        devices = [t.devices[0] for t in group]
+        if len(set(devices)) < len(devices) or any(d in owner or d > MAX_RANKS for d in devices):
+            continue
+        for k, d in zip(ks, devices):
+            chosen[k] = (chosen[k][0], d, "device")
+            owner[d] = path
+        group[0].warnings.append(f"{len(group)} processes, none states its rank: ranks from their GPUs ("
+                                 + ", ".join(f"pid {t.pid} on GPU {d} -> rank {d}" for t, d in zip(group, devices)) + ")")
+
+
 def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[int, str] | None = None) -> list[tuple[ProcessTrace, int, str | None]]:
-    """(trace, rank, where the rank came from), in input order.
+    """(trace, rank, where the rank came from), in input order, for the processes that are ranks
+    (a process with no GPU work beside others that have some is not: _without_helpers).
 
     Precedence: --rank-pattern on the file name; the rank the file states (NCCL payload,
-    Kineto distributedInfo); a number in the file name (single-process files only);
-    else the lowest free rank in file order, with a warning.
+    Kineto distributedInfo); a number in the file name (single-process files only); for several
+    processes in one file, each on its own GPU, the GPU's index; else the lowest free rank in file
+    order, with a warning.
     """
     taken = dict(taken or {})
+    traces = _without_helpers(traces)
     chosen: list[tuple[ProcessTrace, int | None, str | None]] = []
     for t in traces:
         _checked(t)
@@ -88,6 +135,7 @@ def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[i
             raise InputError(t.source_path, f"claims rank {r}, which {owner[r]} also claims "
                              "(use --rank-pattern to take ranks from the file names)")
         owner[r] = t.source_path
+    _by_device(chosen, owner)
     out = []
     next_free = 0
     for t, r, src in chosen:
@@ -96,6 +144,8 @@ def assign(traces: list[ProcessTrace], pattern: str | None = None, taken: dict[i
                 next_free += 1
             r, src = next_free, "file order"
             owner[r] = t.source_path
-            t.warnings.append(f"no rank in the file or its name: took rank {r} from file order")
+            where = f"process {t.pid}, one of {t.n_processes} in the file, states no rank" if t.n_processes > 1 \
+                else "no rank in the file or its name"
+            t.warnings.append(f"{where}: took rank {r} from file order")
         out.append((t, r, src))
     return out

@@ -68,7 +68,7 @@ def build(d: Diff) -> str:
         _frame(i, ["step_a", "step_b", "rank", "cause", "a_ns", "b_ns", "delta_ns", "a_gaps", "b_gaps"],
                ["step a", "step b", "rank", "cause", "a (ms)", "b (ms)", "change (ms)", "a gaps", "b gaps"],
                ("a_ns", "b_ns", "delta_ns"), limit=30)]))
-    return render(title=printable("traceflow diff: " + " vs ".join(p.rsplit("/", 1)[-1] for p in (d.a, d.b))),
+    return render(title=printable("traceflow diff: " + " vs ".join(d.names)),
                   sections=sections, specs=P.script_json())
 
 

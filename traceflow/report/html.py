@@ -17,31 +17,39 @@ from typing import TYPE_CHECKING
 from ..outputs import atomic_output, check_output
 from ..text import printable
 from . import memory, roofline, whatif
-from .blocks import CAUSE_COLORS, KIND_COLORS, STATE_COLORS, Heading, Items, Note, Plots, Section, bars, label, table
+from .blocks import CAUSE_COLORS, KIND_COLORS, PAGE_NAMES, STATE_COLORS, Items, Note, Plots, Section, bars, label, shortened, table
 
 if TYPE_CHECKING:
     from ..job import Job
 
 def build(job: Job) -> str:
     """The page's HTML for a Job (its connection and its findings, computed once)."""
-    return _build(job.con, job.path, job.findings())
+    return _build(job.con, job.path, job.findings(), job.name)
 
 
 def _coverage(con) -> list:
-    """Per rank: what share of the capture's GPU time lies inside steps."""
+    """Per rank: what share of the capture's GPU time lies inside steps (one line)."""
     rows = con.execute("SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage ORDER BY rank").fetchall()
-    items = [f"rank {r}: {f'{c:.1f}' if c is not None else 'n/a'}% of its GPU time in steps"
-             f" ({b / 1e6:.1f} ms before the first, {a / 1e6:.1f} ms after the last)" for r, c, b, a in rows]
-    return [Note("Step coverage:"), Items(items, "coverage")]
+    items = [f"rank {r} {f'{c:.1f}' if c is not None else 'n/a'}% ({b / 1e6:.1f} ms before, {a / 1e6:.1f} ms after)"
+             for r, c, b, a in rows]
+    return [Note("GPU time inside steps: " + "; ".join(items) + ".")]
 
 
-def _build(con, database: str, f: dict) -> str:
-    P = Plots()
+def _build(con, database: str, f: dict, name: str) -> str:
+    P = Plots(os.path.basename(database))
+    names = PAGE_NAMES.set(tuple(r[0] for r in con.execute("SELECT DISTINCT name FROM gpu_ops WHERE name IS NOT NULL").fetchall()))
+    try:
+        return _page(con, name, f, P)
+    finally:
+        PAGE_NAMES.reset(names)
+
+
+def _page(con, name: str, f: dict, P: Plots) -> str:
     from . import hang
     sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
                 *filter(None, [hang.section(con, f)]), _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
                 *filter(None, [memory.section(con, P)]), _inputs(con, P)]  # memory: when the job recorded memory events
-    return render(title=printable(f"traceflow post-mortem: {os.path.basename(database)}"), sections=sections,
+    return render(title=printable(f"traceflow post-mortem: {name}"), sections=sections,
                   specs=P.script_json())
 
 
@@ -54,15 +62,15 @@ def _steps(con, P: Plots) -> Section:
                  "GPU window per rank and step", x="rank r, step s", y="GPU time (ms)")
     tbl = table(con, """SELECT rank, coalesce(step::VARCHAR, part || ' steps') AS step, wall_ns, compute_ns, exposed_comm_ns,
                                exposed_memory_ns, idle_ns, idle_pct
-                        FROM step_breakdown ORDER BY rank, start_ns""",
+                        FROM step_breakdown ORDER BY idle_ns DESC, rank, start_ns""", hint=P.hint("steps"),
+                caption="Most idle first", half=True,
                 headers=["rank", "step", "wall (ms)", "compute (ms)", "exposed comm (ms)", "exposed memcpy (ms)", "idle (ms)", "idle %"],
                 ms_cols=("wall_ns", "compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns"))
     return Section("steps", "Where each rank's GPU time went, per step", [
-        plot, Note("compute + exposed comm + exposed memcpy + idle = the step's GPU window, exactly. The window "
-                   "starts at the end of the previous step's GPU work and ends at the last end of its own ops, or at "
-                   "the next step's first op: windows never overlap, so every nanosecond of GPU time is counted once. "
-                   'The rows "before steps" / "after steps" hold GPU work outside every step window.'),
-        *_coverage(con), tbl])
+        plot, tbl, Note("compute + exposed comm + exposed memcpy + idle = the step's GPU window, exactly; windows never overlap "
+                        "(each runs from the end of the previous step's GPU work to the last end of its own ops), so every "
+                        'nanosecond of GPU time is counted once; "before steps" / "after steps" rows hold the GPU work outside them.'),
+        *_coverage(con)])
 
 
 def _critical_path(con, P: Plots) -> Section:
@@ -77,11 +85,11 @@ def _critical_path(con, P: Plots) -> Section:
     data = [{"type": "bar", "name": f"rank {k}", "x": [str(s) for s in sorted({r[0] for r in rows})],
              "y": [round((lookup.get((s, k)) or 0) / 1e6, 3) for s in sorted({r[0] for r in rows})]} for k in ranks]
     p2 = P.add(data, "Critical path per step, by rank", x="step", y="time on the critical path (ms)", xaxis={"type": "category"})
-    tbl = table(con, """SELECT step, rank, kind, name, dur_ns FROM (
-                           SELECT *, row_number() OVER (PARTITION BY step ORDER BY dur_ns DESC) k FROM critical_path) WHERE k <= 5
-                        ORDER BY step, dur_ns DESC""", headers=["step", "rank", "kind", "what", "length (ms)"], ms_cols=("dur_ns",))
+    tbl = table(con, """SELECT step, rank, kind, name, dur_ns FROM critical_path ORDER BY dur_ns DESC, step, ordinal""",
+                headers=["step", "rank", "kind", "what", "length (ms)"], ms_cols=("dur_ns",), hint=P.hint("critical-path"),
+                caption="Longest segments")
     return Section("critical-path", "Critical path: what set each step's length",
-                            [p1, p2, Heading("Longest segments per step"), tbl])
+                            [p1, p2, tbl])
 
 
 def _waits(con, P: Plots) -> Section:
@@ -90,7 +98,8 @@ def _waits(con, P: Plots) -> Section:
     p1 = P.add([{"type": "bar", "name": "peer wait caused", "x": [f"rank {r}" for r, _ in rows], "y": [round(w / 1e6, 3) for _, w in rows],
                  "marker": {"color": "#e45756"}}], "Peer wait each rank caused by starting collectives last",
                x="rank", y="peer wait caused (ms)")
-    t1 = table(con, """SELECT comm, step, seq, op, last_rank, last_by_ns, total_wait_ns FROM stragglers ORDER BY total_wait_ns DESC LIMIT 10""",
+    t1 = table(con, """SELECT comm, step, seq, op, last_rank, last_by_ns, total_wait_ns FROM stragglers ORDER BY total_wait_ns DESC""",
+               hint=P.hint("stragglers"), caption="Collectives with the most peer wait", half=True,
                headers=["communicator", "step", "seq", "collective", "last rank", "last by (ms)", "total peer wait (ms)"],
                ms_cols=("last_by_ns", "total_wait_ns"))
     rows = con.execute("SELECT rank, cause, sum(total_ns) FROM idle_gaps_summary WHERE step IS NOT NULL GROUP BY rank, cause").fetchall()
@@ -99,40 +108,42 @@ def _waits(con, P: Plots) -> Section:
     p2 = P.add(bars(rows, lambda r: f"rank {r[0]}", causes, CAUSE_COLORS, lambda r, s: lk.get((r[0], s))),
                "GPU idle time by cause, all steps", x="rank", y="GPU idle (ms)")
     t2 = table(con, """SELECT rank, step, dur_ns, cause, host_activity, next_op FROM idle_gaps WHERE step IS NOT NULL
-                        ORDER BY dur_ns DESC LIMIT 15""",
+                        ORDER BY dur_ns DESC""", hint=P.hint("idle-gaps"), caption="Longest idle gaps", half=True,
                headers=["rank", "step", "idle (ms)", "cause", "host was doing", "GPU op that ended it"], ms_cols=("dur_ns",))
     return Section("waits", "Stragglers, collective waits and idle gaps",
-                            [p1, Heading("Collectives with the most peer wait"), t1, p2, Heading("Longest idle gaps"), t2])
+                            [p1, p2, t1, t2])
 
 
 def _launch(con, P: Plots) -> Section:
     """Launch overhead, syncs, kernels."""
     t1 = table(con, """SELECT rank, step, launches, launch_exposed_ns, launch_exposed_pct, launch_bound FROM launch_bound_steps
-                       ORDER BY launch_exposed_pct DESC NULLS LAST LIMIT 12""",
+                       ORDER BY launch_exposed_pct DESC NULLS LAST""", hint=P.hint("launch-bound-steps"),
+               caption="Steps by GPU idle time spent waiting for launches", half=True,
                headers=["rank", "step", "launches", "GPU idle while launching (ms)", "% of window", "launch-bound"],
                ms_cols=("launch_exposed_ns",))
     t2 = table(con, """SELECT rank, name, count, mean_api_ns, mean_queue_ns, total_exposed_ns, total_gpu_ns, launch_bound
-                       FROM launch_overhead_summary ORDER BY total_exposed_ns DESC LIMIT 10""",
+                       FROM launch_overhead_summary ORDER BY total_exposed_ns DESC""", hint=P.hint("launch-overhead-summary"),
+               caption="Launch overhead per kernel",
                headers=["rank", "kernel", "launches", "mean launch call (ms)", "mean queued behind earlier work (ms)",
                         "GPU idle while issuing (ms)", "kernel time (ms)", "launch-bound"],
                ms_cols=("mean_api_ns", "mean_queue_ns", "total_exposed_ns", "total_gpu_ns"))
     n2 = Note("A kernel is launch-bound when the GPU sat idle longer while it was being issued than the kernel "
               "ran (GPU idle while issuing > kernel time). Queueing behind earlier work (a running NCCL kernel, "
               "say) is waiting, not launch cost.")
-    t3 = table(con, """SELECT rank, step, name, reason, blocked_ns, gpu_op FROM sync ORDER BY blocked_ns DESC LIMIT 10""",
+    t3 = table(con, """SELECT rank, step, name, reason, blocked_ns, gpu_op FROM sync ORDER BY blocked_ns DESC""", hint=P.hint("sync"),
+               caption="Blocking host calls", half=True,
                headers=["rank", "step", "call", "why it blocks", "host blocked (ms)", "GPU op"], ms_cols=("blocked_ns",))
     rows = con.execute("""SELECT name, sum(total_ns) t FROM kernels GROUP BY name ORDER BY t DESC LIMIT 10""").fetchall()
-    p1 = P.add([{"type": "bar", "orientation": "h", "name": "total", "y": [label(n) for n, _ in rows][::-1],
-                 "x": [round(t / 1e6, 3) for _, t in rows][::-1], "marker": {"color": "#4c78a8"}}],
-               "Top kernels, all ranks", x="total GPU time (ms)", y="kernel", height=420,
-               margin={"l": 380, "r": 20, "t": 50, "b": 50})
-    t4 = table(con, """SELECT rank, name, category, count, total_ns, mean_ns, busy_share FROM (
-                           SELECT *, row_number() OVER (PARTITION BY rank ORDER BY total_ns DESC) k FROM kernels) WHERE k <= 5
-                       ORDER BY rank, total_ns DESC""",
+    short = shortened(n for n, _ in rows)
+    p1 = P.add([{"type": "bar", "orientation": "h", "name": "total", "y": [label(n, 48, short) for n, _ in rows][::-1],
+                 "x": [round(t / 1e6, 3) for _, t in rows][::-1], "marker": {"color": "#4c78a8"},
+                 "customdata": [label(n, 400) for n, _ in rows][::-1], "hovertemplate": "%{customdata}: %{x} ms<extra></extra>"}],
+               "Top kernels, all ranks", x="total GPU time (ms)", y="kernel")
+    t4 = table(con, """SELECT rank, name, category, count, total_ns, mean_ns, busy_share FROM kernels ORDER BY total_ns DESC, rank""",
+               hint=P.hint("kernels"), caption="Top kernels", half=True,
                headers=["rank", "kernel", "category", "count", "total (ms)", "mean (ms)", "share of busy"], ms_cols=("total_ns", "mean_ns"))
     return Section("launch", "Launch overhead, host syncs and top kernels", [
-        Heading("Steps by GPU idle time spent waiting for launches"), t1, Heading("Launch overhead per kernel"), t2, n2,
-        Heading("Blocking host calls"), t3, p1, Heading("Top kernels per rank"), t4])
+        t1, t3, t2, n2, p1, t4])
 
 
 def _inputs(con, P: Plots) -> Section:
@@ -140,13 +151,16 @@ def _inputs(con, P: Plots) -> Section:
     t1 = table(con, """SELECT rank, source_path, source_format, profiler_version, rank_source, hostname, device_name,
                               clock_offset_ns, clock_spread_ns FROM traces ORDER BY rank""",
                headers=["rank", "file", "format", "profiler", "rank from", "host", "device", "clock offset (ms)", "clock spread (ms)"],
-               ms_cols=("clock_offset_ns", "clock_spread_ns"))
-    t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""")
+               ms_cols=("clock_offset_ns", "clock_spread_ns"), cap=None, folded="The files read, one per rank")
+    n = con.execute("SELECT count(*) FROM (SELECT unnest(warnings) FROM traces)").fetchone()[0]
+    t2 = table(con, """SELECT rank, unnest(warnings) AS warning FROM traces WHERE len(warnings) > 0 ORDER BY rank""",
+               hint="traceflow sql " + P.db + " \"select rank, unnest(warnings) from traces\"", folded=f"Warnings from the readers ({n})")
     # the clock decisions beside the readers' warnings: "Warnings from ingest: none" under a clock
     # warning read as if ingest had nothing to say
+    n = con.execute("SELECT count(*) FROM traces WHERE clock_note IS NOT NULL").fetchone()[0]
     t3 = table(con, """SELECT rank, clock_note FROM traces WHERE clock_note IS NOT NULL ORDER BY rank""",
-               headers=["rank", "clock alignment (docs/clock-alignment.md)"])
-    return Section("inputs", "Inputs", [t1, Heading("Warnings from the readers"), t2, Heading("Clock alignment"), t3])
+               headers=["rank", "clock alignment (docs/clock-alignment.md)"], folded=f"Clock alignment ({n})", cap=None)
+    return Section("inputs", "Inputs", [t1, t2, t3])
 
 
 def render(**values) -> str:

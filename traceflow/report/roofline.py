@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .blocks import Heading, Note, Plots, Section, label, table
+from .blocks import Note, Plots, Section, label, table
 
 WATERFALL = (("mfu_pct", "MFU", "#4c78a8"), ("below_roof_pts", "kernels below their roof", "#9ecae9"),
              ("no_flops_compute_pts", "compute with no known FLOPs", "#bab0ac"), ("idle_pts", "GPU idle", "#e45756"),
@@ -46,18 +46,18 @@ def _section(con, P: Plots) -> Section:
                             y="share of the step's GPU window (%)"))
         blocks.append(Note("The bars add up to 100: the MFU the step reached, then what kept it from the peak. "
                            "Critical-path time per rank and kind is in the table below (path_*)."))
-    blocks.append(Heading("MFU per rank and step"))
     blocks.append(table(con, """SELECT m.rank, m.step, m.dtype, m.peak_tflops, m.mfu_pct, m.busy_hfu_pct, m.known_pct,
                                        w.path_ns, w.path_idle_ns, w.path_comm_ns, w.path_host_ns
                                 FROM mfu m LEFT JOIN mfu_waterfall w USING (rank, step) ORDER BY m.rank, m.step""",
                         headers=["rank", "step", "dtype", "peak (TFLOP/s)", "MFU %", "over busy time %", "FLOPs known %",
                                  "critical path on rank (ms)", "of it idle (ms)", "comm and waits (ms)", "host (ms)"],
-                        ms_cols=("path_ns", "path_idle_ns", "path_comm_ns", "path_host_ns")))
-    blocks.append(Heading("Op classes by time, with the time they would save at the roof"))
+                        ms_cols=("path_ns", "path_idle_ns", "path_comm_ns", "path_host_ns"), folded="MFU per rank and step",
+                        hint=P.hint("mfu")))
     blocks.append(table(con, """SELECT op_class, op, sum(ops)::BIGINT AS ops, sum(gpu_ns)::BIGINT AS gpu_ns,
                                        round(median(median_intensity), 1) AS intensity, round(avg(achieved_tflops), 1) AS tflops,
                                        round(avg(achieved_gbps), 0) AS gbps, sum(headroom_ns)::BIGINT AS headroom_ns, any_value(bound) AS bound
-                                FROM roofline GROUP BY op_class, op ORDER BY gpu_ns DESC LIMIT 15""",
+                                FROM roofline GROUP BY op_class, op ORDER BY gpu_ns DESC""", hint=P.hint("roofline"),
+                        caption="Op classes by time, with the time they would save at the roof",
                         headers=["class", "op", "ops", "GPU time (ms)", "FLOP/byte", "TFLOP/s", "GB/s", "headroom (ms)", "bound"],
                         ms_cols=("gpu_ns", "headroom_ns")))
     return Section("roofline", title, blocks)

@@ -1,0 +1,60 @@
+"""Issue 36: which processes of a file are ranks, and which rank each is, when the file does not say."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+from conftest import FIX, connect, needs_shared, run_cli
+
+NSYS_AI = FIX / "public" / "nsys-ai" / "mfu_2gpu_before.sqlite"
+
+
+def _pids_and_devices(path) -> dict[int, set[int]]:
+    """Straight from the export: the GPU each process's kernels ran on."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    out: dict[int, set[int]] = {}
+    for pid, dev in con.execute("SELECT DISTINCT (globalPid >> 24) & 16777215, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL"):
+        out.setdefault(pid, set()).add(dev)
+    con.close()
+    return out
+
+
+@needs_shared
+def test_two_processes_of_one_file_take_their_gpus_as_ranks(tmp_path):
+    """Two processes in one nsys file stating no rank were ranked "from file order" with a warning
+    that said nothing about processes; each runs on a GPU of its own, whose index is its local rank."""
+    devices = _pids_and_devices(NSYS_AI)
+    assert len(devices) == 2 and all(len(d) == 1 for d in devices.values())
+    db = tmp_path / "job.duckdb"
+    r = run_cli("ingest", NSYS_AI, "-o", db)
+    assert r.returncode == 0, r.stderr
+    rows = connect(db).execute("SELECT pid, rank, rank_source FROM traces ORDER BY rank").fetchall()
+    assert [(pid, rank) for pid, rank, _ in rows] == sorted((pid, next(iter(d))) for pid, d in devices.items())
+    assert {src for *_, src in rows} == {"device"}
+    assert "ranks from their GPUs" in r.stderr and "file order" not in r.stderr
+
+
+@needs_shared
+def test_a_process_with_no_gpu_work_is_not_a_rank(tmp_path):
+    """A helper process (CUDA calls, no kernel, memcpy or memset) became "rank 1": here the second
+    process of a real two-process export loses its GPU work, as a launcher or a data-loader would have none."""
+    src = tmp_path / "helper.sqlite"
+    shutil.copy(NSYS_AI, src)
+    src.chmod(0o644)
+    helper = max(_pids_and_devices(NSYS_AI))
+    con = sqlite3.connect(src)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if con.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", [table]).fetchone()[0]:
+            con.execute(f"DELETE FROM {table} WHERE (globalPid >> 24) & 16777215 = ?", [helper])
+    n_runtime = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE (globalTid >> 24) & 16777215 = ?",
+                            [helper]).fetchone()[0]
+    con.commit()
+    con.close()
+    assert n_runtime > 0  # it still called CUDA: the reader sees the process
+    db = tmp_path / "job.duckdb"
+    r = run_cli("ingest", src, "-o", db)
+    assert r.returncode == 0, r.stderr
+    rows = connect(db).execute("SELECT rank, pid FROM traces").fetchall()
+    assert rows == [(0, min(_pids_and_devices(NSYS_AI)))], rows
+    assert f"1 of its 2 processes had no GPU work (pid {helper};" in r.stderr and "not ranks, left out" in r.stderr
+    assert connect(db).execute("SELECT count(DISTINCT rank) FROM gpu_ops").fetchone()[0] == 1

@@ -1,0 +1,67 @@
+"""A job's name, for titles: "traceflow post-mortem: ddp4_sync_stall", not "...: job.duckdb" (every
+postmortem folder holds a job.duckdb). Taken from the inputs at ingest (`--name` overrides) and kept
+in the database, in tf_internal.metadata (key 'name'), so that `report`, `diff` and the verdict say
+it later; a database from before has none, and its name is worked out again from traces.source_path.
+"""
+from __future__ import annotations
+
+import os
+
+_SUFFIXES = (".gz", ".xz", ".json", ".sqlite", ".nsys-rep", ".pt.trace", ".trace")
+
+
+def from_inputs(files) -> str:
+    """The name of a job read from `files` (paths as given, folders allowed): a folder's name when the
+    input is one folder, or when every file lies in one folder; otherwise the first file's name
+    without its extensions."""
+    paths = [os.path.abspath(str(f)) for f in files]
+    if not paths:
+        return "job"
+    if len(paths) == 1 and os.path.isdir(paths[0]):
+        return os.path.basename(paths[0].rstrip(os.sep)) or paths[0]
+    folders = {p if os.path.isdir(p) else os.path.dirname(p) for p in paths}
+    if len(paths) > 1 and len(folders) == 1:
+        folder = folders.pop()
+        return os.path.basename(folder) or folder
+    return _stem(sorted(paths)[0])
+
+
+def _stem(path: str) -> str:
+    name = os.path.basename(path)
+    stripped = True
+    while stripped:
+        stripped = False
+        for s in _SUFFIXES:
+            if name.endswith(s) and len(name) > len(s):
+                name, stripped = name[: -len(s)], True
+    return name
+
+
+def store(con, name: str | None, files, append: bool = False):
+    """Keeps the job's name in the database being written: `name` when given, else (on an append, the
+    name it had) the inputs' (from_inputs)."""
+    con.execute("CREATE SCHEMA IF NOT EXISTS tf_internal")
+    con.execute("CREATE TABLE IF NOT EXISTS tf_internal.metadata (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    if name is None and append and read_stored(con) is not None:
+        return
+    con.execute("INSERT OR REPLACE INTO tf_internal.metadata VALUES ('name', ?)", [name or from_inputs(files)])
+
+
+def read_stored(con, catalog: str = "") -> str | None:
+    at = f"{catalog}." if catalog else ""
+    try:
+        row = con.execute(f"SELECT value FROM {at}tf_internal.metadata WHERE key = 'name'").fetchone()
+    except Exception:  # noqa: BLE001 - a database from before the metadata table (duckdb.CatalogException)
+        return None
+    return row[0] if row else None
+
+
+def read(con, catalog: str = "") -> str:
+    """The stored name, or one worked out from the files the database was read from (`catalog`: the
+    name of an attached database)."""
+    stored = read_stored(con, catalog)
+    if stored:
+        return stored
+    at = f"{catalog}." if catalog else ""
+    paths = [r[0] for r in con.execute(f"SELECT DISTINCT source_path FROM {at}traces ORDER BY 1").fetchall() if r[0]]
+    return from_inputs(paths) if paths else "job"
