@@ -100,23 +100,28 @@ def _ns(ts_us: float, base: int) -> int:
     return base + whole * 1000 + round((ts_us - whole) * 1000)
 
 
-def sweep(path: Path) -> dict:
+def sweep(path: Path, steps=None, offset_ns: int = 0) -> dict:
     """Per step and device: the peak of Total Allocated (carried in from before the step when higher),
     its time, the sums allocated and freed, and the allocations live at the peak (address -> bytes),
-    found by walking the raw events in time order."""
-    doc = json.loads(path.read_text())
-    base = doc.get("baseTimeNanoseconds", 0)
-    steps = sorted((int(e["name"].split("#")[1]), _ns(e["ts"], base), _ns(e["ts"], base) + _ns(e["dur"], 0))
-                   for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    found by walking the raw events in time order. `steps`: (step, start, end) ns, else the trace's
+    ProfilerStep#N events; `offset_ns`: what the database added to the CPU side's times."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    base = doc.get("baseTimeNanoseconds", 0) + offset_ns
+    steps = steps or sorted((int(e["name"].split("#")[1]), _ns(e["ts"], base), _ns(e["ts"], base) + _ns(e["dur"], 0))
+                            for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
     mem = sorted(((_ns(e["ts"], base), i, e["args"]) for i, e in enumerate(doc["traceEvents"])
                   if e.get("ph") == "i" and e.get("name") == "[memory]"), key=lambda x: (x[0], x[2]["Bytes"] < 0, x[1]))
     out = {}
     for dev in sorted({(a["Device Type"], a["Device Id"]) for _, _, a in mem}):
         evs = [(t, a) for t, _, a in mem if (a["Device Type"], a["Device Id"]) == dev]
         for step, lo, hi in steps:
-            before = [a["Total Allocated"] for t, a in evs if t < lo]
+            before = [(a["Total Allocated"], a["Total Reserved"]) for t, a in evs if t < lo]
             inside = [(t, a) for t, a in evs if lo <= t <= hi]
-            start = before[-1] if before else None
+            if not before and not inside:
+                continue
+            start, start_reserved = before[-1] if before else (None, None)
             top = max((a["Total Allocated"] for _, a in inside), default=None)
             if top is None or (start is not None and start > top):
                 peak, peak_t = start, lo
@@ -130,8 +135,10 @@ def sweep(path: Path) -> dict:
                     live[a["Addr"]] = a["Bytes"]
                 else:
                     live.pop(a["Addr"], None)
+            reserved = [a["Total Reserved"] for _, a in inside] + ([start_reserved] if before else [])
             out[(step, dev[1])] = {
                 "peak": peak, "peak_ns": peak_t, "start": start, "live": live,
+                "reserved": max(reserved) if dev[0] != 0 else None,  # c10 DeviceType 0: the CPU reserves nothing
                 "allocated": sum(a["Bytes"] for _, a in inside if a["Bytes"] > 0),
                 "freed": -sum(a["Bytes"] for _, a in inside if a["Bytes"] < 0),
                 "n_allocs": sum(1 for _, a in inside if a["Bytes"] > 0)}
@@ -345,3 +352,35 @@ def test_the_loose_decoding_path_gives_the_same_memory_rows(memory_job, tmp_path
         _, loose = read_kineto(path, tmp_path / "loose")
     assert strict["memory_events.arrow"].num_rows > 50
     assert loose["memory_events.arrow"].to_pylist() == strict["memory_events.arrow"].to_pylist()
+
+
+WILD = Path(os.environ.get("TRACEFLOW_WILD", "/work/wild"))
+WILD_MEMORY = sorted(p for p in (WILD / "tracelens").glob("*/*.json.gz") if b'"[memory]"' in gzip.open(p).read()) \
+    if (WILD / "tracelens").is_dir() else []
+
+
+@pytest.mark.skipif(not WILD_MEMORY, reason=f"the public CUDA / ROCm traces with memory events are not in {WILD}/tracelens")
+@pytest.mark.parametrize("path", WILD_MEMORY, ids=lambda p: f"{p.parent.name}/{p.name[:30]}")
+def test_real_gpu_traces_peaks_equal_the_sweep(path, tmp_path):
+    """Public Kineto traces recorded with profile_memory=True on H100 and MI300 GPUs (TraceLens's test
+    data; not ours to commit): every CUDA and CPU peak, reserve, sum and live set equals the sweep, and
+    the headroom is the trace's own deviceProperties figure."""
+    db = tmp_path / "job.duckdb"
+    r = run_cli("ingest", path, "-o", db)
+    assert r.returncode == 0, r.stderr
+    con = connect(db)
+    offset = con.execute("SELECT cpu_clock_offset_ns + clock_offset_ns FROM traces").fetchone()[0]
+    steps = con.execute("SELECT step, start_ns, end_ns FROM steps ORDER BY step").fetchall()
+    want = sweep(path, steps, offset)
+    rows = con.execute("""SELECT step, device_type, device, peak_allocated_bytes, peak_ns, peak_reserved_bytes, allocated_bytes,
+                                 freed_bytes, tracked_at_peak_bytes, device_memory_bytes, headroom_bytes FROM memory""").fetchall()
+    assert sorted((r[0], r[2]) for r in rows) == sorted(want) and any(r[1] in ("cuda", "hip") for r in rows)
+    props = {d["id"]: d["totalGlobalMem"] for d in json.loads(gzip.open(path).read()).get("deviceProperties", [])}
+    for step, dtype, dev, peak, peak_ns, reserved, alloc, freed, tracked, devmem, headroom in rows:
+        w = want[(step, dev)]
+        assert (peak, peak_ns, reserved, alloc, freed, tracked) == \
+            (w["peak"], w["peak_ns"], w["reserved"], w["allocated"], w["freed"], sum(w["live"].values())), (step, dev)
+        if dtype != "cpu":  # cuda, or hip (ROCm's PyTorch writes Device Type 6)
+            assert devmem == props[dev] and headroom == devmem - reserved
+        else:
+            assert devmem is None and headroom is None
