@@ -384,3 +384,21 @@ def test_real_gpu_traces_peaks_equal_the_sweep(path, tmp_path):
             assert devmem == props[dev] and headroom == devmem - reserved
         else:
             assert devmem is None and headroom is None
+
+
+def test_a_time_base_after_the_events_moves_the_memory_events_too(memory_job, tmp_path, monkeypatch):
+    """baseTimeNanoseconds written after traceEvents (a re-serialised trace, as TraceLens's MI300 files):
+    the batches read before it are shifted once it is known, memory events with the rest."""
+    from conftest import read_kineto
+
+    from traceflow.readers import kineto
+    src = memory_job["traces"][HOLD_RANK]
+    doc = json.loads(src.read_text())
+    late = tmp_path / "rank-1.json"
+    late.write_text(json.dumps({"traceEvents": doc["traceEvents"], **{k: v for k, v in doc.items() if k != "traceEvents"}}))
+    monkeypatch.setattr(kineto, "BATCH_BYTES", 64 << 10)  # several batches before the time base
+    _, first = read_kineto(src, tmp_path / "first")
+    _, after = read_kineto(late, tmp_path / "after")
+    a, b = first["memory_events.arrow"], after["memory_events.arrow"]
+    assert a.num_rows > 50 and a.to_pylist() == b.to_pylist()
+    assert first["host_ops.arrow"]["start_ns"].to_pylist() == after["host_ops.arrow"]["start_ns"].to_pylist()
