@@ -294,11 +294,12 @@ def test_report_shows_each_ranks_peak_and_the_injected_allocation(memory_job, tm
     # the drawn chart of the holding rank: its peak annotation names the injected tensor and its op
     assert "Rank 1, cpu:-1, step 2: memory over the step" in sec
     assert f"{EXTRA_BYTES / 2**20:,.1f} MiB aten::empty" in sec
-    # the table of allocations at the peak lists it first on its rank
+    # the table of allocations at the peaks lists it first: its rank has the highest peak
     rows = re.findall(r"<tr>(.*?)</tr>", sec, re.S)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows]
-    first = next(c for c in cells if len(c) == 10 and c[0] == str(HOLD_RANK) and c[3] == "1")
-    assert first[1] == str(HOLD_STEP) and first[6] == "aten::empty" and first[4] == f"{round(EXTRA_BYTES / 2**20, 3):,.2f}"
+    first = next(c for c in cells if len(c) == 10)
+    assert first[0] == str(HOLD_RANK) and first[3] == "1", first
+    assert first[1] == str(HOLD_STEP) and first[6] == "aten::empty" and abs(float(first[4]) - EXTRA_BYTES / 2**20) < 0.01
     assert "unknown" in sec  # the CPU's memory is not in the trace: headroom unknown, not guessed
 
 
