@@ -11,8 +11,11 @@
 --   pg_desc      its description (default_pg, ...)
 --   seq          the collective's sequence id in the group (1 = its first)
 --   op           the op most ranks called as this seq (on a tie: the first by name)
---   kind         missing: some ranks never enqueued it | op_mismatch | size_mismatch | dtype_mismatch
---   ranks        the ranks at fault: those that never arrived (missing), else the minority (on a
+--   kind         missing: some ranks never enqueued it | op_mismatch | size_mismatch | dtype_mismatch |
+--                not_started: enqueued but not started on these ranks' GPUs while others were inside
+--                it (NCCL: earlier GPU work held them)
+--   ranks        the ranks at fault: those that never arrived (missing) or never started it
+--                (not_started), else the minority (on a
 --                tie: every rank that called it); a list
 --   expected     what the majority called: op, input sizes or dtypes as recorded (NULL for missing)
 --   got          what the ranks at fault called instead (NULL for missing); JSON text for sizes
@@ -73,7 +76,7 @@ WITH lo AS (SELECT pg, max(min_seq) AS lo FROM desync_progress WHERE dumped GROU
 SELECT e.pg, e.seq, e.rank, e.op,
        CASE WHEN e.output_sizes IS NULL OR e.output_sizes = e.input_sizes THEN e.input_sizes
             ELSE e.input_sizes || ' -> ' || e.output_sizes END AS sizes,
-       e.input_dtypes AS dtypes, e.created_ns, e.user_frame,
+       e.input_dtypes AS dtypes, e.created_ns, e.user_frame, e.state,
        e.seq > coalesce(p.last_completed, -1) AND e.state IS DISTINCT FROM 'completed' AND NOT coalesce(e.retired, FALSE) AS open
 FROM fr_entries e JOIN lo USING (pg)
 LEFT JOIN desync_progress p ON p.pg = e.pg AND p.rank = e.rank
@@ -120,6 +123,14 @@ mismatch AS (
            string_agg(val, ' | ' ORDER BY val) FILTER (WHERE n < top OR n_top > 1) AS got
     FROM ranked WHERE n_vals > 1 GROUP BY pg, seq, kind
 ),
+-- NCCL records when a collective started on the GPU: ranks where it is still only scheduled while
+-- others are inside it are held on their GPU by earlier work (gloo records no start: never here)
+not_started AS (
+    SELECT pg, seq, 'not_started' AS kind, list(rank ORDER BY rank) FILTER (WHERE state = 'scheduled') AS ranks,
+           NULL AS expected, NULL AS got
+    FROM desync_calls WHERE open GROUP BY pg, seq
+    HAVING count(*) FILTER (WHERE state = 'started') > 0 AND count(*) FILTER (WHERE state = 'scheduled') > 0
+),
 -- members with a dump whose last enqueued collective comes before this seq: they never arrived
 missing AS (
     SELECT s.pg, s.seq, 'missing' AS kind, list(p.rank ORDER BY p.rank) AS ranks, NULL AS expected, NULL AS got
@@ -128,7 +139,7 @@ missing AS (
     GROUP BY s.pg, s.seq
 )
 SELECT f.*, ps.waiting, ps.wait_frame, ps.created_ns
-FROM (SELECT * FROM mismatch UNION ALL SELECT * FROM missing) f JOIN per_seq ps USING (pg, seq);
+FROM (SELECT * FROM mismatch UNION ALL SELECT * FROM missing UNION ALL SELECT * FROM not_started) f JOIN per_seq ps USING (pg, seq);
 
 CREATE OR REPLACE TABLE desync AS
 WITH nd AS (
@@ -158,7 +169,8 @@ FROM desync_found f
 LEFT JOIN nd USING (pg)
 LEFT JOIN fault_info fi USING (pg, seq, kind)
 ORDER BY f.created_ns, f.pg, f.seq,
-         CASE f.kind WHEN 'missing' THEN 0 WHEN 'op_mismatch' THEN 1 WHEN 'size_mismatch' THEN 2 ELSE 3 END;
+         CASE f.kind WHEN 'missing' THEN 0 WHEN 'op_mismatch' THEN 1 WHEN 'size_mismatch' THEN 2
+                     WHEN 'dtype_mismatch' THEN 3 ELSE 4 END;
 
 CREATE OR REPLACE TABLE desync_ranks AS
 WITH first_bad AS (SELECT pg, min(seq) AS seq FROM desync GROUP BY pg),

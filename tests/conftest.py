@@ -103,6 +103,7 @@ SLOW_MODULES = {
     "test_cluster.py": "Dask clusters: a scheduler and worker processes per test",
     "test_corpus.py": "the bad-input corpus, 115 damaged files (make fuzz runs the full one)",
     "test_robustness.py": "kill -9 loops, concurrent writers, mutation fuzzing",
+    "test_flight_recorder.py": "records real gloo hangs with torch (~12 s of CPU, 30 s of wall), 2,048 derived dumps, torch's fr_trace",
 }
 SLOW_TESTS = {
     # the peer comparison: Holistic Trace Analysis in its own venv (make peers)

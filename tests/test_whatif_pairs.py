@@ -113,6 +113,7 @@ def test_ddp2_stall_removed_predicts_the_clean_run(dbs):
     r = evaluate(dbs(faulty), dbs(fixed), truth)
     assert abs(r["error_pct"]) <= TARGET_PCT, r
     assert r["faulty_ns"] > 1.5 * r["measured_ns"]  # the fault was worth predicting: 89.6 vs 48.3 ms
+    json.dumps(r["fixes"])  # plain data: the findings are written as JSON
     top = r["fixes"][0]
     assert top.get("fault", {}).get("rank") == r["fault"]["rank"] and top["fault"]["step"] == r["fault"]["step"], top
     assert top["fault"]["cause"] == "no_op"  # a time.sleep: no op at all

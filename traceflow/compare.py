@@ -6,6 +6,9 @@
 The two databases are attached side by side (`a`, `b`) to an in-memory DuckDB; each comparison is
 one file in queries/diff/ over `pairs`, the matched steps. Before any figure, `comparability` says
 what differs between the runs, and `warnings` say when they should not be compared at all.
+
+Size: the comparability checks (rank counts, GPUs, profilers, one model, shared GPUs) are most of
+it; each comparison's figures are SQL in queries/diff/.
 """
 from __future__ import annotations
 

@@ -105,6 +105,9 @@ def _sentence(rows: list[dict], ranks: list[dict], timing: dict[int, dict]) -> s
     them = "Its" if len(faulty) == 1 else "Their"
     if r["kind"] == "missing":
         s = f"{_cap(_ranks(faulty))} never entered {op} #{seq} of {group}"
+    elif r["kind"] == "not_started":
+        s = (f"{_cap(_ranks(faulty))} enqueued {op} #{seq} of {group} but {'its GPU' if len(faulty) == 1 else 'their GPUs'} "
+             "never started it (earlier GPU work had not finished)")
     elif r["kind"] == "op_mismatch":
         if r["expected"] is None:
             s = f"{_cap(_ranks(faulty))} disagree on the op of #{seq} of {group}: {r['got']}"
@@ -117,15 +120,12 @@ def _sentence(rows: list[dict], ranks: list[dict], timing: dict[int, dict]) -> s
         else:
             s = (f"{_cap(_ranks(faulty))} called {op} #{seq} of {group} with {what} {_value(r['kind'], r['got'])} "
                  f"where the others used {_value(r['kind'], r['expected'])}")
-    waited = sorted(set(r["waiting"]) - set(faulty)) if r["kind"] == "missing" else sorted(r["waiting"])
+    waited = sorted(set(r["waiting"]) - set(faulty)) if r["kind"] in ("missing", "not_started") else sorted(r["waiting"])
     if waited:
-        s += f"; {_ranks(waited)} waited in it"
+        s += f"; {_ranks(waited)} {'were inside it' if r['kind'] == 'not_started' else 'waited in it'}"
     s += "."
-    if r["fault_last_completed"] is not None and r["kind"] == "missing":
-        s += f" {them} last completed collective was #{r['fault_last_completed']}"
-    else:
-        s += f" {them} last completed collective was " + (
-            f"#{r['fault_last_completed']}" if r["fault_last_completed"] is not None else "not recorded")
+    s += f" {them} last completed collective was " + (
+        f"#{r['fault_last_completed']}" if r["fault_last_completed"] is not None else "not recorded")
     where = _where(faulty, r, timing)
     s += (f"; {where}." if where else ".")
     if r["no_dump"]:

@@ -420,7 +420,7 @@ def _attribute(con, g: StepGraph, sc: Scenario, cause: str, row: dict, candidate
     if best is None or best[1] <= 0:
         return None
     return {"rank": int(best[0]), "step": g.step, "cause": cause, "gain_ns": int(best[1]),
-            "share": round(best[1] / row["gain_ns"], 3) if row["gain_ns"] else None}
+            "share": round(float(best[1]) / row["gain_ns"], 3) if row["gain_ns"] else None}
 
 
 def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,

