@@ -146,6 +146,8 @@ SLOW_TESTS = {
     "test_host_calls_loaded_per_step_equal_all_at_once": "walks every fixture twice",
     "test_the_walk_loads_only_the_ranks_it_stands_on": "walks the nsys jobs rank by rank",
     "test_nsys_rep_exported_through_nsys": "runs nsys export",
+    "test_a_cluster_ingest_gives_the_local_memory_rows": "a Dask cluster, two ingests of the recorded memory job",
+    "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -156,6 +158,7 @@ SWEEPS = {
     "test_ingest_refuses_outputs_it_does_not_own", "test_conservation_on_every_fixture", "test_step_breakdown_adds_up",
     "test_peer_wait_on_path_equals_collective_waits", "test_fast_and_loose_paths_agree_on_real_traces",
     "test_report_and_annotate_outputs", "test_force_replaces_only_regular_files_that_are_not_inputs",
+    "test_real_gpu_traces_peaks_equal_the_sweep",
 }
 
 
