@@ -23,6 +23,7 @@
 --                         skipped, to name the code that called torch
 --   module       VARCHAR  the innermost nn.Module running (with_stack / with_modules: `nn.Module: Linear_0`)
 --   annotation   VARCHAR  the innermost user annotation (record_function) or NVTX range running
+-- memory_peak_allocations shows first: rank, step, pos, bytes, share_pct, op_name, python_frame, module
 -- requires: host_ops, memory, memory_blocks, ranges
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

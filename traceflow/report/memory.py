@@ -27,7 +27,7 @@ def section(con, P: Plots) -> Section | None:
             FROM memory_snapshot ORDER BY rank, device""",
             headers=["rank", "GPU", "segments", "reserved (MiB)", "allocated (MiB)", "cached free (MiB)",
                      "largest free block (MiB)", "fragmentation %", "largest request (MiB)", "it fits", "OOMs",
-                     "headroom (MiB)"]),
+                     "headroom (MiB)"], hint=P.hint("memory-snapshot")),
                    Note("Fragmentation: the share of the cached free memory outside its largest free block. A request "
                         "larger than that block needs a new cudaMalloc (or, with no room left, fails).")]
     return Section("memory", "Memory: peaks per rank, what held them, headroom", blocks)
