@@ -5,8 +5,8 @@
 HTA (run for real in its own venv, one process per trace) breaks down its whole trace less the last
 profiler iteration (its reader drops that one) into kernel time (first GPU event start to last end),
 idle, compute (the union of compute kernels) and non-compute (the rest: communication and memory
-not under compute). Ours: the step_breakdown rows from the first to the one before the last step's
-window (all rows when the trace has fewer than two steps): wall, idle, compute, exposed comm + memory.
+not under compute). Ours: the step rows of step_breakdown but the last step's (all rows, the GPU work outside
+steps included, when the trace has fewer than two steps): wall, idle, compute, exposed comm + memory.
 Prints a Markdown table (µs), and for each trace whether the figures agree to the µs.
 """
 from __future__ import annotations
@@ -39,9 +39,10 @@ def ours(path: Path, tmp: Path):
     traceflow.ingest([str(path)], str(db))
     con = duckdb.connect(str(db), read_only=True)
     row = con.execute("""
-        with last as (select max(start_ns) as s, count(*) filter (where part = 'step') as n from step_breakdown)
+        with last as (select max(start_ns) filter (where part = 'step') as s, count(*) filter (where part = 'step') as n
+                      from step_breakdown)
         select sum(wall_ns), sum(idle_ns), sum(compute_ns), sum(exposed_comm_ns + exposed_memory_ns)
-        from step_breakdown, last where last.n < 2 or start_ns < last.s""").fetchone()
+        from step_breakdown, last where last.n < 2 or (part = 'step' and start_ns < last.s)""").fetchone()
     con.close()
     return None if row is None or row[0] is None else [round(v / 1000) for v in row]
 

@@ -34,6 +34,7 @@
 --   headroom_pct           DOUBLE  headroom_bytes in percent of device_memory_bytes
 --   near_device_limit      BOOLEAN peak_reserved_bytes within tf_memory_limit_pct of the device's memory [10 %];
 --                                   NULL when the device's memory is unknown
+-- memory shows first: rank, step, peak_allocated_bytes, peak_reserved_bytes, headroom_pct, near_device_limit, device
 -- requires: devices, memory_events, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -19,6 +19,7 @@
 --   peers_median_bytes   the other ranks' median peak (memory_above_peers) (BIGINT)
 --   evidence_bytes       the bytes `evidence` holds at the peak (BIGINT)
 --   cost_ns     NULL: a memory finding costs no time (BIGINT)
+-- memory_findings shows first: priority, kind, rank, step, bytes, share_pct, evidence, note
 -- requires: memory, memory_ranks
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

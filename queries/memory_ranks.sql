@@ -25,6 +25,7 @@
 --   above_peers_pct      DOUBLE   above_peers_bytes in percent of peers_median_bytes
 --   highest              BOOLEAN  the rank with the highest peak of its device type (ties: the lowest rank)
 --   far_above_peers      BOOLEAN  above_peers_pct >= tf_memory_peer_pct
+-- memory_ranks shows first: rank, step, peak_allocated_bytes, above_peers_pct, top_op, headroom_pct, near_device_limit
 -- requires: memory, memory_peak_allocations
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

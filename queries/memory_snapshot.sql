@@ -22,6 +22,7 @@
 --   n_ooms                   BIGINT  out-of-memory events in the recorded history
 --   device_memory_bytes      BIGINT  the device's memory (devices; NULL: the rank's trace does not say)
 --   headroom_bytes           BIGINT  device_memory_bytes - reserved_bytes
+-- memory_snapshot shows first: rank, device, reserved_bytes, allocated_bytes, fragmentation_pct, largest_free_block_bytes, largest_request_fits, n_ooms
 -- requires: devices, memory_segments, memory_snapshot_blocks, memory_snapshot_history
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

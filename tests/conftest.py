@@ -96,13 +96,14 @@ def pytest_configure(config):
 
 # --- the quick suite and the slow one --------------------------------------------------------------
 # `make test` runs what is not marked slow (under 5 minutes on 2 cores); `make test-slow`, which CI runs
-# too (.ci/run), runs the rest. Measured with `pytest --durations` on 2 busy cores (session 13): the
-# whole suite was 3,075 s of test time; what stays quick is about a sixth of it. Marked here, in one
-# place, with the reason, rather than in each file:
+# too (.ci/run), runs the rest. Measured with `pytest --durations` on 2 cores under a load of ~14
+# (session 13): the whole suite was 3,075 s of test time (27.5 min with -n 2); the tests that stay quick
+# took 608 s of it, a fifth. Marked here, in one place, with the reason, rather than in each file:
 SLOW_MODULES = {
     "test_cluster.py": "Dask clusters: a scheduler and worker processes per test",
     "test_corpus.py": "the bad-input corpus, 115 damaged files (make fuzz runs the full one)",
     "test_robustness.py": "kill -9 loops, concurrent writers, mutation fuzzing",
+    "test_whatif_pairs.py": "replays the long4 benchmark's fixed and faulty runs",
     "test_flight_recorder.py": "records real gloo hangs with torch (~12 s of CPU, 30 s of wall), 2,048 derived dumps, torch's fr_trace",
 }
 SLOW_TESTS = {
@@ -146,6 +147,15 @@ SLOW_TESTS = {
     "test_host_calls_loaded_per_step_equal_all_at_once": "walks every fixture twice",
     "test_the_walk_loads_only_the_ranks_it_stands_on": "walks the nsys jobs rank by rank",
     "test_nsys_rep_exported_through_nsys": "runs nsys export",
+    # (not measured one by one: judged from what they run)
+    "test_thousands_of_ranks": "Flight Recorder dumps of thousands of ranks",
+    "test_a_cluster_ingest_gives_the_local_memory_rows": "a Dask cluster",
+    "test_sigterm_on_a_local_cluster_leaves_nothing": "a Dask cluster",
+    "test_a_local_cluster_run_leaves_no_dask_scratch_space": "a Dask cluster",
+    "test_wild_copy_bound_two_gpu_capture": "a wild trace ingested",
+    "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
+    "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
+    "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -156,6 +166,10 @@ SWEEPS = {
     "test_ingest_refuses_outputs_it_does_not_own", "test_conservation_on_every_fixture", "test_step_breakdown_adds_up",
     "test_peer_wait_on_path_equals_collective_waits", "test_fast_and_loose_paths_agree_on_real_traces",
     "test_report_and_annotate_outputs", "test_force_replaces_only_regular_files_that_are_not_inputs",
+    "test_real_gpu_traces_peaks_equal_the_sweep",
+    "test_wild_trace", "test_each_recorded_fault_gives_its_desync_row_and_sentence", "test_bad_dumps_one_line_exit_3",
+    "test_torch_fr_trace_as_oracle", "test_the_first_finding_names_the_injected_fault",
+    "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
 }
 
 

@@ -44,7 +44,10 @@ def store(con, name: str | None, files, append: bool = False):
     con.execute("CREATE TABLE IF NOT EXISTS tf_internal.metadata (key VARCHAR PRIMARY KEY, value VARCHAR)")
     if name is None and append and read_stored(con) is not None:
         return
-    con.execute("INSERT OR REPLACE INTO tf_internal.metadata VALUES ('name', ?)", [name or from_inputs(files)])
+    text = name or from_inputs(files)
+    # a file name that is not UTF-8 reaches here with surrogate escapes, which no database text holds
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    con.execute("INSERT OR REPLACE INTO tf_internal.metadata VALUES ('name', ?)", [text])
 
 
 def read_stored(con, catalog: str = "") -> str | None:

@@ -8,6 +8,7 @@ ORDER = ["comm_kernels", "steps", "gpu_ops", "step_windows", "launches", "collec
 # Each of these looks at one rank at a time (its rows, partitioned by rank or trace): a cluster's
 # workers run them per rank file (traceflow/rank_task.py); the rest needs every rank.
 PER_RANK = ("comm_kernels", "steps", "gpu_ops", "step_windows")
+REFERENCE = ("comm_kernels",)  # tables of definitions, not of a rank's rows: the job's database holds them too
 PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, or add columns to gpu_ops
 
 
@@ -47,7 +48,7 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     phase("deriving tables, aligning clocks")
     warnings: list[str] = []
     t0 = time.perf_counter()
-    names = [n for n in ORDER if n not in PER_RANK] if per_rank_done else ORDER
+    names = [n for n in ORDER if n not in PER_RANK or n in REFERENCE] if per_rank_done else ORDER
     from .. import invariants
     if not per_rank_done:
         warnings.extend(f"rank {r}: {text}" for r, text in invariants.drop_absurd(con))

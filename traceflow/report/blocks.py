@@ -48,6 +48,7 @@ class Cell:
     text: str
     num: bool = False  # right-aligned, tabular figures
     title: str = ""  # on hover: the full name of a shortened one
+    name: bool = False  # a kernel or op name: one line, cut with an ellipsis past its width (the full name on hover)
 
 
 @dataclass
@@ -129,8 +130,8 @@ def rows_table(cols: list[str], rows: list, headers=None, ms_cols=()) -> Table:
     def one(k, c, v) -> Cell:
         if c in ms_cols and v is not None:
             return Cell(f"{v / 1e6:,.3f}", True)
-        if k in short and isinstance(v, str) and short[k].get(v, v) != v:
-            return Cell(printable(short[k][v]), title=printable(v))
+        if k in short and isinstance(v, str):
+            return Cell(printable(short[k].get(v, v)), title=printable(v), name=True)
         return Cell(_cell(v, c), isinstance(v, (int, float)) and not isinstance(v, bool))
     cells = [[one(k, c, v) for k, (c, v) in enumerate(zip(cols, r))] for r in rows]
     return Table([printable(h) for h in (headers or cols)], cells)
@@ -152,9 +153,9 @@ class Plots:
         only as {"text": ...}; the plain-string form that older versions took is silently ignored."""
         pid = f"plot{len(self.specs)}"
         # the legend on the right, clear of the x axis's title
-        base = {"margin": {"l": 60, "r": 10, "t": 40, "b": 45}, "height": 300, "barmode": "stack",
+        base = {"margin": {"l": 60, "r": 10, "t": 36, "b": 42}, "height": 270, "barmode": "stack",
                 # the title at the left: the tool bar Plotly shows on hover sits at the right
-                "font": {"size": 12}, "title": {"text": title, "x": 0, "xref": "paper", "xanchor": "left"}}
+                "font": {"size": 12}, "title": {"text": title, "x": 0.01, "xref": "container", "xanchor": "left"}}
         for axis, text in (("xaxis", x), ("yaxis", y)):
             base[axis] = {**layout.pop(axis, {}), "title": {"text": text}, "automargin": True}
         base.update(layout)

@@ -140,7 +140,7 @@ def _launch(con, P: Plots) -> Section:
                  "customdata": [label(n, 400) for n, _ in rows][::-1], "hovertemplate": "%{customdata}: %{x} ms<extra></extra>"}],
                "Top kernels, all ranks", x="total GPU time (ms)", y="kernel")
     t4 = table(con, """SELECT rank, name, category, count, total_ns, mean_ns, busy_share FROM kernels ORDER BY total_ns DESC, rank""",
-               hint=P.hint("kernels"), caption="Top kernels", half=True,
+               hint=P.hint("kernels"), caption="Top kernels",
                headers=["rank", "kernel", "category", "count", "total (ms)", "mean (ms)", "share of busy"], ms_cols=("total_ns", "mean_ns"))
     return Section("launch", "Launch overhead, host syncs and top kernels", [
         t1, t3, t2, n2, p1, t4])
