@@ -18,7 +18,7 @@
 --   tid          BIGINT   the allocating thread
 --   op_id        BIGINT   host_ops.op_id of the CPU op that allocated it (NULL: no CPU op was running)
 --   op_name      VARCHAR  that op's name (aten::empty, aten::mm, ...)
---   python_frame VARCHAR  the innermost Python function of a source file running (with_stack=True), e.g.
+--   python_frame  VARCHAR  the innermost Python function of a source file running (with_stack=True), e.g.
 --                         `train.py(42): step`: built-in methods, modules and torch's own files (torch/...) are
 --                         skipped, to name the code that called torch
 --   module       VARCHAR  the innermost nn.Module running (with_stack / with_modules: `nn.Module: Linear_0`)
