@@ -37,7 +37,7 @@
 --                   waiting (enqueued a collective it never completed) | idle (all it enqueued completed)
 --   op              the op of its last enqueued collective
 --   frame           where it called that collective: file:line function
---   last_created_ns when it enqueued that collective (ns since epoch)
+--   last_created_ns  when it enqueued that collective (ns since epoch)
 -- desync shows first: pg, seq, op, kind, ranks, expected, got, waiting, no_dump
 -- desync_ranks shows first: pg, rank, state, last_enqueued, last_completed, op, frame
 -- requires: fr_entries, fr_groups, fr_dumps

@@ -23,8 +23,8 @@
 --   last_seq         the last collective of the hung group the trace shows the rank entering
 --   host_activity    where its host spent that stretch: the innermost host op or range (not a
 --                    communication call) covering at least half of the longest one's overlap
---   host_activity_ns how much of the stretch it covered (ns)
---   in_collective_ns how much of the stretch the rank spent inside communication calls (ns)
+--   host_activity_ns  how much of the stretch it covered (ns)
+--   in_collective_ns  how much of the stretch the rank spent inside communication calls (ns)
 --   gpu_busy_ns      GPU time of the rank in the 5 s before the hang began (ns)
 --   gpu_at_hang      the GPU op running on the rank when the hang began (NULL: none)
 --   where_stuck      collective: inside a communication call for at least half of the stretch |

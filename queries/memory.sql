@@ -18,14 +18,14 @@
 --   peak_ns                BIGINT  when the step first reached it (ns since epoch; the step's start when carried in)
 --   peak_reserved_bytes    BIGINT  the highest reserved total in the step (CUDA caching allocator); NULL on the
 --                                   CPU, whose allocator caches nothing (Kineto writes 0)
---   reserved_at_peak_bytes BIGINT  the reserved total at peak_ns (NULL on the CPU)
---   cached_free_at_peak_bytes BIGINT  reserved_at_peak_bytes - peak_allocated_bytes: memory the caching allocator
+--   reserved_at_peak_bytes  BIGINT  the reserved total at peak_ns (NULL on the CPU)
+--   cached_free_at_peak_bytes  BIGINT  reserved_at_peak_bytes - peak_allocated_bytes: memory the caching allocator
 --                                   held at the peak that no tensor used (its cache and fragmentation; NULL on the CPU)
 --   allocated_bytes        BIGINT  bytes allocated in the step (sum of the allocations)
 --   freed_bytes            BIGINT  bytes freed in the step (sum of the frees, positive)
 --   n_allocs, n_frees      BIGINT  how many allocations and frees
 --   tracked_at_peak_bytes  BIGINT  bytes of the recorded allocations live at peak_ns (memory_peak_allocations lists them)
---   untracked_at_peak_bytes BIGINT peak_allocated_bytes - tracked_at_peak_bytes: live at the peak but allocated
+--   untracked_at_peak_bytes  BIGINT peak_allocated_bytes - tracked_at_peak_bytes: live at the peak but allocated
 --                                   before the capture began (or its allocation was not recorded)
 --   device_memory_bytes    BIGINT  the device's memory (devices.memory_bytes); NULL: the trace does not say
 --                                   (the CPU; a trace without deviceProperties)

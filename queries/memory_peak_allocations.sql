@@ -18,8 +18,9 @@
 --   tid          BIGINT   the allocating thread
 --   op_id        BIGINT   host_ops.op_id of the CPU op that allocated it (NULL: no CPU op was running)
 --   op_name      VARCHAR  that op's name (aten::empty, aten::mm, ...)
---   python_frame VARCHAR  the innermost Python function of a source file running (with_stack=True), e.g.
---                         `train.py(42): step` (built-in methods and modules skipped)
+--   python_frame  VARCHAR  the innermost Python function of a source file running (with_stack=True), e.g.
+--                         `train.py(42): step`: built-in methods, modules and torch's own files (torch/...) are
+--                         skipped, to name the code that called torch
 --   module       VARCHAR  the innermost nn.Module running (with_stack / with_modules: `nn.Module: Linear_0`)
 --   annotation   VARCHAR  the innermost user annotation (record_function) or NVTX range running
 -- memory_peak_allocations shows first: rank, step, pos, bytes, share_pct, op_name, python_frame, module
@@ -43,7 +44,8 @@ WITH live AS (
     SELECT h.rank, h.tid, CASE WHEN h.kind = 'cpu_op' THEN 'op' WHEN starts_with(h.name, 'nn.Module: ') THEN 'module'
                                ELSE 'frame' END AS what, h.op_id, h.name, h.start_ns, h.end_ns
     FROM host_ops h SEMI JOIN threads t ON h.rank = t.rank AND h.tid = t.tid
-    WHERE h.kind = 'cpu_op' OR (h.kind = 'python' AND NOT starts_with(h.name, '<built-in'))
+    WHERE h.kind = 'cpu_op' OR (h.kind = 'python' AND NOT starts_with(h.name, '<built-in')
+                                AND NOT starts_with(h.name, 'torch/'))
     UNION ALL
     SELECT r.rank, r.tid, 'range', NULL, r.name, r.start_ns, r.end_ns
     FROM ranges r SEMI JOIN threads t ON r.rank = t.rank AND r.tid = t.tid WHERE NOT r.on_gpu

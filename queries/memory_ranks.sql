@@ -7,10 +7,11 @@
 --
 -- One row per rank and device type (cpu, cuda, ...): the rank's highest peak_allocated_bytes over its
 -- steps and devices of that type (the first step that reached it). Bytes; ns since epoch.
---   rank, device_type
+--   rank
+--   device_type          VARCHAR  cpu | cuda | ... (memory.device_type)
 --   device               INTEGER  the device of that peak
 --   step                 INTEGER  the step of that peak
---   peak_allocated_bytes BIGINT   the peak (memory.peak_allocated_bytes)
+--   peak_allocated_bytes  BIGINT  the peak (memory.peak_allocated_bytes)
 --   peak_ns              BIGINT   when it was reached
 --   peak_reserved_bytes  BIGINT   the rank's highest reserved total in that step (NULL on the CPU)
 --   device_memory_bytes  BIGINT   the device's memory (NULL: unknown)
@@ -18,7 +19,7 @@
 --   near_device_limit    BOOLEAN  memory.near_device_limit of that step (NULL: unknown)
 --   top_op               VARCHAR  the CPU op whose allocations hold the most bytes at the peak (memory_peak_allocations)
 --   top_op_bytes         BIGINT   those bytes
---   top_allocation_bytes BIGINT   the largest single allocation live at the peak
+--   top_allocation_bytes  BIGINT  the largest single allocation live at the peak
 --   top_allocation_op    VARCHAR  the CPU op that made it
 --   peers_median_bytes   BIGINT   the median peak of the other ranks (same device type); NULL with no peers
 --   above_peers_bytes    BIGINT   peak_allocated_bytes - peers_median_bytes

@@ -4,17 +4,18 @@
 -- Inputs: memory_segments, memory_snapshot_blocks, memory_snapshot_history (ingest of the .pickle), devices.
 --
 -- One row per rank and GPU of a snapshot. Bytes.
---   rank, device
+--   rank
+--   device                   INTEGER  the GPU index
 --   n_segments               BIGINT  segments the allocator holds (each one cudaMalloc)
 --   reserved_bytes           BIGINT  their total size: what the allocator holds from the device
 --   allocated_bytes          BIGINT  bytes of it allocated to tensors
 --   requested_bytes          BIGINT  bytes those allocations asked for (allocated_bytes less the rounding)
 --   free_bytes               BIGINT  reserved_bytes - allocated_bytes: cached, not in use
---   largest_free_block_bytes BIGINT  the largest free (inactive) block of any segment: the largest request the
+--   largest_free_block_bytes  BIGINT  the largest free (inactive) block of any segment: the largest request the
 --                                    allocator can serve without a new cudaMalloc
 --   fragmentation_pct        DOUBLE  100 * (1 - largest_free_block_bytes / free_bytes): how much of the free
 --                                    memory lies in pieces smaller than the largest one (0: one piece)
---   largest_allocation_bytes BIGINT  the largest block allocated at the snapshot
+--   largest_allocation_bytes  BIGINT  the largest block allocated at the snapshot
 --   largest_request_bytes    BIGINT  the largest allocation in the recorded history (alloc actions), else the
 --                                    largest allocated block
 --   largest_request_fits     BOOLEAN largest_free_block_bytes >= largest_request_bytes: the largest request seen

@@ -155,6 +155,7 @@ SLOW_TESTS = {
     "test_wild_copy_bound_two_gpu_capture": "a wild trace ingested",
     "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
+    "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -165,6 +166,7 @@ SWEEPS = {
     "test_ingest_refuses_outputs_it_does_not_own", "test_conservation_on_every_fixture", "test_step_breakdown_adds_up",
     "test_peer_wait_on_path_equals_collective_waits", "test_fast_and_loose_paths_agree_on_real_traces",
     "test_report_and_annotate_outputs", "test_force_replaces_only_regular_files_that_are_not_inputs",
+    "test_real_gpu_traces_peaks_equal_the_sweep",
     "test_wild_trace", "test_each_recorded_fault_gives_its_desync_row_and_sentence", "test_bad_dumps_one_line_exit_3",
     "test_torch_fr_trace_as_oracle", "test_the_first_finding_names_the_injected_fault",
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",

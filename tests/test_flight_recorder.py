@@ -446,3 +446,18 @@ def test_a_rank_whose_gpu_never_started_the_collective(recorded, tmp_path):
         db2 = tmp_path / f"{scenario}.duckdb"
         _ingest([recorded / scenario], db2)
         assert _rows(db2, "SELECT count(*) AS n FROM desync WHERE kind = 'not_started'") == [{"n": 0}]
+
+
+def test_a_dump_whose_name_is_not_utf8(recorded, tmp_path):
+    """A dump named with a byte that is not UTF-8 ended ingest in an internal error (exit 1,
+    UnicodeEncodeError in fr_load): its path is stored as trace paths are, the byte as \\xff."""
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for f in (recorded / "skip").iterdir():
+        name = os.fsdecode(b"host\xff_" + f.name.encode()) if f.name.endswith("_1") else f.name
+        shutil.copyfile(f, folder / name)
+    db = tmp_path / "skip.duckdb"
+    _ingest([folder], db)
+    paths = [r["source_path"] for r in _rows(db, "SELECT source_path FROM fr_dumps ORDER BY rank")]
+    assert len(paths) == 4 and paths[1].endswith("host\\xff_nccl_trace_rank_1"), paths
+    assert "Rank 2 never entered all_reduce #6" in _verdict(db)

@@ -66,6 +66,9 @@ def _writes(tmp: Path, trace: Path, db: Path) -> dict[str, str]:
         "a table in the database": "CREATE TABLE t AS SELECT 1",
         "VACUUM": "VACUUM",
         "a write after a read": f"SELECT 1; COPY (SELECT 1) TO '{tmp}/late.csv'",
+        # DuckDB 1.5.5 aborted the process (SIGABRT, exit 134) at the next statement after these
+        "logging into a file": f"CALL enable_logging(storage='file', storage_path='{tmp}/log'); SELECT 1",
+        "logging as a table function": f"SELECT * FROM \"Enable_Logging\"(storage='file', storage_path='{db}.tmp/log'); SELECT 1",
     }
 
 
@@ -137,10 +140,26 @@ def test_a_database_whose_views_read_other_files_is_refused(sandbox):
     con.close()
     before = snapshot(run.root)
     for cmd, needle in ((["query", db, "idle-gaps"], "/etc/hostname"), (["query", db, "steps"], "other.duckdb.parts-x"),
-                        (["report", db, "-o", run.root / "r.html"], "/etc/hostname")):
+                        (["report", db, "-o", run.root / "r.html"], "a view over another file")):  # either view first
         assert_refused(run(*cmd), 3, needle, "outside itself")
     r = run("sql", db, "select * from idle_gaps")
     assert_refused(r, 2, "Permission Error")
+    assert_clean(run, before, run.root)
+
+
+def test_a_database_whose_view_switches_logging_on_is_refused(sandbox):
+    """A view calling enable_logging(storage='file', ...): reading it on the locked connection aborted
+    the process (SIGABRT, exit 134, a C++ terminate message) at the next statement. Refused at open."""
+    import duckdb
+    run, trace, db = sandbox
+    con = duckdb.connect(str(db))
+    con.execute("DROP TABLE idle_gaps")
+    con.execute(f"CREATE VIEW idle_gaps AS SELECT * FROM enable_logging(storage='file', storage_path='{run.root}/log')")
+    con.close()
+    before = snapshot(run.root)
+    for cmd in (["sql", db, "select * from idle_gaps; select 1"], ["query", db, "idle-gaps"],
+                ["report", db, "-o", run.root / "r.html"]):
+        assert_one_line(run(*cmd), 3, db.name, "its view idle_gaps calls enable_logging")
     assert_clean(run, before, run.root)
 
 

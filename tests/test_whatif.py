@@ -133,6 +133,17 @@ def test_cli_json_table_and_errors(bundled):
                      (["--step", "99"], "--step 99")):
         r = run_cli("whatif", db, *bad)
         assert r.returncode != 0 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    # an infinite factor was an internal error (exit 1, OverflowError); a huge one numpy's overflow warnings
+    for bad in (["--scale-kind", "comm=inf"], ["--scale-kernels", ".*=1e308"], ["--scale-kind", "compute=1001"]):
+        r = run_cli("whatif", db, "--step", "4", *bad)
+        assert r.returncode == 2 and "a factor from 0 to 1000" in r.stderr, (bad, r.returncode, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    # a rank the job lacks (ranks 0-3) predicted a gain of 0 in silence; so did --on-rank with nothing to apply
+    for bad, msg in ((["--remove-host-stall", "7"], "--remove-host-stall 7: the job has ranks 0, 1, 2, 3"),
+                     (["--no-host-syncs", "--on-rank", "9"], "--on-rank 9: the job has ranks 0, 1, 2, 3"),
+                     (["--on-rank", "1"], "--on-rank applies")):
+        r = run_cli("whatif", db, "--step", "4", *bad)
+        assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
 
 
 def test_the_job_verb_and_the_report_section(bundled, tmp_path):

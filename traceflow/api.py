@@ -6,7 +6,7 @@ import os
 import duckdb
 
 from . import packs
-from .duck import check_read_only, lock_down, relation, sql_string, use_internal_schema
+from .duck import LOGGING_FUNCTIONS, check_read_only, lock_down, relation, sql_string, use_internal_schema
 from .duck import connect as duck_connect
 from .errors import InputError, UsageError, one_line
 from .outputs import is_duckdb_file, is_utf8_name, os_problem, parts_folders
@@ -42,6 +42,7 @@ def connect(database: str) -> duckdb.DuckDBPyConnection:
         raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
     try:
         lock_down(con, [str(p) for p in parts_folders(database)])
+        _check_views(con, database)
         use_internal_schema(con)
         _check_parts(con, database)
     except duckdb.Error as e:
@@ -59,6 +60,16 @@ def _alias(path: str) -> str:
     stem = os.path.basename(path).split(".")[0]
     ok = stem.isidentifier() and stem.isascii() and stem.lower() not in ("memory", "system", "temp", "main")
     return f'"{stem}"' if ok else "job"
+
+
+def _check_views(con, database: str):
+    """A database whose views call DuckDB's logging functions (duck.LOGGING_FUNCTIONS) is refused
+    before any is read: reading one on the locked connection aborts the process."""
+    for name, text in con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall():
+        found = LOGGING_FUNCTIONS.search(text or "")
+        if found:
+            raise InputError(database, f"its view {name} calls {found.group(1).lower()}, which traceflow never runs: "
+                             "not a database traceflow wrote")
 
 
 def _check_parts(con, database: str):

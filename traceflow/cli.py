@@ -361,6 +361,14 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
         missing = [s for s in steps if s not in have]
         if missing:
             raise UsageError(f"--step {missing[0]}: the job has steps {', '.join(map(str, have)) or 'none'}")
+        # a rank the job lacks predicted a gain of 0 in silence, as --on-rank did with nothing to apply
+        ranks = [r[0] for r in job.con.execute("SELECT DISTINCT rank FROM traces ORDER BY rank").fetchall()]
+        for flag, given in (("--remove-host-stall", remove_host_stall), ("--on-rank", host_ranks)):
+            if any(r not in ranks for r in given):
+                raise UsageError(f"{flag} {next(r for r in given if r not in ranks)}: the job has ranks "
+                                 f"{', '.join(map(str, ranks)) or 'none'}")
+        if host_ranks and not (no_launch_overhead or no_allocator_calls or no_host_syncs):
+            raise UsageError("--on-rank applies --no-launch-overhead, --no-allocator-calls or --no-host-syncs: give one")
         rows = whatif(job.con, list(steps) or have, scenario)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))

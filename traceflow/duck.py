@@ -8,6 +8,7 @@ closed it silently; running one finished statement first closes it on both.
 from __future__ import annotations
 
 import os
+import re
 from os import PathLike
 
 INTERNAL = "tf_internal"  # helper tables (step windows, islands, the walk's graph): out of `.tables`' main list
@@ -82,12 +83,24 @@ READ_ONLY_KINDS = {"SELECT", "EXPLAIN", "PRAGMA", "CALL", "SET", "VARIABLE_SET",
                    "PREPARE", "EXECUTE", "TRANSACTION", "RELATION"}
 
 
+# DuckDB's logging functions switch logging on for the whole instance, past lock_configuration:
+# `CALL enable_logging(storage='file', storage_path=...)` on a locked connection (DuckDB 1.5.5)
+# aborts the process (SIGABRT, exit 134, an uncaught PermissionException in C++) at the next
+# statement that logs. Refused by name wherever they appear, in a statement or in a view.
+LOGGING_FUNCTIONS = re.compile(r"\b(enable_logging|disable_logging|truncate_duckdb_logs)\b", re.IGNORECASE)
+
+
 def check_read_only(con, text: str) -> None:
-    """Raises ValueError naming the first statement of `text` that is not a read (see READ_ONLY_KINDS).
-    A statement DuckDB cannot parse raises duckdb.Error here."""
+    """Raises ValueError naming the first statement of `text` that is not a read (see READ_ONLY_KINDS)
+    or that calls a logging function (LOGGING_FUNCTIONS). A statement DuckDB cannot parse raises
+    duckdb.Error here."""
     for st in con.extract_statements(text):
         kind = getattr(st.type, "name", "")
         kind = kind if kind.isidentifier() else "unknown"
         if kind not in READ_ONLY_KINDS:
             raise ValueError(f"{kind.replace('_', ' ')} statements are refused: traceflow sql reads the database and never "
                              "writes (save a result with --format csv > FILE)")
+        found = LOGGING_FUNCTIONS.search(st.query)
+        if found:
+            raise ValueError(f"{found.group(1).lower()} is refused: traceflow sql reads the database and never writes "
+                             "(a log file included)")

@@ -17,6 +17,7 @@ from . import schema
 from .errors import InputError
 from .readers import ranks
 from .readers.model import ProcessTrace
+from .text import as_text
 
 FORMATS = ("fr-pickle", "fr-json")
 # Dumps of one job overlap in time: each buffer holds the last entries before the dump, and the
@@ -25,12 +26,20 @@ MIXED_JOB_GAP_NS = 60 * 10**9
 
 DOCS: dict[str, tuple[str | None, dict[str, str]]] = {
     "fr_dumps": ("one row per PyTorch Flight Recorder dump (one rank's buffer); docs/hang-forensics.md", {
+        "dump_id": "the dump's id (fr_entries.dump_id, fr_groups.dump_id)", "source_path": "the dump's file",
+        "source_hash": "blake2b of the dump file (re-ingest is idempotent)",
         "world_size": "the default process group's size, as the dump states it",
         "source_format": "'fr-pickle' (watchdog / _dump_fr_trace) | 'fr-json' (_dump_fr_trace_json)",
         "version": "the dump's version field", "rank_source": "where the rank came from: dump | file name | pattern | file order",
         "n_entries": "entries in the buffer", "warnings": "what the dump lacks, and what that rules out"}),
     "fr_entries": ("one row per entry of a rank's Flight Recorder buffer: a collective or p2p call as enqueued", {
+        "dump_id": "the dump the entry is from (fr_dumps.dump_id)", "record_id": "the entry's id in the rank's buffer",
         "pg": "the process group's name ('0': the default group)", "pg_desc": "its description (default_pg, ...)",
+        "collective_seq_id": "the collective sequence id as recorded (collective_seq_id; seq_id in older dumps)",
+        "p2p_seq_id": "the point-to-point sequence id as recorded (NULL: the dump predates it)",
+        "op_id": "the recorder's op id", "is_p2p": "a point-to-point call (send, recv)",
+        "output_sizes": "JSON text, e.g. [[1000]]", "output_dtypes": "JSON text, e.g. [\"Float\"]",
+        "timeout_ms": "the call's timeout (ms)", "thread_name": "the thread that enqueued it",
         "seq": "the call's sequence id in its group: collective_seq_id, or p2p_seq_id for point-to-point calls",
         "op": "the call (all_reduce, broadcast, send, ...)", "profiling_name": "as recorded, e.g. nccl:all_reduce",
         "input_sizes": "JSON text, e.g. [[1000]]", "input_dtypes": "JSON text, e.g. [\"Float\"]",
@@ -40,7 +49,8 @@ DOCS: dict[str, tuple[str | None, dict[str, str]]] = {
         "completed_ns": "when its end was seen (NCCL)", "frames": "the Python stack of the call, innermost first (JSON text)",
         "user_frame": "the innermost frame outside PyTorch: file:line function"}),
     "fr_groups": ("one row per process group a dump knew: members (pg_config) and progress (pg_status)", {
-        "ranks": "the group's members, JSON text", "group_size": "members",
+        "dump_id": "the dump the row is from (fr_dumps.dump_id)", "pg": "the process group's name ('0': the default group)",
+        "pg_desc": "its description (default_pg, ...)", "ranks": "the group's members, JSON text", "group_size": "members",
         "last_enqueued": "the last collective seq the rank enqueued in the group",
         "last_started": "the last one seen started (NULL: none, or a backend that does not record it: gloo)",
         "last_completed": "the last one seen completed"}),
@@ -48,9 +58,12 @@ DOCS: dict[str, tuple[str | None, dict[str, str]]] = {
 
 
 def create_tables(con):
+    """The tables, documented: they exist in every database, dumps or not (the shell's users read them)."""
     con.execute(schema.FR_DUMPS_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
     for t in schema.FR_TABLES:
         con.execute(schema.fr_ddl(t).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
+    from . import comments
+    comments.apply_docs(con, DOCS)
 
 
 def split(traces: list[ProcessTrace]) -> tuple[list[ProcessTrace], list[ProcessTrace]]:
@@ -79,7 +92,7 @@ def load(con, dumps: list[ProcessTrace], folder: str, rank_pattern: str | None, 
     for t, rank, src in ranks.assign(fresh, rank_pattern, taken):
         did = next_id
         next_id += 1
-        rows["fr_dumps"].append((did, rank, t.world_size, os.path.abspath(t.source_path), t.source_format, t.source_hash,
+        rows["fr_dumps"].append((did, rank, t.world_size, as_text(os.path.abspath(t.source_path)), t.source_format, t.source_hash,
                                  t.profiler_version, src, t.counts.get("fr_entries", 0), t.warnings))
         for table in schema.FR_TABLES:
             path = Path(folder) / f"{t.key}.{table}.arrow"
@@ -104,8 +117,6 @@ def load(con, dumps: list[ProcessTrace], folder: str, rank_pattern: str | None, 
             cols = ", ".join(f.name for f in schema.FR_TABLES[table])
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM incoming")
     check_one_job(con)
-    from . import comments
-    comments.apply_docs(con, DOCS)
 
 
 def check_one_job(con):

@@ -38,6 +38,7 @@ HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
 SUFFIXES: tuple[str, ...] = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
 SUFFIXES += (".pickle",)  # torch.cuda.memory._dump_snapshot (readers/memory_snapshot.py)
+SNAPSHOT = "torch-memory-snapshot"
 
 
 def _looks_like_trace(p: Path) -> bool:
@@ -46,6 +47,11 @@ def _looks_like_trace(p: Path) -> bool:
     from .readers.flight_recorder import looks_like_dump
     if looks_like_dump(str(p)):
         return True
+    if p.name.endswith(".pickle"):  # an allocator snapshot, not any pickle beside the traces (detect.py)
+        try:
+            return identify(str(p)).format == SNAPSHOT
+        except InputError:
+            return False
     if not p.name.endswith((".json", ".json.gz")):
         return p.name.endswith(SUFFIXES)
     try:
@@ -568,10 +574,8 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
         else:
             seen.add(k)
             fresh.append(t)
-    snapshots = [t for t in fresh if t.source_format == "torch-memory-snapshot"]  # join their rank's trace, below
-    fresh = [t for t in fresh if t.source_format != "torch-memory-snapshot"]
-    if not fresh and not dumps and not append:
-        raise UsageError("nothing to ingest" + (": a memory snapshot joins its rank's trace; ingest them together" * bool(snapshots)))
+    if not (fresh := [t for t in fresh if t.source_format != SNAPSHOT]) and not dumps and not append:  # snapshots: below
+        raise UsageError("nothing to ingest" + (": a memory snapshot joins its rank's trace; ingest them together" * bool(traces)))
     assigned = ranks.assign(fresh, rank_pattern, taken)  # also drops world sizes a file got wrong
     world = max([t.world_size or 0 for t in fresh] + [0]) or None
     loads = []
@@ -588,21 +592,21 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
         result.traces.append({"trace_id": tid, "rank": rank, "file": trace.source_path, "format": trace.source_format,
                               "rank_source": src, **trace.counts})
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
-    loads.extend(_snapshot_loads(con, snapshots, loads, rank_pattern, result))
-    _check_one_job(con, load(loads))
+    _check_one_job(con, load(loads + _snapshot_loads(con, traces, rank_pattern, result)))
     if dumps:
         fr_load.load(con, dumps, scratch, rank_pattern, result)
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
     con.execute("UPDATE traces SET world_size = ? WHERE world_size IS NULL", [n_ranks])
 
 
-def _snapshot_loads(con, snapshots, loads, rank_pattern, result) -> list:
+def _snapshot_loads(con, traces, rank_pattern, result) -> list:
     """Allocator snapshots (readers/memory_snapshot.py) hold no rank: each gets the rank in its file
     name (or the job's only rank) and the trace_id of that rank's trace, whose tables it joins."""
-    if not snapshots:
+    if not (snapshots := [t for t in traces if t.source_format == SNAPSHOT]):
         return []
     of_rank = {r: tid for tid, r in con.execute("SELECT trace_id, rank FROM traces").fetchall()}
     seen = {h for (h,) in con.execute("SELECT DISTINCT source_hash FROM memory_segments").fetchall()}
+    taken: set = set()
     out = []
     for s in snapshots:
         rank = ranks.rank_from_name(s.source_path, rank_pattern)
@@ -613,10 +617,12 @@ def _snapshot_loads(con, snapshots, loads, rank_pattern, result) -> list:
                              "put the rank in its file name (rank3_snapshot.pickle) or use --rank-pattern")
         if rank not in of_rank:
             raise InputError(s.source_path, f"a memory snapshot of rank {rank}, but no trace of rank {rank} is in the job")
+        if s.source_hash in taken:
+            continue  # given twice: _build said so
         if s.source_hash in seen:
             result.skipped.append(f"{s.source_path}: already in the database (same content), skipped")
             continue
-        seen.add(s.source_hash)
+        taken.add(s.source_hash)
         out.append((s, of_rank[rank], rank))
         result.warnings.extend(f"{s.source_path}: {w}" for w in s.warnings)
     return out

@@ -196,11 +196,12 @@ DOCS = {
         "largest_free_block": "its largest inactive (free) block: the biggest request it could serve without a new cudaMalloc",
         "source_hash": "blake2b of the snapshot file (re-ingest is idempotent)"}),
     "memory_snapshot_blocks": ("one row per block of a snapshot's segments", {
+        "device": "the GPU index",
         "segment_address": "the segment holding it", "address": "the block's address", "size": "its bytes",
         "requested_size": "bytes the allocation asked for", "state": "active_allocated | active_pending_free | inactive",
         "frames": "the innermost frames of the stack that allocated it (file:line function), when history was recorded"}),
     "memory_snapshot_history": ("the allocator's recorded history in a snapshot (_record_memory_history)", {
-        "action": "alloc | free_requested | free_completed | segment_alloc | segment_free | oom | snapshot",
+        "device": "the GPU index", "action": "alloc | free_requested | free_completed | segment_alloc | segment_free | oom | snapshot",
         "addr": "the block or segment address", "size": "bytes", "stream": "the CUDA stream",
         "time_ns": "when (ns since epoch; the snapshot's time_us)", "frames": "the innermost frames of its stack"}),
     "devices": ("the GPUs a trace describes (Kineto deviceProperties)", {

@@ -423,6 +423,9 @@ def _attribute(con, g: StepGraph, sc: Scenario, cause: str, row: dict, candidate
             "share": round(float(best[1]) / row["gain_ns"], 3) if row["gain_ns"] else None}
 
 
+MAX_FACTOR = 1000.0  # what --scale-kernels / --scale-kind accept: an hour-long step stays far inside int64 ns
+
+
 def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,
                    overlap_comm=False, no_stragglers=False, no_allocator_calls=False, no_host_syncs=False,
                    host_ranks=()) -> Scenario:
@@ -433,8 +436,11 @@ def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_lau
             f = float(value)
         except ValueError:
             f = -1.0
-        if not sep or not key or not f >= 0:
-            raise UsageError(f"{flag} {text!r}: expected NAME=FACTOR with a factor >= 0, e.g. '.*flash.*=0.5'")
+        # at most MAX_FACTOR: 'comm=inf' ended in an internal error (OverflowError), '.*=1e308' in
+        # numpy overflow warnings and a step of 3.9e13 ms
+        if not sep or not key or not 0 <= f <= MAX_FACTOR:
+            raise UsageError(f"{flag} {text!r}: expected NAME=FACTOR with a factor from 0 to {MAX_FACTOR:g}, "
+                             "e.g. '.*flash.*=0.5'")
         return key, f
     kernels = [pair(t, "--scale-kernels") for t in scale_kernels]
     for pat, _ in kernels:

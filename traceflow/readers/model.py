@@ -77,8 +77,10 @@ class IpcSink:
             path = self.path(k, table)
             with pa.memory_map(str(path)) as source:
                 data = ipc.open_stream(source).read_all()
-            for c in ("start_ns", "end_ns"):
+            for c in ("start_ns", "end_ns", "ts_ns"):  # memory_events has a time (ts_ns), devices none
                 i = data.schema.get_field_index(c)
+                if i < 0:
+                    continue
                 data = data.set_column(i, c, pc.add(data[c], pa.scalar(delta_ns, pa.int64())))
             tmp = path.with_name(path.name + ".shifted")
             w = ipc.new_stream(str(tmp), data.schema)

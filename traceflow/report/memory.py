@@ -5,7 +5,9 @@ from __future__ import annotations
 from ..memory import has_memory, mib
 from .blocks import Heading, Note, Plots, Section, label, rows_table, table
 
-MAX_RANKS_CHARTED = 8   # the ranks with the highest peaks; the tables list every rank
+MAX_RANKS_CHARTED = 8   # the ranks with the highest peaks are charted
+MAX_RANKS_LISTED = 32   # and listed (`traceflow query DB memory-ranks` lists every rank)
+TOP_PER_PEAK = 3        # allocations listed per rank's peak
 POINTS = 1500           # per chart: events are bucketed, each bucket keeps its highest total (the peak survives)
 
 
@@ -38,21 +40,23 @@ def _events(con, P: Plots) -> list:
     blocks: list = []
     for rank, dtype, dev, step, peak, peak_ns in sorted(ranks):
         blocks.append(_chart(con, P, rank, dtype, dev, step, peak, peak_ns))
-    rows = con.execute("""SELECT rank, device_type || ':' || device AS device, step, peak_allocated_bytes, peak_reserved_bytes,
+    rows = con.execute(f"""SELECT rank, device_type || ':' || device AS device, step, peak_allocated_bytes, peak_reserved_bytes,
                                  device_memory_bytes, headroom_pct, top_op, top_op_bytes, peers_median_bytes, above_peers_pct
-                          FROM memory_ranks ORDER BY device_type, rank""").fetchall()
+                          FROM memory_ranks ORDER BY device_type = 'cpu', peak_allocated_bytes DESC, rank
+                          LIMIT {MAX_RANKS_LISTED}""").fetchall()
     shown = [[r[0], r[1], r[2], mib(r[3]), mib(r[4]) if r[4] is not None else "n/a (CPU)" if r[1].startswith("cpu") else "unknown",
               mib(r[5]), f"{r[6]:.1f}%" if r[6] is not None else "unknown", r[7], mib(r[8]) if r[8] is not None else "",
               mib(r[9]) if r[9] is not None else "", f"{r[10]:+.1f}%" if r[10] is not None else ""] for r in rows]
     t1 = rows_table(["rank", "device", "step", "peak", "peak reserved", "device memory", "headroom", "op holding most",
                      "its bytes", "peers' median peak", "vs peers"], shown)
-    t2 = table(con, """SELECT rank, step, device_type || ':' || device AS device, pos, round(bytes / 1048576.0, 3) AS mib,
-                              share_pct, op_name, module, python_frame, annotation
-                       FROM memory_peak_allocations a JOIN memory_ranks USING (rank, step, device_type, device)
-                       WHERE pos <= 5 ORDER BY rank, device_type, device, pos""",
+    # the top allocations at the highest peaks first: the table shows its first rows (blocks.CAP) and says how many more
+    t2 = table(con, f"""SELECT rank, step, device_type || ':' || device AS device, pos, round(bytes / 1048576.0, 3) AS mib,
+                               share_pct, op_name, module, python_frame, annotation
+                        FROM memory_peak_allocations a JOIN memory_ranks r USING (rank, step, device_type, device)
+                        WHERE pos <= {TOP_PER_PEAK} ORDER BY device_type = 'cpu', r.peak_allocated_bytes DESC, rank, device, pos""",
                headers=["rank", "step", "device", "#", "MiB", "% of peak", "CPU op that allocated it", "module",
-                        "Python frame", "annotation"],
-               cap=5 * MAX_RANKS_CHARTED, hint=P.hint("memory-peak-allocations"))  # the top 5 of each rank charted
+                        "Python frame", "annotation"], cap=TOP_PER_PEAK * MAX_RANKS_CHARTED,
+               hint=P.hint("memory-peak-allocations"))
     return [*blocks,
             Note("Allocated: the bytes live tensors hold (the profiler's Total Allocated). Reserved: what the caching "
                  "allocator holds from the device (CUDA only). Headroom: the device's memory minus the peak reserved; "
