@@ -5,7 +5,6 @@ import shutil
 
 import duckdb
 import pytest
-
 from conftest import BUNDLED, run_cli
 
 
@@ -39,3 +38,34 @@ def test_hostile_memory_view_is_refused_not_swallowed(ddp4, tmp_path):
     line = _one_line(run_cli("report", db, "-o", tmp_path / "r.html"), 3)
     assert "/etc/hostname" in line and "outside itself" in line
     assert not (tmp_path / "r.html").exists()
+
+
+def _damage_dropped_column(c):
+    c.execute("ALTER TABLE idle_gaps DROP COLUMN dur_ns")
+
+
+def _damage_wrong_view(c):
+    # a view of the same name, its columns not the pack's (a text where traceflow reads a number)
+    c.execute("CREATE OR REPLACE TABLE tmp_gaps AS SELECT * FROM idle_gaps")
+    c.execute("DROP TABLE idle_gaps")
+    c.execute("CREATE VIEW idle_gaps AS SELECT rank, 'many' AS dur_ns FROM tmp_gaps")
+
+
+@pytest.mark.parametrize("damage", [_damage_dropped_column, _damage_wrong_view])
+@pytest.mark.parametrize("command", [("report", "-o", "{tmp}/r.html"), ("query", "idle-gaps")])
+def test_damaged_database_is_bad_input(ddp4, tmp_path, damage, command):
+    """Was exit 1, "internal error (BinderException: Referenced column "dur_ns" not found)"."""
+    db = _copy(ddp4, tmp_path)
+    with duckdb.connect(str(db)) as c:
+        damage(c)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    line = _one_line(run_cli(args[0], db, *args[1:]), 3)
+    assert line.startswith(f"traceflow: error: {db}: damaged") and "ingest the traces again" in line, line
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_users_own_bad_sql_stays_a_sql_error(ddp4, tmp_path):
+    """A user's SQL naming a column that is not there is their error (exit 2), not a damaged database."""
+    for text in ("select nope from idle_gaps", "select 'x'::int", "select * from no_such_table"):
+        line = _one_line(run_cli("sql", ddp4, text), 2)
+        assert line.startswith("traceflow: error: SQL error:") and "damaged" not in line, line
