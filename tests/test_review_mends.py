@@ -69,3 +69,24 @@ def test_users_own_bad_sql_stays_a_sql_error(ddp4, tmp_path):
     for text in ("select nope from idle_gaps", "select 'x'::int", "select * from no_such_table"):
         line = _one_line(run_cli("sql", ddp4, text), 2)
         assert line.startswith("traceflow: error: SQL error:") and "damaged" not in line, line
+
+
+def test_no_flops_sentence_has_one_colon(tmp_path):
+    """The verdict read "MFU and the roofline are empty: no op in the traces has known FLOPs: ...":
+    two colons in a row. Traces derived from the real ddp2_flops ones with their shapes removed."""
+    import gzip
+    import json
+    dropped = ("Input Dims", "Input Strides", "Input type", "Concrete Inputs", "flops")
+    for src in sorted((BUNDLED / "ddp2_flops" / "clean").glob("rank-*.pt.trace.json.gz")):
+        doc = json.loads(gzip.decompress(src.read_bytes()))
+        for ev in doc["traceEvents"]:
+            for k in dropped:
+                ev.get("args", {}).pop(k, None)
+        (tmp_path / src.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    r = run_cli("postmortem", *sorted(tmp_path.glob("rank-*.gz")), "-o", tmp_path / "pm")
+    assert r.returncode == 0, r.stderr
+    line = next(s for s in r.stdout.splitlines() if "MFU and the roofline are empty" in s)
+    sentence = line[line.index("MFU and the roofline are empty"):]
+    sentence = sentence[:sentence.index("). ") + 2]  # up to its end: the next sentence has a colon of its own
+    assert "no op in the traces has known FLOPs, because the PyTorch profiler traces have no input shapes" in sentence, line
+    assert sentence.count(":") == 1, sentence
