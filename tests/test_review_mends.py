@@ -90,3 +90,35 @@ def test_no_flops_sentence_has_one_colon(tmp_path):
     sentence = sentence[:sentence.index("). ") + 2]  # up to its end: the next sentence has a colon of its own
     assert "no op in the traces has known FLOPs, because the PyTorch profiler traces have no input shapes" in sentence, line
     assert sentence.count(":") == 1, sentence
+
+
+@pytest.fixture(scope="module")
+def fr_dumps(tmp_path_factory):
+    """Real Flight Recorder dumps (gloo, CPU): the skip scenario of tests/fr_record.py."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = tmp_path_factory.mktemp("fr")
+    subprocess.run([sys.executable, str(Path(__file__).parent / "fr_record.py"), str(out), "skip"], check=True,
+                   capture_output=True, timeout=300)
+    return out / "skip"
+
+
+def test_a_users_pickle_in_a_dump_folder_is_passed_over(fr_dumps, tmp_path):
+    """flightrec took any pickle in a folder as a dump: a user's pickled config beside the dumps
+    ended the ingest with exit 3. Passed over now, as other JSON files are; named, still exit 3."""
+    import pickle
+    folder = tmp_path / "traces"
+    shutil.copytree(fr_dumps, folder)
+    n_dumps = len(list(folder.iterdir()))
+    assert n_dumps >= 2
+    for name, proto in (("config.pickle", 2), ("run_args.pkl", 4)):
+        (folder / name).write_bytes(pickle.dumps({"lr": 0.1, "version": "mine", "entries": [1, 2]}, protocol=proto))
+    r = run_cli("ingest", folder, "-o", tmp_path / "hang.duckdb")
+    assert r.returncode == 0, r.stderr
+    with duckdb.connect(str(tmp_path / "hang.duckdb"), read_only=True) as c:
+        files = sorted(f for (f,) in c.execute("SELECT source_path FROM fr_dumps").fetchall())
+    assert [f.rsplit("/", 1)[-1] for f in files] == sorted(p.name for p in fr_dumps.iterdir()), files
+    line = _one_line(run_cli("ingest", folder / "run_args.pkl", "-o", tmp_path / "x.duckdb"), 3)
+    assert "run_args.pkl" in line
+    assert not (tmp_path / "x.duckdb").exists()
