@@ -122,3 +122,29 @@ def test_a_users_pickle_in_a_dump_folder_is_passed_over(fr_dumps, tmp_path):
     line = _one_line(run_cli("ingest", folder / "run_args.pkl", "-o", tmp_path / "x.duckdb"), 3)
     assert "run_args.pkl" in line
     assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_desync_created_is_a_utc_time(fr_dumps, tmp_path):
+    """`query DB desync` showed created as "created (ms)": 1,795,506,374,954.967 ms since the epoch.
+    Now the UTC time of day, as trace instants are; checked against the dumps read with plain pickle."""
+    import datetime
+    import json
+    import pickle
+    db = tmp_path / "hang.duckdb"
+    assert run_cli("ingest", fr_dumps, "-o", db).returncode == 0
+    r = run_cli("query", db, "desync", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout)[0]
+    created = []
+    for p in fr_dumps.iterdir():
+        with open(p, "rb") as f:
+            dump = pickle.load(f)
+        created += [e["time_created_ns"] for e in dump["entries"]
+                    if e["collective_seq_id"] == row["seq"] and e["process_group"][0] == row["pg"]]
+    assert row["created_ns"] == min(created)
+    when = datetime.datetime.fromtimestamp(min(created) / 1e9, datetime.UTC)
+    assert abs((datetime.datetime.now(datetime.UTC) - when).total_seconds()) < 3600  # recorded minutes ago
+    table = run_cli("query", db, "desync", env={"COLUMNS": "400"})
+    assert table.returncode == 0, table.stderr
+    assert "created (UTC)" in table.stdout and "created (ms)" not in table.stdout, table.stdout
+    assert when.strftime("%H:%M:%S.%f") in table.stdout, table.stdout
