@@ -130,7 +130,9 @@ def _nsys_gpus(path: str) -> dict[int, tuple[str | None, str | None]]:
     if not path or not os.path.isfile(path):
         return {}
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        from urllib.parse import quote
+        # read-only and immutable, as the reader opens it: no -wal / -shm beside a WAL-mode export
+        con = sqlite3.connect("file:" + quote(os.fsencode(os.path.abspath(path))) + "?mode=ro&immutable=1", uri=True)
         try:
             rows = con.execute("SELECT id, uuid, busLocation FROM TARGET_INFO_GPU").fetchall()
         finally:

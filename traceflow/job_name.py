@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from .text import as_text
+
 _SUFFIXES = (".gz", ".xz", ".json", ".sqlite", ".nsys-rep", ".pt.trace", ".trace")
 
 
@@ -44,10 +46,8 @@ def store(con, name: str | None, files, append: bool = False):
     con.execute("CREATE TABLE IF NOT EXISTS tf_internal.metadata (key VARCHAR PRIMARY KEY, value VARCHAR)")
     if name is None and append and read_stored(con) is not None:
         return
-    text = name or from_inputs(files)
-    # a file name that is not UTF-8 reaches here with surrogate escapes, which no database text holds
-    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    con.execute("INSERT OR REPLACE INTO tf_internal.metadata VALUES ('name', ?)", [text])
+    # as_text: a file name that is not UTF-8 cannot enter DuckDB as it is (docs/bad-input.md)
+    con.execute("INSERT OR REPLACE INTO tf_internal.metadata VALUES ('name', ?)", [as_text(name or from_inputs(files))])
 
 
 def read_stored(con, catalog: str = "") -> str | None:

@@ -266,9 +266,10 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
     """Yields a temp path (same folder as the target) to write the new file to; renames it over
     the target on success. See the module's docstring for what is checked first."""
     target = check_output(path, kind, inputs, force, appending=copy_existing)
-    fd, lock_path = _lock(target)
     tmp = target.with_name(f".{target.name}{TMP_MARK}{os.getpid()}")
+    lock = None
     try:
+        lock = _lock(target)  # inside the try: a signal right after it must not leave the lock file
         # Holding the lock, any temp file of this target is a dead writer's (kill -9, power loss).
         for stale in target.parent.glob(f".{target.name}{TMP_MARK}*"):
             stale.unlink(missing_ok=True)
@@ -297,7 +298,8 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
                 leftover.unlink(missing_ok=True)
             except OSError:
                 pass
-        _unlock(fd, lock_path)
+        if lock is not None:
+            _unlock(*lock)
 
 
 @contextmanager
@@ -315,14 +317,15 @@ def scratch_folder(parent: str | Path | None = None, prefix: str | None = None, 
         clean_stale_scratch()
     else:
         clean_stale_scratch(where, prefix)
-    try:
-        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
-    except OSError as e:
-        raise OutputError(str(where), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
-                          + ("set TMPDIR to a folder with room" if parent is None else "the output's folder must be writable")) from None
+    folder: Path | None = None
     fd = -1
     done = False
     try:
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
+        except OSError as e:
+            raise OutputError(str(where), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
+                              + ("set TMPDIR to a folder with room" if parent is None else "the output's folder must be writable")) from None
         fd = os.open(folder / SCRATCH_MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -333,7 +336,13 @@ def scratch_folder(parent: str | Path | None = None, prefix: str | None = None, 
         yield str(folder)
         done = True
     finally:
-        if done and keep:
+        if folder is None:
+            # A signal landed between mkdtemp making the folder and its name reaching `folder` (1
+            # Ctrl-C in 130 sent as the folder appeared left it): the prefix names this process.
+            if parent is None:
+                for p in where.glob(f"{glob_escape(prefix)}*"):
+                    shutil.rmtree(p, ignore_errors=True)
+        elif done and keep:
             (folder / SCRATCH_MARKER).unlink(missing_ok=True)
         else:
             # A reader thread still finishing a write (after an error or Ctrl-C elsewhere) can put a
