@@ -223,7 +223,7 @@ def test_an_nsys_job_says_why_it_has_no_flops(ingested):
     with traceflow.open(ingested("h100/nsys/ddp4_sync_stall")) as job:
         assert job.sql("SELECT count(*) FROM op_work WHERE flops IS NOT NULL").item() == 0
         assert job.sql("SELECT count(*), count(mfu_pct) FROM mfu").row(0) == (24, 0)
-        assert any("no op in the traces has known FLOPs: the Nsight Systems traces have no PyTorch op ranges" in s
+        assert any("no op in the traces has known FLOPs, because the Nsight Systems traces have no PyTorch op ranges" in s
                    for s in job.findings()["sentences"])
 
 

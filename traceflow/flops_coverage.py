@@ -19,5 +19,6 @@ def why_no_flops(con) -> str:
                    "records them)" if ops.get("nsys-sqlite") else
                    "the Nsight Systems traces have no PyTorch op ranges (record under "
                    "torch.autograd.profiler.emit_nvtx(record_shapes=True))")
-    return "no op in the traces has known FLOPs: " + ("; ".join(why) if why else
+    # "because", not a colon: the verdict puts this after its own "MFU and the roofline are empty: "
+    return "no op in the traces has known FLOPs, because " + ("; and ".join(why) if why else
         "no op that launched GPU work is of a kind with a FLOP formula (docs/roofline.md)")

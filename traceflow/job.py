@@ -27,6 +27,23 @@ class IngestInfo:
     timings: dict = field(default_factory=dict)        # seconds per phase: read, load, derive, packs, critical_path
 
 
+# What DuckDB raises when traceflow's own SQL meets a table or view that is not as traceflow wrote it
+# (a column dropped, a view redefined with other columns or types): the database is damaged.
+DAMAGE = ("BinderException", "CatalogException", "ConversionException")
+
+
+def damaged(path: str, exc: BaseException | None) -> None:
+    """Raises InputError naming the database when `exc` is DuckDB's error at reading a traceflow table
+    (was exit 1, "internal error (BinderException: ...)"). A user's own SQL (`traceflow sql`) is
+    turned into its own error before it gets here."""
+    from .interrupts import is_interrupt
+    if exc is None or type(exc).__name__ not in DAMAGE or is_interrupt(exc):
+        return
+    from .errors import InputError, one_line
+    raise InputError(path, f"damaged: its tables are not as traceflow wrote them ({type(exc).__name__}: "
+                           f"{one_line(exc, 160)}); ingest the traces again") from exc
+
+
 class Job:
     """A traceflow database. `ingest` (traceflow.ingest) fills `ingest_info`; `open` leaves it empty."""
 
@@ -75,8 +92,9 @@ class Job:
     def __enter__(self) -> Job:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.close()
+        damaged(self.path, exc)
 
     def __repr__(self) -> str:
         return f"Job({self.path!r})"

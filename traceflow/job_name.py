@@ -52,9 +52,10 @@ def store(con, name: str | None, files, append: bool = False):
 
 def read_stored(con, catalog: str = "") -> str | None:
     at = f"{catalog}." if catalog else ""
+    import duckdb
     try:
         row = con.execute(f"SELECT value FROM {at}tf_internal.metadata WHERE key = 'name'").fetchone()
-    except Exception:  # noqa: BLE001 - a database from before the metadata table (duckdb.CatalogException)
+    except duckdb.CatalogException:  # a database from before the metadata table; a Ctrl-C is not swallowed
         return None
     return row[0] if row else None
 

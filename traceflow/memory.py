@@ -22,9 +22,11 @@ def mib(n) -> str:
 
 def has_memory(con, table: str = "memory_ranks") -> bool:
     """Whether the database has this memory pack and any rows in it (older databases have neither)."""
+    import duckdb
     try:
         return bool(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-    except Exception:  # noqa: BLE001 - a database from before the memory packs: nothing to say
+    except duckdb.CatalogException:  # a database from before the memory packs: nothing to say
+        # only that: a refused view (PermissionException) or a Ctrl-C (InterruptException) must reach the command
         return False
 
 

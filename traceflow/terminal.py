@@ -150,7 +150,8 @@ def print_table(cols: list[str], rows: list[tuple], first: list[str] | tuple = (
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-    instant = [c.endswith(("start_ns", "end_ns")) for c in cols]
+    # instants (ns since epoch): a trace's start/end, a Flight Recorder entry's created/started/completed
+    instant = [c.endswith(("start_ns", "end_ns", "created_ns", "started_ns", "completed_ns")) for c in cols]
     duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
     units = [" (UTC)" if i else " (ms)" if d else "" for i, d in zip(instant, duration)]
     names = [c[:-3] if u else c for c, u in zip(cols, units)]

@@ -36,7 +36,8 @@ from .stream import HashedFile
 PICKLE_PROTO = 0x80  # a pickle of protocol 2 or later opens with this byte (PyTorch writes protocol 2)
 # Top-level keys of a dump: the JSON variant is told from a Kineto trace by its first key
 # (nlohmann::json writes keys sorted: "comm_lib_version" first, or "entries" in older dumps).
-_JSON_HEAD = re.compile(rb'^\s*\{\s*"(comm_lib_version|entries|pg_config|pg_status|version|nccl_version)"\s*:')
+DUMP_KEYS = ("comm_lib_version", "entries", "pg_config", "pg_status", "version", "nccl_version")
+_JSON_HEAD = re.compile(rb'^\s*\{\s*"(' + "|".join(DUMP_KEYS).encode() + rb')"\s*:')
 # `host-name_3`, `trainer-7_12.json`: the rank is the number at the end of the name
 _TRAILING_RANK = re.compile(r"[-_.](\d+)(?:\.[A-Za-z]\w*)?$")
 
@@ -50,13 +51,40 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+def _first_pickled_key(head: bytes) -> str | None:
+    """The first key of the dict that these first bytes of a pickle open, read from its opcodes
+    (nothing is unpickled), or None when they open something else."""
+    import io
+    import pickletools
+    skip = {"PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"}
+    ops = []
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(head)):
+            if op.name in skip:
+                continue
+            ops.append((op.name, arg))
+            if len(ops) == 3:
+                break
+    except ValueError:  # the head ends inside an opcode (a long first key) or is no pickle
+        return None
+    if [n for n, _ in ops[:2]] != ["EMPTY_DICT", "MARK"] or len(ops) < 3 or not isinstance(ops[2][1], str):
+        return None
+    return ops[2][1]
+
+
 def looks_like_dump(path: str) -> bool:
-    """In a folder, a file without a trace suffix is taken when its first bytes open a dump."""
+    """In a folder, a file without a trace suffix is taken when its first bytes open a dump: for a
+    pickle, a dict whose first key is a dump's ("version" in PyTorch's), not any pickle beside the
+    traces (a user's pickled config was taken, then refused: the whole ingest ended with exit 3)."""
     try:
         with open(path, "rb") as f:
-            return sniff(f.read(64)) is not None
+            head = f.read(256)
     except OSError:
         return False
+    fmt = sniff(head)
+    if fmt == "fr-pickle":
+        return _first_pickled_key(head) in DUMP_KEYS
+    return fmt is not None
 
 
 def rank_of_file(path: str) -> int | None:
