@@ -28,6 +28,8 @@ _KEYS = {"gpu_ops": "kind, device, stream, start_ns, end_ns, correlation_id, has
 
 def drop_absurd(con) -> list[tuple[int, str]]:
     """Deletes duplicated events and stray GPU ops; returns (rank, what was dropped) for the warnings."""
+    # Long because: two passes over the loaded tables (events twice, stray GPU ops), each one SQL
+    # statement with the warning that counts what it dropped.
     notes: dict[int, list[str]] = {}
     for table, key in _KEYS.items():
         n_all, n_distinct = con.execute(

@@ -27,6 +27,9 @@ measured again for the stored figures. Offsets are relative to the clock of the 
 `--align collectives` treats every rank as its own unit and applies every estimate larger than its
 spread; `--align off` changes nothing. Estimates, spreads and the reason are stored in `traces`
 (clock_skew_ns, clock_spread_ns, clock_note) whether or not they were applied.
+
+Size: the tests above, each with the measurement that set its threshold, and the move of every
+time column once an offset is applied.
 """
 from __future__ import annotations
 
