@@ -314,6 +314,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
            progress=None, force: bool = False, max_inflate: str | None = None,
            peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None, name: str | None = None) -> Job:
+    # Long because: the phases in order (find, read, load, derive, analyse) with the checks between them.
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
