@@ -4,7 +4,7 @@
 
 Runs queries/*.sql in `packs.run_order()` on a copy of the database (the original is untouched), in
 one transaction as ingest does; the critical path's walk (Python) and, for a cluster database, the
-analyses its workers ran (rank_task.PER_RANK_PACKS, views here) are left out. How docs/scale-out.md
+analyses its workers ran (rank_tables.PER_RANK_PACKS, views here) are left out. How docs/scale-out.md
 found which analyses grew faster than the ranks on the client.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from db_copy import writable_copy
 
 from traceflow import packs
-from traceflow.rank_task import PER_RANK_PACKS
+from traceflow.rank_tables import PER_RANK_PACKS
 from traceflow.shard_views import folder_of
 
 

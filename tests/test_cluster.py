@@ -15,7 +15,7 @@ import pytest
 from conftest import BUNDLED, connect, fixture_files, needs_shared, run_cli, tagged_processes
 
 import traceflow
-from traceflow.rank_task import SHARDED
+from traceflow.rank_tables import SHARDED
 
 distributed = pytest.importorskip("distributed", reason="Dask is the optional extra traceflow[cluster]")
 KINETO = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.json.gz"))

@@ -14,28 +14,24 @@ import sys
 import threading
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.ipc as ipc
-
-from . import schema
 from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .job import IngestInfo, Job
+from .load import TRACE_SPANS, create_tables, load_all
 from .outputs import PARTS, atomic_output, scratch_folder
+from .rank_tables import PER_RANK_PACKS
 from .readers import ranks
 from .readers.detect import Input, identify
-from .readers.model import ProcessTrace, reader_schema
+from .readers.model import ProcessTrace
 from .readers.worker import import_readers, read_file, worker_start
 from .text import as_text
 
-HOST_OP_ID_BASE = 10**12
-HOST_OP_IDS_PER_TRACE = 10**10
 SUFFIXES: tuple[str, ...] = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
 SUFFIXES += (".pickle",)  # torch.cuda.memory._dump_snapshot (readers/memory_snapshot.py)
 SNAPSHOT = "torch-memory-snapshot"
@@ -257,59 +253,6 @@ def _share(inputs: list[Input], slots, folder, nsys_exe, progress, abort=None):
     return [t for i in sorted(results) for t in results[i]]
 
 
-def _create_tables(con):
-    con.execute(schema.TRACES_DDL)
-    for t in schema.TABLES:
-        con.execute(schema.ddl(t))
-    from . import fr_load
-    fr_load.create_tables(con)
-
-
-def _load_all(con, sink_folder: str, loads, jobs: int | None):
-    """Loads the traces' Arrow files, several at once: DuckDB appends to one table from several
-    connections without conflict, and one append of a stream runs on one thread."""
-    jobs = _workers(jobs, len(loads))
-    if jobs == 1:
-        for load in loads:
-            _load(con, sink_folder, *load)
-        return
-
-    def one(load):
-        cur = con.cursor()
-        try:
-            _load(cur, sink_folder, *load)
-        finally:
-            cur.close()
-    with ThreadPoolExecutor(jobs) as pool:
-        for _ in pool.map(one, loads):
-            pass
-
-
-def _load(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: int):
-    for table in schema.TABLES:
-        path = Path(sink_folder) / f"{trace.key}.{table}.arrow"
-        if not path.exists():
-            continue
-        with pa.memory_map(str(path)) as source:
-            # Read by DuckDB's replacement scan of this local (`FROM incoming`), never con.register:
-            # a registered object is a view in the catalog, dropped at some later commit on whichever
-            # DuckDB thread runs it. After a Ctrl-C that was a pool thread during interpreter exit,
-            # which needs the GIL to free the object: "terminate called without an active
-            # exception" (exit -6), or a hang (4 of 50 interrupted runs on a loaded machine).
-            incoming = ipc.open_stream(source)
-            cols = ", ".join(f.name for f in reader_schema(table))
-            if table == "host_ops":
-                # ids as they stream in, in a range of their own per trace (gpu_ops ids stay below 1e12):
-                # numbering them later would rewrite the biggest table of the job
-                con.execute(f"""INSERT INTO host_ops ({cols}, trace_id, rank, op_id)
-                                SELECT {cols}, ?, ?, ? + row_number() OVER () FROM incoming""",
-                            [trace_id, rank, HOST_OP_ID_BASE + trace_id * HOST_OP_IDS_PER_TRACE])
-            else:
-                con.execute(f"INSERT INTO {table} ({cols}, trace_id, rank) SELECT {cols}, ?, ? FROM incoming",
-                            [trace_id, rank])
-            del incoming
-
-
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
            progress=None, force: bool = False, max_inflate: str | None = None,
@@ -366,6 +309,11 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
                                               phase=phase, peak_tflops=peak_tflops, peak_gbps=peak_gbps,
                                               per_rank_done=parts is not None))
+            from .packs import compute_all
+            compute_all(con, result.timings, phase, skip=PER_RANK_PACKS if parts is not None else ())
+            result.timings.pop("walk_batches", None)
+            from . import invariants
+            invariants.check(con)
             from .comments import apply_core
             apply_core(con)  # after derive, which rebuilds gpu_ops
             _commit_to_file(con)
@@ -406,7 +354,7 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
     if small:
         con.execute("BEGIN TRANSACTION")
     _build(con, traces, result, append, rank_pattern,
-           lambda loads: _load_all(con, scratch, loads, 1 if small else jobs), scratch)
+           lambda loads: load_all(con, scratch, loads, 1 if small else _workers(jobs, len(loads))), scratch)
     if small:
         _commit_to_file(con)
         con.execute("RESET checkpoint_threshold")
@@ -506,12 +454,6 @@ def _ram_bytes() -> int:
 MIXED_JOB_GAP_NS = 60 * 10**9
 
 
-# each trace's first start and last end (ns), as recorded: a cluster's workers compute it per rank file
-TRACE_SPANS = """SELECT trace_id, min(start_ns) AS lo, max(end_ns) AS hi FROM (
-                     SELECT trace_id, start_ns, end_ns FROM gpu_ops UNION ALL SELECT trace_id, start_ns, end_ns FROM host_ops)
-                 GROUP BY trace_id"""
-
-
 def _check_one_job(con, spans: list | None = None):
     """Files of two different jobs in one ingest: conflicting world sizes, or disjoint in time.
     `spans` ((path, lo, hi) per trace): a cluster's workers' (shard_views.spans), else scanned here."""
@@ -540,7 +482,7 @@ def _refuse_views(con, output):
 
 def _build(con, traces, result, append, rank_pattern, load, scratch=None):
     """The traces table, with ranks and ids; `load(loads)` then brings their rows in ((trace, trace_id,
-    rank) each): into tables (_load_all, which returns None), or as views over a cluster's shards
+    rank) each): into tables (load.load_all, which returns None), or as views over a cluster's shards
     (shard_views, which returns the traces' spans for the one-job check)."""
     from . import fr_load
     traces, dumps = fr_load.split(traces)
@@ -563,7 +505,8 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
             con.execute(f'DROP VIEW IF EXISTS "{schema}"."{name}"')
         for schema, name in con.execute("SELECT schema_name, table_name FROM duckdb_tables()").fetchall():
             con.execute(f'DROP TABLE IF EXISTS "{schema}"."{name}"')
-        _create_tables(con)
+        create_tables(con)
+        fr_load.create_tables(con)
     # The same bytes twice (a file given twice, or appended again) would duplicate every row.
     seen, fresh = set(), []
     for t in traces:

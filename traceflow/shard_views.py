@@ -1,6 +1,6 @@
 """A cluster job's database: views over the Parquet shards its workers wrote (rank_task.py).
 
-The tables a worker derives per rank (rank_task.SHARDED) are not copied into the database: each is
+The tables a worker derives per rank (rank_tables.SHARDED) are not copied into the database: each is
 a view that reads the shards in place, in the parts folder beside the database, and gives every
 row the trace, rank, ids and clock offset a local ingest stores (so the same SQL, packs, report and
 Perfetto writer run on it unchanged, and `duckdb job.duckdb` opens it). Clock alignment then writes
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .duck import sql_string
-from .rank_task import IDS, SHARDED, TIMES
+from .rank_tables import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, IDS, SHARDED, TIMES
 
 SHARDS = "tf_internal.shards"
 
@@ -21,7 +21,6 @@ def create(con, parts: str, loads) -> list[str]:
     """The shards table and the views, for `loads` ((trace, trace_id, rank) in trace_id order, with
     trace.derived filled by the workers). Returns the workers' notes for the user."""
     from .derive import host_clock
-    from .pipeline import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE
     con.execute(f"""CREATE TABLE {SHARDS} (shard BIGINT PRIMARY KEY, trace_id INTEGER, rank INTEGER,
                     gpu_op_base BIGINT, host_op_base BIGINT)""")
     rows, gpu_base = [], 0

@@ -1,4 +1,6 @@
-"""The cross-rank phase: derived tables, clock alignment, query packs, critical path."""
+"""The derive step: derived tables (derive/*.sql), CPU-clock reconciliation and clock alignment, device peaks.
+
+The analyses (packs.py, queries/) run after it and read what it makes; it never calls them."""
 from __future__ import annotations
 
 import time
@@ -38,7 +40,7 @@ def derive_tables(con, step_pattern: str | None = None, names=ORDER):
 
 def derive_all(con, align: str = "auto", step_pattern: str | None = None, timings=None, phase=None,
                peak_tflops: float | None = None, peak_gbps: float | None = None, per_rank_done: bool = False) -> list[str]:
-    """Everything after loading: returns warnings for the user. `phase(name)` is told as each part starts.
+    """Everything between loading and the analyses: returns warnings for the user. `phase(name)` is told as each part starts.
     `per_rank_done`: the tables are views over a cluster's shards (traceflow/shard_views.py), whose
     workers reconciled the CPU clocks and derived the PER_RANK tables; clock offsets then go into
     `traces` only, and the views add them."""
@@ -66,9 +68,4 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
     from .. import hardware
     warnings.extend(hardware.load_peaks(con, peak_tflops, peak_gbps))
     timings["derive"] = time.perf_counter() - t0
-    from .. import packs
-    from ..rank_task import PER_RANK_PACKS
-    packs.compute_all(con, timings, phase, skip=PER_RANK_PACKS if per_rank_done else ())
-    timings.pop("walk_batches", None)
-    invariants.check(con)
     return warnings

@@ -38,7 +38,7 @@ import warnings
 
 import numpy as np
 
-from ..rank_task import TIMES
+from ..rank_tables import TIMES
 
 MIN_COLLECTIVES = 8        # fewer matched collectives are too few for the sign test
 # Short captures: 6 collectives can never pass the sign test (p >= 0.03). A shift there shows as
@@ -52,7 +52,7 @@ SIGN_TEST_P = 0.01         # two-sided p-value under which the differences are n
 NEGLIGIBLE_NS = 50_000     # shifts below this are within the precision of the collective ends
 NATURAL_FACTOR = 2.0       # a shift must exceed this many times the peers' median |offset|
 
-# the loaded tables' times (rank_task.TIMES lists every per-rank table's; the derived ones are derived again)
+# the loaded tables' times (rank_tables.TIMES lists every per-rank table's; the derived ones are derived again)
 TIME_COLUMNS = {t: TIMES[t] for t in ("gpu_ops", "host_ops", "ranges", "memory_events")}
 
 _ENDS_SQL = """
