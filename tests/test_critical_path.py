@@ -9,15 +9,24 @@ import sqlite3
 import pytest
 from conftest import connect, fixture_files, needs_shared, run_cli, truth
 
+
+def recompute_critical_path(con, **walk_options) -> list[list[int]]:
+    """The critical path's three modules (graph, walk, naming) run again, as ingest runs them;
+    returns the walk's batches of steps."""
+    from traceflow import packs
+    timings: dict = {}
+    packs.compute_all(con, timings, only=packs.CRITICAL_PATH_MODULES, **walk_options)
+    return timings["walk_batches"]
+
+
 PATH_ROWS = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"
 
 
 def computed_paths(source, tmp_path, **variants) -> tuple[list, list]:
     """The critical path computed again on a copy of `source` per variant (name -> options of
-    critical_path.compute); returns the copies and each one's path rows."""
+    critical_path.walk); returns the copies and each one's path rows."""
     import duckdb
 
-    from traceflow import critical_path
     from traceflow.duck import use_internal_schema
     paths = []
     for name, options in variants.items():
@@ -25,7 +34,7 @@ def computed_paths(source, tmp_path, **variants) -> tuple[list, list]:
         shutil.copy(source, path)
         con = duckdb.connect(str(path))
         use_internal_schema(con)
-        critical_path.compute(con, **options)
+        recompute_critical_path(con, **options)
         con.close()
         paths.append(path)
     return paths, [connect(p).execute(PATH_ROWS).fetchall() for p in paths]
@@ -247,7 +256,7 @@ def test_host_calls_loaded_per_step_equal_all_at_once(ingested, rel, tmp_path):
         con.execute("""DELETE FROM host_ops WHERE rank = 0 AND start_ns BETWEEN
                            (SELECT min(start_ns) - 50000000 FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows))
                            AND (SELECT (min(start_ns) + max(end_ns)) // 2 FROM step_windows WHERE step = (SELECT min(step) + 1 FROM step_windows))""")
-        batches.append(critical_path.compute(con, host_calls_per_batch=budget))
+        batches.append(recompute_critical_path(con, host_calls_per_batch=budget))
         con.close()
         paths.append(path)
     assert len(batches[0]) > 1 and len(batches[1]) == 1

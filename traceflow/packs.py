@@ -120,10 +120,12 @@ def listing() -> list[PackInfo]:
     return out
 
 
-def compute_all(con, timings: dict | None = None, phase=None, skip=(), **walk_options):
-    """Every analysis in dependency order (but those in `skip`: a cluster's workers ran them);
-    seconds spent go to timings["packs"] and, for the critical path's three modules,
-    timings["critical_path"]. phase(name) is told as each phase starts. walk_options: critical_path.walk's."""
+def compute_all(con, timings: dict | None = None, phase=None, skip=(), only=None, **walk_options):
+    """Every analysis in dependency order (but those in `skip`: a cluster's workers ran them; with
+    `only`, just those: the critical path's three modules again, say); seconds spent go to
+    timings["packs"] and, for the critical path's three modules, timings["critical_path"], the walk's
+    batches of steps to timings["walk_batches"]. phase(name) is told as each phase starts.
+    walk_options: critical_path.walk's."""
     import time
 
     from . import comments
@@ -143,6 +145,8 @@ def compute_all(con, timings: dict | None = None, phase=None, skip=(), **walk_op
         docs.update(comments.docs_for(sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public]))
 
     for name in run_order():
+        if only is not None and name not in only:
+            continue
         if name in skip:  # their tables are views already; documented all the same
             document(pack_sql(name))
             continue

@@ -18,30 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..duck import relation, use_internal_schema
-from ..packs import pack_sql
+from ..duck import relation
 from .graph import RANKS_ONE_BY_ONE, Graph
 from .segments import KINDS, Writer
 from .walk import SCALAR_HOST_CALLS, Position, State, Walk
 
-__all__ = ["KINDS", "Graph", "Position", "State", "Walk", "compute", "walk"]
+__all__ = ["KINDS", "Graph", "Position", "State", "Walk", "walk"]
 
 HOST_CALLS_PER_BATCH = 4_000_000  # ~30 bytes each in arrays: more calls than this load a few steps at a time
-
-
-def compute(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH, scalar_host_calls: int = SCALAR_HOST_CALLS,
-            ranks_one_by_one: int = RANKS_ONE_BY_ONE) -> list[list[int]]:
-    """The critical path's three modules again (graph, walk, naming) on an analysed database;
-    returns the walk's batches of steps. Ingest runs them in packs.compute_all's order."""
-    use_internal_schema(con, create=True)
-    con.execute(pack_sql("cp_graph"))
-    batches = walk(con, host_calls_per_batch=host_calls_per_batch, scalar_host_calls=scalar_host_calls,
-                   ranks_one_by_one=ranks_one_by_one)
-    sql = pack_sql("critical_path")
-    con.execute(sql)
-    from .. import comments
-    comments.apply(con, sql, ["critical_path", "critical_path_summary"])
-    return batches
 
 
 def walk(con, *, host_calls_per_batch: int = HOST_CALLS_PER_BATCH, scalar_host_calls: int = SCALAR_HOST_CALLS,
