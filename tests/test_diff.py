@@ -131,20 +131,29 @@ def test_trace_folders_are_ingested_first(bundled):
 
 
 def test_a_database_from_an_older_traceflow_is_one_line(bundled, tmp_path):
-    """Derived at test time: a copy without what this version adds (gpu_ops.cpu_op_id, op_work)."""
+    """Derived at test time: a copy as an older traceflow left it (without what this version adds,
+    gpu_ops.cpu_op_id and op_work, and without the format version), and one of an older format.
+    Every command that opens a database says so in one line, exit 3, and writes nothing."""
     import duckdb
     old = tmp_path / "old.duckdb"
     shutil.copy(bundled, old)
     con = duckdb.connect(str(old))
     con.execute("DROP VIEW tf_internal.op_work_kernels")
     con.execute("ALTER TABLE gpu_ops DROP COLUMN cpu_op_id")
-    for t in ("mfu_waterfall", "mfu", "roofline", "op_work", "op_flops"):
+    for t in ("mfu_waterfall", "mfu", "roofline", "op_work", "op_flops", "tf_internal.db_format"):
         con.execute(f"DROP TABLE {t}")
     con.close()
-    r = run_cli("diff", str(old), str(bundled))
-    assert r.returncode == 3 and "old.duckdb" in r.stderr and "ingest it again" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    older = tmp_path / "older-format.duckdb"
+    shutil.copy(bundled, older)
+    con = duckdb.connect(str(older))
+    con.execute("UPDATE tf_internal.db_format SET format = format - 1")
+    con.close()
     page = tmp_path / "r.html"
-    r = run_cli("report", str(old), "-o", str(page))
-    assert r.returncode == 0, r.stderr
-    assert "made by an older traceflow" in page.read_text()
+    for db in (old, older):
+        for args in (("diff", str(db), str(bundled)), ("diff", str(bundled), str(db)), ("scaling", str(bundled), str(db)),
+                     ("report", str(db), "-o", str(page)), ("query", str(db), "steps"), ("sql", str(db), "select 1"),
+                     ("whatif", str(db), "--no-stragglers"), ("annotate", str(db), "-o", str(tmp_path / "t.pftrace"))):
+            r = run_cli(*args)
+            assert r.returncode == 3 and db.name in r.stderr and "ingest its rank files again" in r.stderr, (args, r.stderr)
+            assert len(r.stderr.strip().splitlines()) == 1
+    assert not page.exists() and not (tmp_path / "t.pftrace").exists()

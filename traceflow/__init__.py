@@ -17,22 +17,24 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Imports wait for their first use: a reader process, which imports this package to unpickle
     # its task, never needs DuckDB, and `traceflow --help` needs neither DuckDB nor Arrow.
-    if name in ("connect", "query", "sql"):
-        from . import api
-        return getattr(api, name)
-    if name == "scaling":
-        from .scaling_study import scaling
-        return scaling
-    if name == "diff":
-        from .compare import diff
-        return diff
-    if name == "ingest":
-        from .pipeline import ingest
-        return ingest
-    if name in ("open", "Job"):
+    if name in ("open", "Job", "ingest", "connect", "diff", "scaling"):
         from . import job
         return getattr(job, name)
     raise AttributeError(f"module 'traceflow' has no attribute {name!r}")
+
+
+def query(database: str, name: str, rank=None, step=None):
+    """`traceflow.open(database).query(name, rank, step)`: rows of a query pack as a polars DataFrame."""
+    from .job import open as open_job
+    with open_job(database) as job:
+        return job.query(name, rank, step)
+
+
+def sql(database: str, text: str):
+    """`traceflow.open(database).sql(text)`: any read-only SQL, as a polars DataFrame."""
+    from .job import open as open_job
+    with open_job(database) as job:
+        return job.sql(text)
 
 
 def report(database: str, output: str = "report.html", force: bool = False) -> str:

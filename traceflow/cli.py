@@ -130,10 +130,10 @@ def _ingest_options(f):
     return f
 
 
-def _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
+def _do_ingest(paths, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                peak_tflops=None, peak_gbps=None, cluster=None, name=None):
-    from .pipeline import expand, ingest
-    paths = expand(files)
+    """`paths`: job.input_files(FILES), found once per command."""
+    from .job import ingest
     with Progress(len(paths), interrupts.raise_if_interrupted) as progress:
         res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
@@ -171,11 +171,11 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest /tmp/nccl_trace_rank_* -o hang.duckdb      # Flight Recorder dumps: why it stopped
       traceflow ingest fr_dumps/ kineto/rank*.json -o hang.duckdb  # dumps beside the job's traces
     """
-    with _do_ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
+    from .job import input_files
+    with _do_ingest(input_files(files), output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                     peak_tflops, peak_gbps, cluster, name) as job:
         rows = job.rank_summary()
-        from .hang import dump_count
-        dumps = dump_count(job.con)
+        dumps = job.dump_count()
     say(f"wrote {job.path}: {plural(len(rows), 'rank')}" + (f", {plural(dumps, 'Flight Recorder dump')}" if dumps else ""))
     for rank, fmt, n_gpu, n_steps, off in rows:
         say(f"  rank {rank:>3}  {fmt:<12} {n_gpu:>9,} GPU ops  {plural(n_steps, 'step'):>10}  clock offset {off / 1e6:+.3f} ms")
@@ -203,9 +203,9 @@ def query(database, name, list_, rank, step, fmt, limit):
       traceflow query job.duckdb memory-peak-allocations --rank 1 --step 2
       traceflow query job.duckdb memory-ranks
     """
-    from . import packs
+    from .job import packs
     if list_ or not name:
-        for p in packs.listing():
+        for p in packs():
             say(f"{p.name:<26} {p.description}")
         return
     from .job import open as open_job
@@ -224,10 +224,7 @@ def query(database, name, list_, rank, step, fmt, limit):
 
 def _coverage_lines(job, rank) -> list[str]:
     """Under the steps table: how much of each rank's GPU time the step rows cover."""
-    try:
-        rows = job.query("step-coverage", rank).sort("rank").iter_rows(named=True)
-    except UsageError:  # a database from before step_coverage existed
-        return []
+    rows = job.query("step-coverage", rank).sort("rank").iter_rows(named=True)
     return [f"coverage: rank {r['rank']}: {r['coverage_pct'] or 0:.1f}% of its GPU time is inside steps "
             f"({r['before_ns'] / 1e6:.1f} ms before the first step's window, {r['after_ns'] / 1e6:.1f} ms after the last)"
             for r in rows]
@@ -246,16 +243,9 @@ def sql_cmd(database, text, fmt, limit):
       traceflow sql job.duckdb "select rank, kind, count(*) from gpu_ops group by all order by all"
       traceflow sql job.duckdb "select * from idle_gaps where dur_ns > 1e6" --format csv
     """
-    import duckdb
-
-    from .api import check_sql
     from .job import open as open_job
     with open_job(database) as job:
-        check_sql(job.con, text)
-        try:
-            rel = job.con.execute(text)  # DB-API: any statement, rows fetched as plain tuples
-        except duckdb.Error as e:
-            raise UsageError(f"SQL error: {one_line(e)}") from None
+        rel = job.execute(text)  # DB-API: any statement, rows fetched as plain tuples
         if rel.description is not None:
             print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
 
@@ -311,10 +301,11 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
       traceflow postmortem /tmp/nccl_trace_rank_* traces/ -o why-it-stopped/   # Flight Recorder dumps
       traceflow postmortem runs/rank*.sqlite -o pm/ --name "llama-70b, 64 GPUs, before the fix"
     """
-    from .pipeline import expand
+    from .job import input_files
     from .postmortem import finish, output_folder
-    with output_folder(outdir, expand(files), force=force) as db, \
-            _do_ingest(files, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
+    paths = input_files(files)
+    with output_folder(outdir, paths, force=force) as db, \
+            _do_ingest(paths, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                        peak_tflops, peak_gbps, cluster, name) as job, \
             Progress(0, interrupts.raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress)
@@ -352,24 +343,12 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
       traceflow whatif job.duckdb --no-allocator-calls --no-host-syncs
       traceflow whatif job.duckdb --no-host-syncs --on-rank 1
     """
-    from .whatif import parse_scenario, whatif
+    from .job import open as open_job
+    from .job import parse_scenario
     scenario = parse_scenario(scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm, no_stragglers,
                               no_allocator_calls, no_host_syncs, host_ranks)
-    from .job import open as open_job
     with open_job(database) as job:
-        have = [r[0] for r in job.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]
-        missing = [s for s in steps if s not in have]
-        if missing:
-            raise UsageError(f"--step {missing[0]}: the job has steps {', '.join(map(str, have)) or 'none'}")
-        # a rank the job lacks predicted a gain of 0 in silence, as --on-rank did with nothing to apply
-        ranks = [r[0] for r in job.con.execute("SELECT DISTINCT rank FROM traces ORDER BY rank").fetchall()]
-        for flag, given in (("--remove-host-stall", remove_host_stall), ("--on-rank", host_ranks)):
-            if any(r not in ranks for r in given):
-                raise UsageError(f"{flag} {next(r for r in given if r not in ranks)}: the job has ranks "
-                                 f"{', '.join(map(str, ranks)) or 'none'}")
-        if host_ranks and not (no_launch_overhead or no_allocator_calls or no_host_syncs):
-            raise UsageError("--on-rank applies --no-launch-overhead, --no-allocator-calls or --no-host-syncs: give one")
-        rows = whatif(job.con, list(steps) or have, scenario)
+        rows = job.whatif(list(steps) or None, scenario)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
         return
@@ -410,7 +389,7 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
       traceflow diff runs/old/ runs/new/ --format json
       traceflow diff a.duckdb b.duckdb --format csv --table kernels > kernels.csv
     """
-    from .compare import diff
+    from .job import diff
     if output:
         from .outputs import check_output
         check_output(output, "report", inputs=[a, b], force=force)  # before the work
@@ -462,7 +441,7 @@ def scaling_cmd(runs, mode, fmt, output, force):
       traceflow scaling r8.duckdb r16.duckdb r32.duckdb r64.duckdb
       traceflow scaling r8.duckdb r16.duckdb --mode weak -o scaling.html
     """
-    from .scaling_study import scaling
+    from .job import scaling
     if output:
         from .outputs import check_output
         check_output(output, "report", inputs=list(runs), force=force)
@@ -496,7 +475,7 @@ def recipe(name, files, database, nsys):
       traceflow recipe cuda_gpu_kern_sum runs/rank*.nsys-rep -o job.duckdb
       traceflow recipe nccl_gpu_overlap_trace runs/rank*.nsys-rep -o job.duckdb
     """
-    from .recipes import load_recipe
+    from .job import recipe as load_recipe
     tables = load_recipe(name, list(files), database, nsys=nsys)
     for t, n in tables:
         say(f"  {t}: {n:,} rows")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import db_format
 from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
@@ -65,14 +66,9 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
             for path, name in zip(paths, ("a", "b")):
                 try:
                     con.execute(f"ATTACH {sql_string(path)} AS {name} (READ_ONLY)")
-                    # what the comparisons read that older databases lack: refused here, with the remedy
-                    con.execute(f"SELECT count(*) FROM {name}.traces").fetchone()
-                    con.execute(f"SELECT count(*) FROM {name}.critical_path_summary").fetchone()
-                    con.execute(f"SELECT cpu_op_id FROM {name}.gpu_ops LIMIT 0").fetchall()
-                    con.execute(f"SELECT count(*) FROM {name}.tf_internal.op_classes").fetchone()
                 except duckdb.Error as e:
-                    raise InputError(path, f"not a traceflow database, or one from an older traceflow "
-                                           f"({one_line(e, 160)}): ingest it again") from None
+                    raise InputError(path, f"not a readable DuckDB database ({one_line(e, 160)})") from None
+                db_format.check(con, path, catalog=name)
             pairs = _pairs(con, step_a, step_b)
             con.execute("CREATE TEMP TABLE pairs (step_a INTEGER, step_b INTEGER)")
             con.executemany("INSERT INTO pairs VALUES (?, ?)", pairs)
@@ -101,7 +97,7 @@ def as_database(path: str, scratch: Path, name: str) -> str:
     from .outputs import is_duckdb_file
     if os.path.isfile(path) and is_duckdb_file(path):
         return path
-    from .pipeline import ingest
+    from .pipeline import ingest  # the database only: no Job needed
     out = str(Path(scratch) / f"{name}.duckdb")
     ingest([path], out)
     return out

@@ -10,21 +10,26 @@ block), so a report, a Perfetto trace and the verdict of one post-mortem share i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import duckdb
+
+from . import db_format
+from .duck import LOGGING_FUNCTIONS, check_read_only, lock_down, relation, sql_string, use_internal_schema
+from .duck import connect as duck_connect
+from .errors import InputError, UsageError, one_line
+from .outputs import is_duckdb_file, is_utf8_name, os_problem, parts_folders
+
 if TYPE_CHECKING:
-    import duckdb
     import polars as pl
 
-
-@dataclass
-class IngestInfo:
-    """What one ingest did: the rank files it loaded and what it had to say about them."""
-    traces: list[dict] = field(default_factory=list)   # per loaded trace: rank, file, format, rank source, row counts
-    warnings: list[str] = field(default_factory=list)  # for the user: what was dropped or assumed, and why
-    skipped: list[str] = field(default_factory=list)   # inputs read once or already in the database
-    timings: dict = field(default_factory=dict)        # seconds per phase: read, load, derive, packs, critical_path
+    from .compare import Diff
+    from .packs import PackInfo
+    from .pipeline import IngestInfo
+    from .scaling_study import Scaling
+    from .whatif import Scenario
 
 
 # What DuckDB raises when traceflow's own SQL meets a table or view that is not as traceflow wrote it
@@ -45,34 +50,26 @@ def damaged(path: str, exc: BaseException | None) -> None:
 
 
 class Job:
-    """A traceflow database. `ingest` (traceflow.ingest) fills `ingest_info`; `open` leaves it empty."""
+    """A traceflow database. `ingest` (traceflow.ingest) fills `ingest_info`; `open` leaves it None."""
 
     def __init__(self, path: str, ingest_info: IngestInfo | None = None):
         self.path = str(path)
-        self.ingest_info = ingest_info or IngestInfo()
+        self.ingest_info = ingest_info
         self._con: duckdb.DuckDBPyConnection | None = None
         self._findings: dict | None = None
 
     # what an ingest reported (kept as attributes: `traceflow.ingest(...).warnings`)
     @property
-    def database(self) -> str:
-        return self.path
-
-    @property
     def warnings(self) -> list[str]:
-        return self.ingest_info.warnings
+        return self.ingest_info.warnings if self.ingest_info else []
 
     @property
     def skipped(self) -> list[str]:
-        return self.ingest_info.skipped
+        return self.ingest_info.skipped if self.ingest_info else []
 
     @property
     def timings(self) -> dict:
-        return self.ingest_info.timings
-
-    @property
-    def traces(self) -> list[dict]:
-        return self.ingest_info.traces
+        return self.ingest_info.timings if self.ingest_info else {}
 
     # the connection
     @property
@@ -80,7 +77,6 @@ class Job:
         """The read-only DuckDB connection (opened at first use), locked down: it reads this database
         and its own shard folder and no other file, writes none, and its settings cannot change."""
         if self._con is None:
-            from .api import connect
             self._con = connect(self.path)
         return self._con
 
@@ -102,8 +98,14 @@ class Job:
     # the verbs
     def relation(self, pack: str, rank: int | None = None, step: int | None = None) -> duckdb.DuckDBPyRelation:
         """A query pack's table, filtered by rank / step, as a lazy DuckDB relation."""
-        from .api import query_relation
-        return query_relation(self.con, pack, rank, step)
+        from . import packs
+        table = packs.table_of(pack)
+        if table is None:
+            raise UsageError(f"no query pack named {pack!r}; `traceflow query DB --list` lists them")
+        cols = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+        where = _filters(rank, step, cols)
+        order = packs.DEFAULT_ORDER.get(table)
+        return relation(self.con, f"SELECT * FROM {table}{where}" + (f" ORDER BY {order}" if order else ""))
 
     def query(self, pack: str, rank: int | None = None, step: int | None = None) -> pl.DataFrame:
         """A query pack's table as a polars DataFrame (`traceflow query DB --list` names the packs)."""
@@ -112,11 +114,18 @@ class Job:
     def sql(self, text: str) -> pl.DataFrame | None:
         """Any read-only SQL; None for a statement without rows. A statement that writes (COPY,
         EXPORT, ATTACH, INSTALL, ...) raises UsageError; the connection itself refuses files."""
-        from .api import check_sql
-        from .duck import relation
-        check_sql(self.con, text)
+        _check_sql(self.con, text)
         rel = relation(self.con, text)
         return None if rel is None else rel.pl()
+
+    def execute(self, text: str) -> duckdb.DuckDBPyConnection:
+        """Any read-only SQL statement as DuckDB runs it (rows fetched as tuples: `traceflow sql`);
+        an SQL error, or a statement that writes, is a UsageError, in one line."""
+        _check_sql(self.con, text)
+        try:
+            return self.con.execute(text)
+        except duckdb.Error as e:
+            raise UsageError(f"SQL error: {one_line(e)}") from None
 
     def critical_path(self, step: int | None = None) -> pl.DataFrame:
         """The critical path's segments in time order (all steps, or one)."""
@@ -129,7 +138,12 @@ class Job:
         return read(self.con)
 
     def ranks(self) -> list[int]:
+        """The job's ranks, in order."""
         return [r[0] for r in self.con.execute("SELECT rank FROM traces ORDER BY rank").fetchall()]
+
+    def steps(self) -> list[int]:
+        """The job's step numbers, in order."""
+        return [r[0] for r in self.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]
 
     def rank_summary(self) -> list[tuple]:
         """Per rank: (rank, format, GPU ops, steps, clock offset ns): what `traceflow ingest` prints."""
@@ -138,6 +152,11 @@ class Job:
             LEFT JOIN (SELECT trace_id, count(*) AS n FROM gpu_ops GROUP BY ALL) g USING (trace_id)
             LEFT JOIN (SELECT rank, count(*) AS n FROM steps GROUP BY ALL) s USING (rank)
             ORDER BY t.rank""").fetchall()
+
+    def dump_count(self) -> int:
+        """Flight Recorder dumps in the database (docs/hang-forensics.md)."""
+        from .hang import dump_count
+        return dump_count(self.con)
 
     def findings(self) -> dict:
         """The verdict's findings (sentences and the facts behind them), computed once per Job."""
@@ -149,19 +168,31 @@ class Job:
     def verdict(self) -> str:
         return " ".join(self.findings()["sentences"])
 
-    def whatif(self, steps: list[int] | None = None, **scenario) -> list[dict]:
+    def whatif(self, steps: list[int] | None = None, scenario: Scenario | None = None, **fields) -> list[dict]:
         """Predicted step times after a fix, by replaying each step's dependency graph (docs/whatif.md).
 
-        scenario: scale_kernels=[(regex, factor)], scale_kind={"compute"|"comm"|"memory": factor},
-        remove_host_stall=[rank], no_launch_overhead, no_allocator_calls, no_host_syncs, overlap_comm,
-        no_stragglers (booleans).
+        scenario: a whatif.Scenario (parse_scenario makes one from the command line's strings), or its
+        fields: scale_kernels=[(regex, factor)], scale_kind={"compute"|"comm"|"memory": factor},
+        remove_host_stall=[rank], no_launch_overhead, no_allocator_calls, no_host_syncs, host_ranks=[rank],
+        overlap_comm, no_stragglers (booleans). A step or rank the job does not have is a UsageError,
+        and so is host_ranks without an edit to apply on them.
         Returns one dict per step: measured_ns, replayed_ns, replay_error_pct, predicted_ns, gain_ns,
         and the same per rank under "ranks"; predicted_ns is None (with "refused") where the replay
         of the measured graph is more than 2 % off."""
         from .whatif import Scenario, whatif
-        if steps is None:
-            steps = [r[0] for r in self.con.execute("SELECT DISTINCT step FROM tf_internal.step_windows ORDER BY step").fetchall()]
-        return whatif(self.con, steps, Scenario(**scenario))
+        scenario = scenario or Scenario(**fields)
+        have = self.steps()
+        if missing := [s for s in steps or () if s not in have]:
+            raise UsageError(f"--step {missing[0]}: the job has steps {', '.join(map(str, have)) or 'none'}")
+        # a rank the job lacks predicted a gain of 0 in silence, as --on-rank did with nothing to apply
+        ranks = self.ranks()
+        for flag, given in (("--remove-host-stall", scenario.remove_host_stall), ("--on-rank", scenario.host_ranks)):
+            if any(r not in ranks for r in given):
+                raise UsageError(f"{flag} {next(r for r in given if r not in ranks)}: the job has ranks "
+                                 f"{', '.join(map(str, ranks)) or 'none'}")
+        if scenario.host_ranks and not (scenario.no_launch_overhead or scenario.no_allocator_calls or scenario.no_host_syncs):
+            raise UsageError("--on-rank applies --no-launch-overhead, --no-allocator-calls or --no-host-syncs: give one")
+        return whatif(self.con, list(steps or have), scenario)
 
     def write_report(self, output: str = "report.html", force: bool = False) -> str:
         """The post-mortem HTML page: one self-contained file that opens offline."""
@@ -175,8 +206,154 @@ class Job:
         return write_trace(self, output, ranks=ranks, steps=steps, force=force)
 
 
+def ingest(files, output: str = "traceflow.duckdb", **options) -> Job:
+    """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON, or folders of them) into the DuckDB
+    database `output` and open it; `options` are pipeline.ingest's (append, align, jobs, cluster, ...).
+    The Job's `warnings`, `skipped` and `timings` say what the ingest did."""
+    from .pipeline import ingest as build
+    return Job(str(Path(output)), build(files, output, **options))
+
+
+def input_files(files) -> list[str]:
+    """The trace files `files` stand for (a folder: the trace files in it), found once per command."""
+    from .pipeline import expand
+    return expand(files)
+
+
+def packs() -> list[PackInfo]:
+    """The query packs, with a line on each (`traceflow query --list`)."""
+    from .packs import listing
+    return listing()
+
+
+def parse_scenario(*options, **named) -> Scenario:
+    """A what-if Scenario from the command line's strings (whatif.parse_scenario)."""
+    from .whatif import parse_scenario as parse
+    return parse(*options, **named)
+
+
+def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -> Diff:
+    """What changed between run `a` and run `b` (databases, or trace files / folders), and why (compare.py)."""
+    from .compare import diff as compare
+    return compare(a, b, step_a=step_a, step_b=step_b)
+
+
+def scaling(paths: list[str], mode: str = "strong") -> Scaling:
+    """How step time scales with the rank count over runs of one model (scaling_study.py)."""
+    from .scaling_study import scaling as study
+    return study(paths, mode=mode)
+
+
+def recipe(name: str, files: list[str], database: str, nsys: str | None = None) -> list[tuple[str, int]]:
+    """An Nsight Systems recipe's outputs loaded into `database` as recipe_<name>_<table> (recipes.py)."""
+    from .recipes import load_recipe
+    return load_recipe(name, files, database, nsys=nsys)
+
+
 def open(path: str) -> Job:  # noqa: A001 - the verb users type: traceflow.open("job.duckdb")
     """The traceflow database at `path` (InputError, exit 3, when it is not one)."""
     job = Job(path)
     job.con  # noqa: B018 - fail here, naming the file, rather than at the first query
     return job
+
+
+def connect(database: str) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection to a traceflow database of this format (db_format), locked down
+    (duck.lock_down): it reads the database and its own shard folder, nothing else, and writes nothing."""
+    if not os.path.exists(database):
+        raise InputError(database, "no such database (run `traceflow ingest` first)")
+    if os.path.isdir(database):
+        raise InputError(database, "is a folder, not a traceflow database")
+    if not is_utf8_name(os.path.abspath(database)):
+        raise InputError(database, "its name is not valid UTF-8, which DuckDB cannot open: rename it")
+    try:
+        os.close(os.open(database, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as e:
+        raise InputError(database, f"cannot read it ({os_problem(e)})") from None
+    if not is_duckdb_file(database):  # an nsys .sqlite, a trace, a FIFO: never handed to DuckDB
+        raise InputError(database, "not a DuckDB database (run `traceflow ingest` on trace files first)")
+    # Attached to a connection of its own rather than opened by duckdb.connect(path): DuckDB shares
+    # one instance per file among a process's connect() calls and refuses a second one with other
+    # settings (a user's own duckdb.connect(path), open beside a Job, made traceflow.open fail), and
+    # the locked settings would have reached that user's connection. DuckDB spills where it would
+    # for the file itself, beside it (<db>.tmp), never into the current folder.
+    real = os.path.realpath(database)
+    con = duck_connect(config={"temp_directory": f"{real}.tmp"})
+    try:
+        con.execute(f"ATTACH {sql_string(real)} AS {_alias(real)} (READ_ONLY)")
+        con.execute(f"USE {_alias(real)}")
+    except duckdb.Error as e:
+        con.close()
+        raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
+    try:
+        lock_down(con, [str(p) for p in parts_folders(database)])
+        _check_views(con, database)
+        use_internal_schema(con)
+        db_format.check(con, database)
+        _check_parts(con, database)
+    except duckdb.Error as e:
+        con.close()
+        raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _alias(path: str) -> str:
+    """The database's name in SQL: its file's stem, as `duckdb job.duckdb` names it, where that is
+    a plain name DuckDB does not keep for itself; else `job`."""
+    stem = os.path.basename(path).split(".")[0]
+    ok = stem.isidentifier() and stem.isascii() and stem.lower() not in ("memory", "system", "temp", "main")
+    return f'"{stem}"' if ok else "job"
+
+
+def _check_views(con, database: str):
+    """A database whose views call DuckDB's logging functions (duck.LOGGING_FUNCTIONS) is refused
+    before any is read: reading one on the locked connection aborts the process."""
+    for name, text in con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall():
+        found = LOGGING_FUNCTIONS.search(text or "")
+        if found:
+            raise InputError(database, f"its view {name} calls {found.group(1).lower()}, which traceflow never runs: "
+                             "not a database traceflow wrote")
+
+
+def _check_parts(con, database: str):
+    """A cluster job's tables read the Parquet shards in its parts folder: say so when it is gone,
+    or not where it was made, beside the database (the only folder its connection may read)."""
+    from .shard_views import folder_of
+    folder = folder_of(con)
+    if folder is None:
+        return
+    if not os.path.isdir(folder):
+        raise InputError(database, f"its tables are views over the Parquet shards in {folder}, which is gone "
+                         "(moved or deleted): keep that folder where it was, or ingest the rank files again")
+    if os.path.realpath(folder) not in {str(p) for p in parts_folders(database)}:
+        raise InputError(database, f"its tables are views over the Parquet shards in {folder}, which is not beside "
+                         "it: traceflow reads only a database's own shard folder; ingest the rank files again")
+
+
+def _check_sql(con, text: str) -> None:
+    """UsageError unless every statement of `text` only reads (duck.check_read_only)."""
+    try:
+        check_read_only(con, text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except duckdb.Error as e:
+        raise UsageError(f"SQL error: {one_line(e)}") from None
+
+
+def _filters(rank, step, columns):
+    """The WHERE clause for --rank / --step, with the numbers written in (int() checks them): DuckDB
+    1.5 runs a relation with parameters several times slower (launch-overhead --rank 3 of the nsys
+    x16 bench: 1.57 s against 0.30 s)."""
+    where = []
+    if rank is not None:
+        if "rank" not in columns:
+            raise UsageError("this pack has no rank column; drop --rank")
+        where.append(f"rank = {int(rank)}")
+    if step is not None:
+        if "step" not in columns:
+            raise UsageError("this pack has no step column; drop --step")
+        where.append(f"step = {int(step)}")
+    return (" WHERE " + " AND ".join(where)) if where else ""

@@ -17,12 +17,13 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import db_format
 from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
-from .job import IngestInfo, Job
 from .load import TRACE_SPANS, create_tables, load_all
 from .outputs import PARTS, atomic_output, scratch_folder
 from .rank_tables import PER_RANK_PACKS
@@ -35,6 +36,16 @@ from .text import as_text
 SUFFIXES: tuple[str, ...] = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
 SUFFIXES += (".pickle",)  # torch.cuda.memory._dump_snapshot (readers/memory_snapshot.py)
 SNAPSHOT = "torch-memory-snapshot"
+
+
+@dataclass
+class IngestInfo:
+    """What one ingest did: the rank files it loaded and what it had to say about them."""
+    traces: list[dict] = field(default_factory=list)   # per loaded trace: rank, file, format, rank source, row counts
+    warnings: list[str] = field(default_factory=list)  # for the user: what was dropped or assumed, and why
+    skipped: list[str] = field(default_factory=list)   # inputs read once or already in the database
+    timings: dict = field(default_factory=dict)        # seconds per phase: read, load, derive, packs, critical_path
+
 
 
 def _looks_like_trace(p: Path) -> bool:
@@ -256,7 +267,7 @@ def _share(inputs: list[Input], slots, folder, nsys_exe, progress, abort=None):
 def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
            align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
            progress=None, force: bool = False, max_inflate: str | None = None,
-           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None, name: str | None = None) -> Job:
+           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None, name: str | None = None) -> IngestInfo:
     # Long because: the phases in order (find, read, load, derive, analyse) with the checks between them.
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
@@ -268,6 +279,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     dask.distributed.Client) runs the per-rank work as Dask tasks (traceflow/cluster.py, rank_task.py), whose
     Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
     `name` names the job in titles (default: its input folder or first file; job_name.py).
+    Returns what it did (IngestInfo); traceflow.ingest (job.ingest) opens the database as a Job.
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
     if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
@@ -314,6 +326,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             result.timings.pop("walk_batches", None)
             from . import invariants
             invariants.check(con)
+            db_format.stamp(con)
             from .comments import apply_core
             apply_core(con)  # after derive, which rebuilds gpu_ops
             _commit_to_file(con)
@@ -321,7 +334,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         finally:
             con.close()
     _drop_replaced_parts(output, parts)
-    return Job(str(Path(output)), result)
+    return result
 
 
 def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, peaks, progress):
@@ -343,9 +356,10 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
     t0 = time.perf_counter()
     if parts is not None:
         from . import shard_views
+        from .derive import host_clock
 
         def as_views(loads):
-            result.warnings.extend(shard_views.create(con, parts, loads))
+            result.warnings.extend(host_clock.with_ranks(con, shard_views.create(con, parts, loads)))
             return shard_views.spans(loads)
         _build(con, traces, result, append, rank_pattern, as_views)
         result.timings["load"] = time.perf_counter() - t0

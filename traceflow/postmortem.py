@@ -54,7 +54,8 @@ def finish(job: Job, outdir: str, force: bool = False, progress=None) -> dict:
 
 
 def run(files, outdir: str = "postmortem", **ingest_options) -> dict:
-    from .pipeline import expand, ingest
+    from .job import ingest, input_files
     force = ingest_options.pop("force", False)
-    with output_folder(outdir, expand(files), force) as db, ingest(files, db, force=force, **ingest_options) as job:
+    paths = input_files(files)  # once: a folder's JSON files are sniffed, up to 1 MiB each
+    with output_folder(outdir, paths, force) as db, ingest(paths, db, force=force, **ingest_options) as job:
         return finish(job, outdir, force)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import db_format
 from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
@@ -61,13 +62,13 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
             for i, (db, path) in enumerate(zip(dbs, paths)):
                 try:
                     con.execute(f"ATTACH {sql_string(db)} AS r{i} (READ_ONLY)")
-                    con.execute(f"USE r{i}")
-                    con.execute("SET VARIABLE tf_run = ?", [i])
-                    con.execute("SET VARIABLE tf_path = ?", [str(path)])
-                    con.execute(summary)
                 except duckdb.Error as e:
-                    raise InputError(db, f"not a traceflow database, or one from an older traceflow "
-                                         f"({one_line(e, 160)}): ingest it again") from None
+                    raise InputError(db, f"not a readable DuckDB database ({one_line(e, 160)})") from None
+                db_format.check(con, db, catalog=f"r{i}")
+                con.execute(f"USE r{i}")
+                con.execute("SET VARIABLE tf_run = ?", [i])
+                con.execute("SET VARIABLE tf_path = ?", [str(path)])
+                con.execute(summary)
             con.execute("USE memory")
             con.execute("SET VARIABLE tf_mode = ?", [mode])
             con.execute((folder / "scaling.sql").read_text())

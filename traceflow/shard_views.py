@@ -17,10 +17,10 @@ from .rank_tables import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, IDS, SHARDED, T
 SHARDS = "tf_internal.shards"
 
 
-def create(con, parts: str, loads) -> list[str]:
+def create(con, parts: str, loads) -> list[tuple[int, str]]:
     """The shards table and the views, for `loads` ((trace, trace_id, rank) in trace_id order, with
-    trace.derived filled by the workers). Returns the workers' notes for the user."""
-    from .derive import host_clock
+    trace.derived filled by the workers). Returns the workers' notes on the CPU clocks, (trace_id,
+    note) each, as derive.host_clock.reconcile gives them."""
     con.execute(f"""CREATE TABLE {SHARDS} (shard BIGINT PRIMARY KEY, trace_id INTEGER, rank INTEGER,
                     gpu_op_base BIGINT, host_op_base BIGINT)""")
     rows, gpu_base = [], 0
@@ -36,7 +36,7 @@ def create(con, parts: str, loads) -> list[str]:
     for table in SHARDED:
         con.execute(f'DROP TABLE IF EXISTS {SHARDED[table][0]}."{table}"')
         con.execute(view_sql(con, parts, table))
-    return host_clock.with_ranks(con, notes)
+    return notes
 
 
 def view_sql(con, parts: str, table: str) -> str:

@@ -14,16 +14,6 @@ WATERFALL = (("mfu_pct", "MFU", "#4c78a8"), ("below_roof_pts", "kernels below th
 
 
 def section(con, P: Plots) -> Section:
-    import duckdb
-    try:
-        return _section(con, P)
-    except duckdb.CatalogException:  # a database from before the FLOPs packs
-        return Section("roofline", "How far from the hardware: roofline and MFU", [Note(
-            "This database was made by an older traceflow, without the FLOPs tables: ingest the traces again "
-            "for the roofline and MFU.")])
-
-
-def _section(con, P: Plots) -> Section:
     known = con.execute("""SELECT sum(gpu_ns) FILTER (WHERE flops IS NOT NULL), sum(gpu_ns),
                                   (SELECT sum(end_ns - start_ns) FROM gpu_ops WHERE category = 'compute')
                            FROM op_work""").fetchone()

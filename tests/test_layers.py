@@ -1,0 +1,215 @@
+"""The import contract: traceflow's modules form layers that import only downwards, with no cycle
+and no import of another module's private name (docs/architecture.md).
+
+The graph is read from the source with `ast`, deferred imports (inside functions) included; an
+import under `if TYPE_CHECKING:` is for the type checker only and does not count. LAYERS below is
+the one statement of the layers: a module belongs to the first entry naming it or a package above
+it, and may import modules of its own layer or lower ones. A new module must be placed here.
+"""
+from __future__ import annotations
+
+import ast
+from graphlib import TopologicalSorter
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "traceflow"
+
+# bottom to top
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    # leaves every layer may use: errors, text, DuckDB helpers, the tables' declarations, safe file writing
+    ("base", ("errors", "text", "duck", "schema", "rank_tables", "db_format", "outputs", "sqlmodules", "comments", "torch")),
+    ("readers", ("readers",)),                     # a file -> Arrow (pure; worker processes import only this)
+    ("load", ("load", "shard_views")),             # Arrow (or a cluster's Parquet shards) -> tables
+    ("derive", ("derive", "hardware")),            # derived tables, clock alignment, device peaks
+    ("analyses", ("packs", "critical_path", "whatif", "verdict", "flops_coverage")),  # the SQL packs and the Python analyses
+    ("ingest", ("pipeline", "rank_task", "cluster", "recipes")),  # runs read -> load -> derive -> analyses
+    ("outputs", ("report", "perfetto", "perfetto_packets", "compare", "scaling_study")),  # pages and traces written
+    ("job", ("job", "postmortem", "traceflow")),   # the public surface: traceflow.open(...) -> Job
+    ("cli", ("cli", "terminal", "interrupts", "__main__")),  # the command: one call into the Job per command
+]
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = list(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = p
+    return out
+
+
+def _type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], list[str]]:
+    """(the traceflow modules `name` imports, the private names it takes from other modules)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    private: list[str] = []
+    bound: dict[str, str] = {}  # local name -> traceflow module it stands for
+
+    def nearest(mod: str) -> str:
+        while mod not in known and "." in mod:
+            mod = mod.rpartition(".")[0]
+        return mod
+
+    def visit(node: ast.AST):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                for c in child.orelse:
+                    visit_one(c)
+                continue
+            visit_one(child)
+
+    def visit_one(node: ast.AST):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "traceflow" or a.name.startswith("traceflow."):
+                    found.add(nearest(a.name))
+                    if a.asname:
+                        bound[a.asname] = nearest(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source != "traceflow" and not source.startswith("traceflow."):
+                return
+            for a in node.names:
+                full = f"{source}.{a.name}"
+                if full in known:
+                    found.add(full)
+                    bound[a.asname or a.name] = full
+                    # `from pkg import sub` runs pkg/__init__ too, unless pkg encloses this module
+                    if source != "traceflow" and not (name == source or name.startswith(source + ".")):
+                        found.add(nearest(source))
+                else:
+                    found.add(nearest(source))
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        private.append(f"{name} imports {source}.{a.name}")
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+              and node.attr.startswith("_") and not node.attr.startswith("__")):
+            private.append(f"{name} uses {bound[node.value.id]}.{node.attr}")
+        visit(node)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    found.discard(name)
+    return found, private
+
+
+def graph() -> tuple[dict[str, set[str]], list[str]]:
+    known = modules()
+    edges, private = {}, []
+    for name, path in sorted(known.items()):
+        edges[name], p = imports(name, path, known)
+        private += p
+    return edges, private
+
+
+def layer_of(module: str) -> int | None:
+    short = module.split(".", 1)[1] if "." in module else module
+    for i, (_, members) in enumerate(LAYERS):
+        for m in members:
+            if short == m or short.startswith(m + "."):
+                return i
+    return None
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    edges, _ = graph()
+    assert cycles(edges) == []
+    TopologicalSorter(edges).prepare()  # the same, as the standard library sees it
+
+
+def test_no_private_names_across_modules():
+    _, private = graph()
+    assert private == []
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in modules() if layer_of(m) is None] == []
+
+
+def test_layers_import_only_downwards():
+    edges, _ = graph()
+    upward = [f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+              for a, targets in sorted(edges.items()) for b in sorted(targets)
+              if layer_of(a) is not None and layer_of(b) is not None and layer_of(b) > layer_of(a)]
+    assert upward == []
+
+
+def test_the_command_calls_only_the_job():
+    """The command (cli.py) sees the public surface (the job layer), the leaves and its own layer
+    only: one call into the Job per command. And it holds no SQL."""
+    import re
+    edges, _ = graph()
+    seen = {LAYERS[layer_of(m)][0] for m in edges["traceflow.cli"]}
+    assert seen <= {"base", "job", "cli"}
+    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)  # help texts: their examples show SQL to type
+            if isinstance(n, (ast.Module, ast.FunctionDef)) and n.body and isinstance(n.body[0], ast.Expr)}
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+    assert [s for s in strings if re.search(r"\bSELECT\b|\bFROM\s+\w+\s+(WHERE|ORDER|GROUP)\b", s, re.I)] == []
+
+
+def test_the_checker_sees_what_it_must(tmp_path):
+    """The checker on a package written here: a deferred import closing a cycle, an import under
+    TYPE_CHECKING (ignored), a private name, and a layer violation are each found."""
+    pkg = tmp_path / "traceflow"
+    (pkg / "readers").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "readers" / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("def f():\n    from .readers import kineto\n")
+    (pkg / "readers" / "kineto.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..job import Job\n"
+        "from ..errors import _hidden\n")
+    (pkg / "job.py").write_text("from . import errors\nerrors._x\n")
+    known = {}
+    for p in pkg.rglob("*.py"):
+        parts = list(p.relative_to(tmp_path).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        known[".".join(parts)] = p
+    edges = {n: imports(n, p, known)[0] for n, p in known.items()}
+    private = [x for n, p in known.items() for x in imports(n, p, known)[1]]
+    assert edges["traceflow.readers.kineto"] == {"traceflow.errors"}  # not job: TYPE_CHECKING only
+    assert cycles(edges) == [["traceflow.errors", "traceflow.readers.kineto"]]
+    assert sorted(private) == ["traceflow.job uses traceflow.errors._x",
+                               "traceflow.readers.kineto imports traceflow.errors._hidden"]
+    assert layer_of("traceflow.errors") < layer_of("traceflow.readers.kineto")  # errors -> readers is upward

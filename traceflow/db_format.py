@@ -1,0 +1,37 @@
+"""The database's format version: one row in tf_internal.db_format, written by every ingest and
+checked once where a database is opened (a Job's connection, the runs of `diff` and `scaling`).
+
+A database of an older format (or from before the version existed) gets one line naming it and
+saying to ingest again, instead of a fallback in each reader of the tables. Bump FORMAT when a
+change makes the code read a table or column that databases written before it lack, or read one
+differently; additions nothing reads yet need no bump.
+"""
+from __future__ import annotations
+
+from .duck import INTERNAL, sql_string
+from .errors import InputError
+
+FORMAT = 1  # 1: the first versioned format (every table of traceflow 0.1 as of this round)
+TABLE = f"{INTERNAL}.db_format"
+
+
+def stamp(con) -> None:
+    """Records the format on a database being written (at the end of an ingest)."""
+    con.execute(f"CREATE OR REPLACE TABLE {TABLE} AS SELECT {FORMAT}::INTEGER AS format")
+
+
+def check(con, path: str, catalog: str | None = None) -> None:
+    """InputError (exit 3) unless the database (`catalog`: as attached under that name) has this format."""
+    where = f"database_name = {sql_string(catalog)}" if catalog else "database_name = current_database()"
+    found = con.execute(f"""SELECT count(*) FROM duckdb_tables() WHERE {where}
+                            AND schema_name = '{INTERNAL}' AND table_name = 'db_format'""").fetchone()[0]
+    if not found:
+        if not con.execute(f"SELECT count(*) FROM duckdb_tables() WHERE {where} AND table_name = 'traces'").fetchone()[0]:
+            raise InputError(path, "not a traceflow database (no traces table): give one that `traceflow ingest` wrote")
+        raise InputError(path, f"was written by an older traceflow (before database format {FORMAT}): "
+                               "ingest its rank files again")
+    version = con.execute(f"SELECT max(format) FROM {catalog + '.' if catalog else ''}{TABLE}").fetchone()[0]
+    if version != FORMAT:
+        newer = version is not None and version > FORMAT
+        raise InputError(path, f"has database format {version}; this traceflow reads format {FORMAT}: "
+                               + ("upgrade traceflow" if newer else "ingest its rank files again"))
