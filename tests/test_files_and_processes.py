@@ -641,10 +641,10 @@ def test_readers_fork_only_from_a_process_without_other_python_threads():
     process with another Python thread running could copy a lock that thread holds: spawn then."""
     code = """
 import threading, time
-from traceflow.pipeline import _start_method
-alone = _start_method()
+from traceflow.readers.pool import start_method
+alone = start_method()
 t = threading.Thread(target=time.sleep, args=(1,)); t.start()
-print(alone, _start_method())
+print(alone, start_method())
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == (["fork", "spawn"] if sys.platform.startswith("linux") else ["spawn", "spawn"]), r.stderr
@@ -655,12 +655,12 @@ def test_readers_fork_at_a_terminal_too():
     readers fork, else every interactive run would spawn them (~0.2 s more on a small job)."""
     code = """
 import threading
-from traceflow.pipeline import _start_method
+from traceflow.readers.pool import start_method
 from traceflow.terminal import Progress
 with Progress(4) as progress:
     before = threading.active_count()
     with progress.paused():
-        during = _start_method()
+        during = start_method()
     after = threading.active_count()
 print("threads", before, during, after)
 """

@@ -58,7 +58,7 @@ class Progress:
     @contextmanager
     def paused(self):
         """The display's redraw thread stopped for a moment: reader workers are forked only from a
-        process that runs no other thread (pipeline._start_method)."""
+        process that runs no other thread (readers.pool.start_method)."""
         self._stop()
         try:
             yield
