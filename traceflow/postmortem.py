@@ -31,9 +31,8 @@ def output_folder(outdir: str, inputs, force: bool = False):
     again if this run created it and nothing was written into it: a refused run left an empty
     folder behind."""
     created = not os.path.lexists(outdir)
-    db = prepare(outdir, inputs, force)
     try:
-        yield db
+        yield prepare(outdir, inputs, force)  # inside: a Ctrl-C while it checks the outputs left the folder
     except BaseException:
         if created:
             try:
