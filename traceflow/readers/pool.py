@@ -12,8 +12,6 @@ import signal
 import sys
 import threading
 import warnings
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
 
 from ..errors import InputError
@@ -46,26 +44,24 @@ def map_files(inputs: list[Input], folder, jobs: int | None, nsys_exe: str | Non
     # at once, start_method): on small inputs this process reads too, and takes the next file
     # whenever it is free.
     n_proc = jobs if big else jobs - 1
-    pool = None
+    readers: list[_Reader] = []
     try:
         # A terminal's progress display redraws from a thread of its own, which would rule out a fork.
+        # All the processes start here, from this thread, before the reader slots' threads exist.
         with getattr(progress, "paused", nullcontext)():
             method = start_method()
             if method == "fork":
                 import_readers({i.format for i in inputs})
-            pool = ProcessPoolExecutor(max_workers=n_proc, mp_context=mp.get_context(method),
-                                       initializer=worker_start, initargs=(os.getpid(),))
-            if method == "fork":
-                _fork_workers_now(pool)
-        slots = [lambda *a: _submit(pool, read_file, *a).result()] * n_proc + ([] if big else [read_file])
-        return _share(inputs, slots, folder, nsys_exe, progress, abort=lambda: _stop_workers(pool))
+            context = mp.get_context(method)
+            for _ in range(n_proc):
+                readers.append(_Reader(context))
+        slots = [r.read for r in readers] + ([] if big else [read_file])
+        return _share(inputs, slots, folder, nsys_exe, progress, abort=lambda: _stop(readers))
     except BaseException:
-        if pool is not None:
-            _stop_workers(pool)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
+        _stop(readers)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
         raise
     finally:
-        if pool is not None:
-            _close_pool(pool)
+        _close(readers)
 
 
 def start_method() -> str:
@@ -82,66 +78,96 @@ def start_method() -> str:
     return "spawn"
 
 
-def _fork_workers_now(pool: ProcessPoolExecutor):
-    """A fork pool starts all its workers at the first submit: make it now, from this thread, before
-    the reader slots' threads exist. Python 3.12+ warns of any fork in a process with threads,
-    counting native ones; those are the ones _start_method found harmless."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-        _submit(pool, os.getpid)
+class _Died(Exception):
+    """The reader process ended (killed, or out of memory) before it answered."""
 
 
-def _submit(pool: ProcessPoolExecutor, fn, *args):
-    """pool.submit with SIGINT blocked on this thread: a worker the pool starts now inherits the mask,
-    so a terminal's Ctrl-C (sent to the whole process group) never interrupts a worker while its
-    interpreter starts, before it could ignore it (the parent stops the workers itself)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return pool.submit(fn, *args)
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        return pool.submit(fn, *args)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+class _Reader:
+    """One reader process, reading one file at a time for a slot of _share: `read` sends it the
+    file and waits for its traces. Its own process and pipe, not a concurrent.futures pool: stopping
+    one needs no private state of the pool (its processes, its manager thread, whose join raced
+    Python's exit after a Ctrl-C: "OSError: [Errno 9] Bad file descriptor", 1 interrupted run in
+    110 on a loaded machine), and no thread is left to race."""
+
+    def __init__(self, context):
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, os.getpid()), daemon=True, name="traceflow-reader")
+        # SIGINT blocked on this thread while the process starts: it inherits the mask, so a
+        # terminal's Ctrl-C (sent to the whole process group) never interrupts a worker while its
+        # interpreter starts, before it could ignore it (this process stops the workers itself).
+        # Python 3.12+ warns of any fork in a process with threads, counting native ones; those
+        # are the ones start_method found harmless.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+                self.process.start()
+        finally:
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        child.close()
+
+    def read(self, *args):
+        try:
+            self.conn.send(args)
+            ok, value = self.conn.recv()
+        except (EOFError, OSError):
+            raise _Died from None
+        if ok:
+            return value
+        raise value
+
+    def close(self):
+        """Asks the process to end once its file is read, and waits for it."""
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass  # gone already
+        self.process.join()
+        self.conn.close()
 
 
-def _manager_thread(pool: ProcessPoolExecutor):
-    """The pool's manager thread (concurrent.futures keeps it private), remembered on the pool:
-    shutdown(wait=False) drops its own reference unjoined, so a later shutdown(wait=True) joined
-    nothing and the thread raced Python's exit after a Ctrl-C (the traceback of _close_pool's
-    docstring, again 1 of 200 interrupted runs at a terminal)."""
-    thread = getattr(pool, "_executor_manager_thread", None)
-    if thread is not None:
-        pool.traceflow_manager_thread = thread  # type: ignore[attr-defined]
-    return getattr(pool, "traceflow_manager_thread", None)
+def _serve(conn, parent: int):
+    """A reader process: files to read come down the pipe, their traces (or the error) go back."""
+    worker_start(parent)
+    while True:
+        try:
+            args = conn.recv()
+        except EOFError:  # the parent is gone without a word
+            return
+        if args is None:
+            return
+        answer: tuple[bool, object]
+        try:
+            answer = (True, read_file(*args))
+        except BaseException as e:  # noqa: BLE001 - the parent raises it
+            answer = (False, e)
+        try:
+            conn.send(answer)
+        except Exception as e:  # noqa: BLE001 - an error that does not pickle: its text instead
+            conn.send((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]} ({type(e).__name__} sending it back)")))
 
 
-def _stop_workers(pool: ProcessPoolExecutor):
-    _manager_thread(pool)
-    pool.shutdown(wait=False, cancel_futures=True)
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-    for proc in procs:  # dead before the scratch folder they write into is removed
-        proc.join(timeout=5)
+def _stop(readers: list[_Reader]):
+    for r in readers:
+        if r.process.is_alive():
+            r.process.kill()
+    for r in readers:  # dead before the scratch folder they write into is removed
+        r.process.join(timeout=5)
 
 
-def _close_pool(pool: ProcessPoolExecutor):
-    """Shuts the pool down and waits for its manager thread, also through a Ctrl-C that lands
-    meanwhile (then raised once it is done). A manager thread left running raced Python's exit,
-    which wakes it on a pipe it may be closing: "OSError: [Errno 9] Bad file descriptor" printed
-    after the interrupt line (1 interrupted run in 110 on a loaded machine)."""
+def _close(readers: list[_Reader]):
+    """Ends the reader processes and waits for them, also through a Ctrl-C that lands meanwhile
+    (then raised once they are gone)."""
     interrupted = False
     while True:
         try:
-            manager = _manager_thread(pool)
-            pool.shutdown(wait=True)
-            if manager is not None:
-                manager.join()  # ends once the workers are gone, killed or done
+            for r in readers:
+                r.close()
             break
         except KeyboardInterrupt:
             interrupted = True
-            _stop_workers(pool)
+            _stop(readers)
     if interrupted:
         raise KeyboardInterrupt
 
@@ -164,7 +190,7 @@ def _share(inputs: list[Input], slots, folder, nsys_exe, progress, abort=None):
             while (i := take()) is not None:
                 try:
                     results[i] = read(inputs[i], folder, i, nsys_exe)
-                except BrokenProcessPool:
+                except _Died:
                     raise InputError(inputs[i].path, "the reader process died while reading this file "
                                      "(killed, or out of memory)") from None
                 progress(inputs[i].path)
