@@ -7,6 +7,9 @@
 
 The connection is opened read-only at first use and held until `close()` (or the end of a `with`
 block), so a report, a Perfetto trace and the verdict of one post-mortem share it.
+
+Size: the one public surface (docs/architecture.md): the Job's verbs, and the verbs of no single
+database (ingest, diff, scaling, recipe) as functions beside it, each a call into the layer below.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """`ingest`: rank files -> one DuckDB database (the readers per file in parallel, then the cross-rank phase).
 
-The ingest's phases in order: find the files (expand), read them in parallel (readers/pool.py, or a
-cluster's tasks), load (load.py), derive (derive/), analyse (packs.py), with the memory settings
-and the one-job checks that sit between them.
+Size: the ingest's phases in order, find the files (expand), read them in parallel (readers/pool.py,
+or a cluster's tasks), load (load.py), derive (derive/), analyse (packs.py), with the memory
+settings and the one-job checks that sit between them.
 """
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import db_format
+from .derive import derive_all
 from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .load import TRACE_SPANS, create_tables, load_all
 from .outputs import PARTS, atomic_output, scratch_folder
+from .packs import compute_all
 from .rank_tables import PER_RANK_PACKS
 from .readers import ranks
 from .readers.detect import identify
@@ -144,14 +146,12 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs)
             from .job_name import store
             store(con, name, files, append)
-            from .derive import derive_all
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
             con.execute("BEGIN TRANSACTION")
             result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
                                               phase=phase, peak_tflops=peak_tflops, peak_gbps=peak_gbps,
                                               per_rank_done=parts is not None))
-            from .packs import compute_all
             compute_all(con, result.timings, phase, skip=PER_RANK_PACKS if parts is not None else ())
             result.timings.pop("walk_batches", None)
             from . import invariants
