@@ -1,15 +1,16 @@
-"""Issue 17: the SQL files as modules: declared dependencies, checked both ways; run order from them."""
+"""Issue 17: the SQL files as modules: declared dependencies, checked both ways; run order from them.
+Issue 32: every .sql file is a module of one system (sqlmodules.GROUPS), loaded by one loader."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from traceflow import derive, packs
+from traceflow import derive, packs, sqlmodules
 from traceflow.sqlmodules import creates, referenced, requires, run_order
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = sorted(list((ROOT / "queries").glob("*.sql")) + list((ROOT / "traceflow" / "derive").glob("*.sql")))
+FILES = sorted(sqlmodules.path(g, n) for g in sqlmodules.GROUPS for n in sqlmodules.names(g))
 WRITTEN_BY_PYTHON = {"critical_path_raw"}  # the walk (traceflow/critical_path/segments.py) writes it
 
 
@@ -19,6 +20,29 @@ def test_requires_header_matches_what_the_file_reads(path):
     declared = requires(sql)
     assert declared is not None, f"{path.name} has no `-- requires:` line"
     assert declared == referenced(sql), (path.name, "declared", sorted(declared), "read", sorted(referenced(sql)))
+
+
+def test_every_sql_file_is_a_module_of_one_group():
+    """No .sql file outside the one system: each is in exactly one group, and the loader gives its text."""
+    on_disk = sorted(p for d in ("queries", "traceflow") for p in (ROOT / d).rglob("*.sql"))
+    assert on_disk == FILES
+    assert {sqlmodules.text(g, n) for g in sqlmodules.GROUPS for n in sqlmodules.names(g)} == {p.read_text() for p in FILES}
+
+
+def test_comparisons_run_in_an_order_that_satisfies_the_declarations():
+    """diff and scaling read a traceflow database's tables (attached as runs) and what their Python
+    makes (the step pairs, the runs table); each module's requirements are made before it runs."""
+    from traceflow.compare import COMPARISONS
+    database = packs.LOADED | derive.derived_tables() | {t for n in packs.run_order() for t in
+                                                          (packs.PYTHON_ANALYSES.get(n) or (creates(packs.pack_sql(n)),))[0]}
+    have = database | {"pairs"}
+    for name in COMPARISONS:
+        sql = sqlmodules.text("diff", name)
+        assert requires(sql) <= have, (name, requires(sql) - have)
+        have |= creates(sql)
+    assert set(COMPARISONS) == set(sqlmodules.names("diff"))
+    assert requires(sqlmodules.text("scaling", "run_summary")) <= database
+    assert requires(sqlmodules.text("scaling", "scaling")) == {"runs"}  # filled by run_summary, once per run
 
 
 def test_derive_order_satisfies_the_declarations():
@@ -56,6 +80,15 @@ def test_a_file_is_named_for_the_public_tables_it_creates(path):
     assert all(t.startswith(path.stem) for t in public), (path.name, public)
     assert not public or public[0] == path.stem, (path.name, public)
     assert packs.table_of(path.stem.replace("_", "-")) in (public[0] if public else None, None)
+
+
+def test_every_pack_is_described_by_the_header_that_documents_its_table():
+    """`query --list` and COMMENT ON read one header, with one parser (comments.parse)."""
+    from traceflow.comments import parse
+    for p in packs.listing():
+        assert p.description, p.name
+        made_by = [n for n in packs.run_order() if n not in packs.PYTHON_ANALYSES and p.table in parse(packs.pack_sql(n))[0]]
+        assert len(made_by) == 1 and parse(packs.pack_sql(made_by[0]))[0][p.table].startswith(p.description), p.name
 
 
 def test_pack_names_are_the_tables_and_aliases_still_work():

@@ -6,7 +6,7 @@ import re
 import pytest
 from conftest import BUNDLED, connect, on_a_terminal, run_cli
 
-from traceflow import packs
+from traceflow import packs, sqlmodules
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -116,7 +116,7 @@ def test_read_of_a_pack_in_the_duckdb_shell(job, tmp_path):
         pytest.skip("the duckdb command line (duckdb-cli) is not installed")
     copy = tmp_path / "copy.duckdb"
     shutil.copy(job, copy)
-    pack = packs.queries_dir() / "exposed_comm.sql"
+    pack = sqlmodules.path("queries", "exposed_comm")
     r = subprocess.run([cli, str(copy), "-csv", "-c", f".read {pack}"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1].count(",") >= 5 and "rank" in r.stdout  # the table's rows, printed

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import db_format
+from . import db_format, sqlmodules
 from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
@@ -58,7 +58,6 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
     import polars as pl
 
     from .outputs import scratch_folder
-    from .packs import queries_dir
     with scratch_folder() as scratch:
         paths = [as_database(p, scratch, name) for p, name in ((a, "a"), (b, "b"))]
         con = duck_connect()
@@ -77,7 +76,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
             names = (job_name(con, "a"), job_name(con, "b"))
             tables = {}
             for name in COMPARISONS:
-                con.execute((queries_dir() / "diff" / f"{name}.sql").read_text())
+                con.execute(sqlmodules.text("diff", name))
                 tables[name] = pl.from_arrow(relation(con, f"SELECT * FROM diff_{name}").to_arrow_table())
         finally:
             con.close()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
+
+from . import sqlmodules
 
 # Tables that exist before any pack runs: loaded by ingest, or made by traceflow/derive/.
 LOADED = {"traces", "gpu_ops", "host_ops", "ranges", "device_peaks", "gpu_devices",  # device_peaks, gpu_devices: hardware.py
@@ -62,26 +62,16 @@ DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": 
                  "desync": "created_ns, pg, seq, kind", "desync_ranks": "pg, rank"}  # where it stopped first
 
 
-def queries_dir() -> Path:
-    """The pack files: the source tree's queries/ in a checkout, else the installed package's
-    (a regular package, so importlib gives a real folder, not a MultiplexedPath)."""
-    here = Path(__file__).resolve().parent.parent / "queries"
-    if here.is_dir():
-        return here
-    return Path(str(resources.files("traceflow.queries").joinpath("__init__.py"))).parent
-
-
 def pack_sql(name: str) -> str:
-    return (queries_dir() / f"{name}.sql").read_text()
+    return sqlmodules.text("queries", name)
 
 
 def run_order() -> list[str]:
     """The analyses (queries/*.sql and PYTHON_ANALYSES) in an order computed from their declared
     dependencies (sqlmodules)."""
     from .derive import derived_tables
-    from .sqlmodules import run_order as order
-    modules = {f.stem: f.read_text() for f in sorted(queries_dir().glob("*.sql"))}
-    return order(modules, LOADED | derived_tables(), PYTHON_ANALYSES, late=set(CRITICAL_PATH_MODULES))
+    modules = {name: pack_sql(name) for name in sqlmodules.names("queries")}
+    return sqlmodules.run_order(modules, LOADED | derived_tables(), PYTHON_ANALYSES, late=set(CRITICAL_PATH_MODULES))
 
 
 
@@ -92,32 +82,16 @@ class PackInfo:
     description: str
 
 
-def describe(sql_text: str) -> str:
-    """First sentence of a pack's header comment."""
-    lines = []
-    for line in sql_text.splitlines():
-        if not line.startswith("--"):
-            break
-        lines.append(line[2:].strip())
-    text = " ".join(lines)
-    text = re.sub(r"^[\w-]+:\s*", "", text)
-    return text.split(". ")[0].rstrip(".")
-
-
 def listing() -> list[PackInfo]:
-    out = []
-    table_to_file = {}
+    """Each pack with the first sentence of its table's paragraph in the file's header (comments.parse,
+    which gives the same text to COMMENT ON)."""
+    from .comments import parse
+    described: dict[str, str] = {}
     for f in run_order():
-        sql = pack_sql(f) if f not in PYTHON_ANALYSES else ""
-        for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql):
-            table_to_file[t] = sql
-    for table in public_tables():
-        name = table.replace("_", "-")
-        sql = table_to_file.get(table, "")
-        m = re.search(rf"-- {re.escape(table)}(?: \(pack [^)]*\))?:\s*(.+?)(?:\n--\s*\n|\n--   |\n[^-])", sql, re.S)
-        desc = " ".join(line.strip("- ").strip() for line in m.group(1).splitlines()) if m else describe(sql)
-        out.append(PackInfo(name, table, desc.split(". ")[0].rstrip(".")))
-    return out
+        if f not in PYTHON_ANALYSES:
+            described.update(parse(pack_sql(f))[0])
+    return [PackInfo(table.replace("_", "-"), table, described.get(table, "").split(". ")[0].rstrip("."))
+            for table in public_tables()]
 
 
 def compute_all(con, timings: dict | None = None, phase=None, skip=(), only=None, **walk_options):

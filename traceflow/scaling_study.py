@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import db_format
+from . import db_format, sqlmodules
 from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
@@ -44,12 +44,10 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
 
     from .compare import as_database
     from .outputs import scratch_folder
-    from .packs import queries_dir
     if mode not in ("strong", "weak"):
         raise UsageError(f"--mode must be strong or weak, not {mode!r}")
     if len(paths) < 2:
         raise UsageError("scaling needs at least two runs")
-    folder = queries_dir() / "scaling"
     with scratch_folder() as scratch:
         dbs = [as_database(p, scratch, f"run{i}") for i, p in enumerate(paths)]
         con = duck_connect()
@@ -58,7 +56,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
                            compute_ns BIGINT, exposed_comm_ns BIGINT, idle_ns BIGINT, wait_ns BIGINT,
                            kernels_per_step DOUBLE, flops_per_rank DOUBLE)""")
             con.execute("CREATE TEMP TABLE mix (run INTEGER, kernel VARCHAR, share DOUBLE)")
-            summary = (folder / "run_summary.sql").read_text()
+            summary = sqlmodules.text("scaling", "run_summary")
             for i, (db, path) in enumerate(zip(dbs, paths)):
                 try:
                     con.execute(f"ATTACH {sql_string(db)} AS r{i} (READ_ONLY)")
@@ -71,7 +69,7 @@ def scaling(paths: list[str], mode: str = "strong") -> Scaling:
                 con.execute(summary)
             con.execute("USE memory")
             con.execute("SET VARIABLE tf_mode = ?", [mode])
-            con.execute((folder / "scaling.sql").read_text())
+            con.execute(sqlmodules.text("scaling", "scaling"))
             table = pl.from_arrow(relation(con, "SELECT * FROM scaling").to_arrow_table())
             devices = con.execute(" UNION ".join(f"SELECT DISTINCT device_name FROM r{i}.traces" for i in range(len(dbs)))).fetchall()
         finally:

@@ -1,21 +1,62 @@
-"""The SQL files as modules: what each creates, and what it requires (its `-- requires:` header).
+"""The SQL files as modules: where they are, what each creates, and what it requires.
 
-Every `.sql` file (queries/, traceflow/derive/) declares the tables and views it reads from other
-files in one header line, `-- requires: a, b`; tests/test_sql_modules.py checks each declaration
-against the file's FROM / JOIN clauses, both ways, and the run order of the analyses is computed
-from these declarations (a topological order), not kept by hand.
+Every `.sql` file is a module of one of four groups, loaded by `text(group, name)` and by nothing
+else: the derived tables (traceflow/derive/), the analyses (queries/), the comparisons of two runs
+(queries/diff/) and of several (queries/scaling/). Each declares the tables and views it reads from
+other modules (or that Python makes for it) in one header line, `-- requires: a, b`;
+tests/test_sql_modules.py checks each declaration against the file's FROM / JOIN clauses, both
+ways, and the run order of the analyses is computed from these declarations (a topological order),
+not kept by hand. Tables and columns are documented in the same header (comments.py reads it).
 """
 from __future__ import annotations
 
 import re
 from graphlib import TopologicalSorter
+from importlib import resources
+from pathlib import Path
+
+GROUPS = ("derive", "queries", "diff", "scaling")
+
+
+def queries_dir() -> Path:
+    """The analyses' files: the source tree's queries/ in a checkout, else the installed package's
+    (a regular package, so importlib gives a real folder, not a MultiplexedPath)."""
+    here = Path(__file__).resolve().parent.parent / "queries"
+    if here.is_dir():
+        return here
+    return Path(str(resources.files("traceflow.queries").joinpath("__init__.py"))).parent
+
+
+def folder(group: str) -> Path:
+    if group == "derive":
+        return Path(__file__).resolve().parent / "derive"
+    if group == "queries":
+        return queries_dir()
+    if group in GROUPS:
+        return queries_dir() / group
+    raise ValueError(f"no SQL module group {group!r}")
+
+
+def path(group: str, name: str) -> Path:
+    return folder(group) / f"{name}.sql"
+
+
+def text(group: str, name: str) -> str:
+    """The module's SQL, as a reader pastes it into the DuckDB shell."""
+    return path(group, name).read_text()
+
+
+def names(group: str) -> list[str]:
+    """The group's modules, by name (the file's stem), sorted."""
+    return sorted(p.stem for p in folder(group).glob("*.sql"))
 
 _REQUIRES = re.compile(r"^-- requires:(.*)$", re.M)
 # `-- idle_gaps shows first: rank, step, dur_ns, ...`: the columns a narrow terminal keeps, in order,
 # declared beside the columns' docs (the rest follow in table order).
 _SHOWS_FIRST = re.compile(r"^-- (\w+) shows first:(.*)$", re.M)
 _CREATES = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:TABLE|VIEW)\s+(?:tf_internal\.|main\.)?(\w+)", re.I)
-_USES = re.compile(r"\b(?:(?<!DISTINCT )FROM|JOIN)\s+(?:tf_internal\.|main\.)?([A-Za-z_]\w*)\b(?!\s*\()", re.I)
+# a table read, by its last name: `x`, `tf_internal.x`, `a.x` (a run attached as `a`), `a.tf_internal.x`
+_USES = re.compile(r"\b(?:(?<!DISTINCT )FROM|JOIN)\s+(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)\b(?!\s*[(.])", re.I)
 _CTE = re.compile(r"(?:\bWITH|,)\s*(\w+)\s+AS\s*(?:MATERIALIZED\s*)?\(", re.I)
 _NOT_TABLES = {"select", "lateral", "unnest", "range", "generate_series", "values"}
 

@@ -10,6 +10,7 @@
 --   a_wait_ns, b_wait_ns, delta_wait_ns               time waiting for peers, summed over ranks (ns)
 --   a_exposed_ns, b_exposed_ns, delta_exposed_ns      time in them with no compute running on the rank
 --                                                     (exposed_comm_segments), summed over ranks (ns)
+-- requires: collective_waits, collectives, exposed_comm_segments, pairs
 CREATE OR REPLACE TEMP TABLE diff_collectives AS
 WITH xa AS (
     SELECT w.op_id, w.rank, sum(least(w.end_ns, e.end_ns) - greatest(w.start_ns, e.start_ns)) AS ns

@@ -6,6 +6,7 @@
 --   step_a, step_b, kind, rank
 --   a_ns, b_ns, delta_ns (b - a): critical-path time of this kind on this rank (ns)
 --   step_delta_ns  the change in the step's length (the sum of delta_ns over the pair)
+-- requires: critical_path_summary, pairs
 CREATE OR REPLACE TEMP TABLE diff_critical_path AS
 WITH ca AS (
     SELECT p.step_a, p.step_b, c.kind, c.rank, sum(c.total_ns) AS ns

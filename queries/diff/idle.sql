@@ -5,6 +5,7 @@
 --   step_a, step_b, rank, cause   host_late | dependency | launch_latency
 --   a_ns, b_ns, delta_ns          idle time of that cause (ns)
 --   a_gaps, b_gaps                how many gaps
+-- requires: idle_gaps_summary, pairs
 CREATE OR REPLACE TEMP TABLE diff_idle AS
 WITH ia AS (
     SELECT p.step_a, p.step_b, i.rank, i.cause, sum(i.total_ns) AS ns, sum(i.n_gaps) AS n

@@ -11,6 +11,7 @@
 --   a_mean_ns, b_mean_ns   mean duration (ns)
 --   status                 changed | new (only in b) | vanished (only in a)
 --   noise_ns, noise        as in diff steps: 3 × 1.4826 × the MAD of the name's per-step time, pooled over both runs
+-- requires: gpu_ops, host_ops, op_classes, pairs
 CREATE OR REPLACE TEMP TABLE diff_kernels AS
 WITH cls AS (
     SELECT g.name, arg_max(c.op_class, n) AS op_class FROM (

@@ -13,6 +13,7 @@
 --             job rows over the job's series): a delta no larger than this is within the runs' own
 --             step-to-step variation
 --   noise     TRUE when |delta_ns| <= noise_ns
+-- requires: launch_bound_steps, pairs, step_breakdown, step_windows
 CREATE OR REPLACE TEMP TABLE diff_steps AS
 WITH per_rank AS (
     SELECT 'a' AS run, s.rank, s.step, u.metric, u.ns FROM a.step_breakdown s

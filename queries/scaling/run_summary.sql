@@ -14,6 +14,7 @@
 --                      compute time (mfu.known_pct) on every rank, else NULL
 -- And into temp.mix: the run's kernel mix, the share of its compute kernel time by kernel (its name up to the
 -- first '<' or '(': Kineto and nsys spell template arguments differently).
+-- requires: collective_waits, gpu_ops, mfu, step_breakdown, step_windows, traces
 INSERT INTO temp.mix
 WITH k AS (
     SELECT regexp_replace(regexp_replace(name, '^void ', ''), '[<(].*$', '') AS kernel, sum(end_ns - start_ns) AS ns

@@ -21,6 +21,7 @@
 --   same_model        FALSE where the runs look like different models: kernels_rel outside [0.8, 1.25],
 --                     mix_overlap_pct under 60, or flops_rel outside [0.8, 1.25]
 --   exposed_comm_pct, wait_pct  exposed communication and waits for peers in percent of the step
+-- requires: runs
 CREATE OR REPLACE TEMP TABLE scaling AS
 WITH b AS (SELECT run AS run0, ranks AS p0, step_ns AS t0, kernels_per_step AS k0, flops_per_rank AS f0
            FROM temp.runs ORDER BY ranks, run LIMIT 1),

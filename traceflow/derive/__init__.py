@@ -4,7 +4,8 @@ The analyses (packs.py, queries/) run after it and read what it makes; it never 
 from __future__ import annotations
 
 import time
-from importlib import resources
+
+from .. import sqlmodules
 
 ORDER = ["comm_kernels", "steps", "gpu_ops", "step_windows", "launches", "collectives"]  # host_ops get their ids while loading
 # Each of these looks at one rank at a time (its rows, partitioned by rank or trace): a cluster's
@@ -15,13 +16,12 @@ PUBLIC_TABLES = ("steps", "collectives", "launches")  # the others are helpers, 
 
 
 def sql(name: str) -> str:
-    return resources.files(__package__).joinpath(f"{name}.sql").read_text()
+    return sqlmodules.text("derive", name)
 
 
 def derived_tables() -> set[str]:
     """What the derive step makes (from its files' CREATE statements)."""
-    from ..sqlmodules import creates
-    return set().union(*(creates(sql(name)) for name in ORDER))
+    return set().union(*(sqlmodules.creates(sql(name)) for name in ORDER))
 
 
 def derive_tables(con, step_pattern: str | None = None, names=ORDER):
