@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 
 from traceflow.duck import use_internal_schema
-from traceflow.pipeline import db_config
+from traceflow.machine import db_config
 
 
 @contextmanager

@@ -35,9 +35,9 @@ def _distributed():
 def local_bound() -> int:
     """The most worker processes `local:N` may start here: 4 per core (at least 8), and no more than
     the memory holds at 256 MiB each (a worker's interpreter with Arrow and DuckDB)."""
-    from .pipeline import _ram_bytes
+    from .machine import ram_bytes
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(max(8, 4 * cores), _ram_bytes() // (256 << 20)))
+    return max(1, min(max(8, 4 * cores), ram_bytes() // (256 << 20)))
 
 
 def check_address(cluster: Any) -> None:

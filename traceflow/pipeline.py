@@ -20,6 +20,7 @@ from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .load import TRACE_SPANS, create_tables, load_all
+from .machine import db_config
 from .outputs import PARTS, atomic_output, scratch_folder
 from .packs import compute_all
 from .rank_tables import PER_RANK_PACKS
@@ -133,16 +134,11 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
-        con = duck_connect(tmp, config=db_config(scratch))
-        con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
-        # FSST string compression is tried on every text column and chosen for almost none: the
-        # file has the same blocks without it (long4 Kineto 88, the bundled job 51, nsys-ai 40)
-        # and its checkpoint takes 40 ms less (276 -> 231, 179 -> 140 ms)
-        con.execute("SET disabled_compression_methods = 'fsst'")
-        use_internal_schema(con, create=True)
+        con = _connect(tmp, scratch)
         try:
             if append:
                 _refuse_views(con, output)
+                _refuse_older(con, output)
             _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs)
             from .job_name import store
             store(con, name, files, append)
@@ -165,6 +161,18 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             con.close()
     _drop_replaced_parts(output, parts)
     return result
+
+
+def _connect(tmp, scratch: str):
+    """The new database, open for the ingest."""
+    con = duck_connect(tmp, config=db_config(scratch))
+    con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
+    # FSST string compression is tried on every text column and chosen for almost none: the
+    # file has the same blocks without it (long4 Kineto 88, the bundled job 51, nsys-ai 40)
+    # and its checkpoint takes 40 ms less (276 -> 231, 179 -> 140 ms)
+    con.execute("SET disabled_compression_methods = 'fsst'")
+    use_internal_schema(con, create=True)
+    return con
 
 
 def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, peaks, progress):
@@ -280,21 +288,6 @@ def _check_step_pattern(pattern: str):
         raise UsageError(f"--step-pattern is not a valid regular expression with one group ({one_line(e)})") from None
 
 
-def db_config(scratch: str) -> dict:
-    """DuckDB spills to disk past this, instead of taking 80% of RAM as it would by default. (2 GiB
-    was too little: some of DuckDB's operators cannot spill, and a 16-rank nsys job ran out.)"""
-    limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT") or f"{max(1 << 30, min(3 << 30, _ram_bytes() // 8)) >> 20}MB"
-    return {"memory_limit": limit, "temp_directory": os.path.join(scratch, "duckdb-spill")}
-
-
-def _ram_bytes() -> int:
-    """Physical memory, from the standard library (psutil is a dev-only dependency)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system: assume a small machine
-        return 8 << 30
-
-
 MIXED_JOB_GAP_NS = 60 * 10**9
 
 
@@ -315,6 +308,13 @@ def _check_one_job(con, spans: list | None = None):
                              "files from different jobs? ingest each job into its own database")
         if reach is None or hi > reach:
             reach, reach_path = hi, path
+
+
+def _refuse_older(con, output):
+    """--append adds to a database of this format only (db_format): an older one lacks what the new
+    rows' analyses read."""
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'traces'").fetchone()[0]:
+        db_format.check(con, output)
 
 
 def _refuse_views(con, output):

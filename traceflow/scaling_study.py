@@ -118,14 +118,14 @@ def _sentences(t: pl.DataFrame, mode: str) -> list[str]:
                    f"exposed communication {r['exposed_comm_pct']:.0f}% of the step (base {base['exposed_comm_pct']:.0f}%), "
                    f"waits for peers {r['wait_pct']:.0f}% (base {base['wait_pct']:.0f}%).")
     rows = [r for r in t.iter_rows(named=True) if r["karp_flatt"] is not None]
-    kf = [r["karp_flatt"] for r in rows if r["karp_flatt_valid"]]
+    kfs = [r["karp_flatt"] for r in rows if r["karp_flatt_valid"]]
     if rows and mode == "strong" and all(r["speedup"] <= 1.05 for r in rows):
         out.append("More ranks did not shorten the step (speedup at most "
                    f"{max(r['speedup'] for r in rows):.2f}): if each rank kept its own batch, this is weak scaling "
                    "(--mode weak).")
-    elif len(kf) >= 2:
-        trend = "grows" if kf[-1] > kf[0] * 1.1 else "shrinks" if kf[-1] < kf[0] * 0.9 else "stays flat"
-        out.append(f"The serial fraction {trend} with the rank count ({kf[0]:.3f} → {kf[-1]:.3f}): "
+    elif len(kfs) >= 2:
+        trend = "grows" if kfs[-1] > kfs[0] * 1.1 else "shrinks" if kfs[-1] < kfs[0] * 0.9 else "stays flat"
+        out.append(f"The serial fraction {trend} with the rank count ({kfs[0]:.3f} → {kfs[-1]:.3f}): "
                    + ("overhead that grows with ranks (communication, stragglers), not a fixed serial part."
                       if trend == "grows" else "a fixed serial part, as Amdahl's law assumes."
                       if trend == "stays flat" else "superlinear effects (caches, smaller per-rank work)."))
