@@ -149,11 +149,16 @@ def test_a_database_from_an_older_traceflow_is_one_line(bundled, tmp_path):
     con.execute("UPDATE tf_internal.db_format SET format = format - 1")
     con.close()
     page = tmp_path / "r.html"
+    kept = {db: db.read_bytes() for db in (old, older)}
     for db in (old, older):
         for args in (("diff", str(db), str(bundled)), ("diff", str(bundled), str(db)), ("scaling", str(bundled), str(db)),
                      ("report", str(db), "-o", str(page)), ("query", str(db), "steps"), ("sql", str(db), "select 1"),
-                     ("whatif", str(db), "--no-stragglers"), ("annotate", str(db), "-o", str(tmp_path / "t.pftrace"))):
+                     ("whatif", str(db), "--no-stragglers"), ("annotate", str(db), "-o", str(tmp_path / "t.pftrace")),
+                     ("ingest", str(BUNDLED / "ddp4_sync_stall" / "rank-0.pt.trace.json.gz"), "-o", str(db), "--append")):
             r = run_cli(*args)
             assert r.returncode == 3 and db.name in r.stderr and "ingest its rank files again" in r.stderr, (args, r.stderr)
             assert len(r.stderr.strip().splitlines()) == 1
+        with pytest.raises(traceflow.InputError, match="ingest its rank files again"):
+            traceflow.open(str(db))  # the Python surface: the same check, once, when the Job opens
+        assert db.read_bytes() == kept[db]  # --append left it as it was
     assert not page.exists() and not (tmp_path / "t.pftrace").exists()

@@ -47,29 +47,22 @@ def _value(kind: str, text: str | None) -> str:
     return text
 
 
-def _has(con, table: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main'",
-                            [table]).fetchone()[0])
-
-
 def dump_count(con) -> int:
-    """Flight Recorder dumps in the database (0 in one made before they were read)."""
-    return con.execute("SELECT count(*) FROM fr_dumps").fetchone()[0] if _has(con, "fr_dumps") else 0
+    """Flight Recorder dumps in the database."""
+    return con.execute("SELECT count(*) FROM fr_dumps").fetchone()[0]
 
 
 def findings(con) -> dict[str, Any] | None:
     """None when no dump shows a hang; else {'sentence', 'rows' (desync's first rows), 'ranks'
     (desync_ranks), 'timing' (desync_timing_ranks by rank)}."""
-    if not _has(con, "desync") or not dump_count(con):
+    if not dump_count(con):
         return None
     cols = [d[0] for d in con.execute("SELECT * FROM desync LIMIT 0").description]
     rows = [dict(zip(cols, r)) for r in con.execute("SELECT * FROM desync WHERE first").fetchall()]
     rcols = [d[0] for d in con.execute("SELECT * FROM desync_ranks LIMIT 0").description]
     ranks = [dict(zip(rcols, r)) for r in con.execute("SELECT * FROM desync_ranks").fetchall()]
-    timing: dict[int, dict] = {}
-    if _has(con, "desync_timing_ranks"):
-        tcols = [d[0] for d in con.execute("SELECT * FROM desync_timing_ranks LIMIT 0").description]
-        timing = {r[0]: dict(zip(tcols, r)) for r in con.execute("SELECT * FROM desync_timing_ranks").fetchall()}
+    tcols = [d[0] for d in con.execute("SELECT * FROM desync_timing_ranks LIMIT 0").description]
+    timing = {r[0]: dict(zip(tcols, r)) for r in con.execute("SELECT * FROM desync_timing_ranks").fetchall()}
     out: dict[str, Any] = {"rows": rows, "ranks": ranks, "timing": timing}
     if rows:
         # the group where it began: its first disagreement enqueued earliest (desync is in that order)

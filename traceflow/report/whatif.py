@@ -10,8 +10,6 @@ def section(f: dict, P: Plots) -> Section:
     """From the findings (verdict.findings computed the fixes once for the verdict and this page)."""
     title = "What if: the fixes worth the most"
     fixes = f.get("fixes", [])
-    if f.get("fixes_error"):
-        return Section("whatif", title, [Note(f"No prediction: {f['fixes_error']}; ingest again.")])
     if not fixes:
         return Section("whatif", title, [Note("No prediction: no step could be replayed within 2 % of its measured time.")])
     rows = [(f["scenario"], f["gain_ns"], f["gain_pct"],
