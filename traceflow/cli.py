@@ -22,7 +22,6 @@ import tempfile
 import click
 
 from .errors import InputError, UsageError, one_line
-from .memory import hint as memory_hint
 from .outputs import disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
 from .text import printable
@@ -215,7 +214,7 @@ def query(database, name, list_, rank, step, fmt, limit):
             for line in critical_path_lines(job.con, step):
                 say(line)
         print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step), pack=name)
-        if fmt == "table" and (hint := memory_hint(job.con, name)):
+        if fmt == "table" and (hint := job.why_empty(name)):
             say(hint)
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(job, rank):

@@ -156,6 +156,11 @@ class Job:
             LEFT JOIN (SELECT rank, count(*) AS n FROM steps GROUP BY ALL) s USING (rank)
             ORDER BY t.rank""").fetchall()
 
+    def why_empty(self, pack: str) -> str | None:
+        """Why a pack has no rows where the job lacks its input (a memory pack without memory events), else None."""
+        from .memory import hint
+        return hint(self.con, pack)
+
     def dump_count(self) -> int:
         """Flight Recorder dumps in the database (docs/hang-forensics.md)."""
         from .hang import dump_count

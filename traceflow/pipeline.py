@@ -114,13 +114,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     `name` names the job in titles (default: its input folder or first file; job_name.py).
     Returns what it did (IngestInfo); traceflow.ingest (job.ingest) opens the database as a Job.
     """
-    _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps)
-    if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
-        from .cluster import check_address
-        check_address(cluster)
-    if cluster is not None and append:
-        raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
-                         "shards; ingest all the rank files again")
+    _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps, cluster, append)
     paths = expand(files)
     inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
     if cluster is not None and (dump := next((i for i in inputs if i.format.startswith("fr-")), None)):
@@ -220,8 +214,14 @@ def _commit_to_file(con):
     con.execute("COMMIT")
 
 
-def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps):
+def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps, cluster=None, append=False):
     """Every option checked before any work, so a typo costs nothing."""
+    if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
+        from .cluster import check_address
+        check_address(cluster)
+    if cluster is not None and append:
+        raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
+                         "shards; ingest all the rank files again")
     for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
         if v is not None and not (v > 0 and v < 1e7):
             raise UsageError(f"{flag} must be a positive number (TFLOP/s, GB/s), not {v}")
@@ -337,13 +337,7 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
             existing.add((h, pid))
             taken[rank] = path
             next_id = max(next_id, tid + 1)
-        from .schema import DERIVED, TABLES, ddl, duck_type
-        for table, sch in TABLES.items():  # a database from before a column existed: NULL in its rows
-            con.execute(ddl(table).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))  # nor the table (memory_events)
-            have = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
-            for name, typ in [(f.name, duck_type(f.type)) for f in sch] + DERIVED[table]:
-                if name not in have:
-                    con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ}")
+        # (a database of this format only, _refuse_older: it has every table and column already)
     else:
         for schema, name in con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal").fetchall():
             con.execute(f'DROP VIEW IF EXISTS "{schema}"."{name}"')
