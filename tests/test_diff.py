@@ -140,13 +140,13 @@ def test_a_database_from_an_older_traceflow_is_one_line(bundled, tmp_path):
     con = duckdb.connect(str(old))
     con.execute("DROP VIEW tf_internal.op_work_kernels")
     con.execute("ALTER TABLE gpu_ops DROP COLUMN cpu_op_id")
-    for t in ("mfu_waterfall", "mfu", "roofline", "op_work", "op_flops", "tf_internal.db_format"):
+    for t in ("mfu_waterfall", "mfu", "roofline", "op_work", "op_flops", "tf_internal.metadata"):
         con.execute(f"DROP TABLE {t}")
     con.close()
     older = tmp_path / "older-format.duckdb"
     shutil.copy(bundled, older)
     con = duckdb.connect(str(older))
-    con.execute("UPDATE tf_internal.db_format SET format = format - 1")
+    con.execute("UPDATE tf_internal.metadata SET value = '0' WHERE key = 'format'")
     con.close()
     page = tmp_path / "r.html"
     kept = {db: db.read_bytes() for db in (old, older)}

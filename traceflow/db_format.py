@@ -1,7 +1,8 @@
-"""The database's format version: one row in tf_internal.db_format, written by every ingest and
-checked once where a database is opened (a Job's connection, the runs of `diff` and `scaling`).
+"""The database's format version: the row `format` of tf_internal.metadata (the table that also keeps
+the job's name, job_name.py), written by every ingest and checked once where a database is opened
+(a Job's connection, `ingest --append`, the runs of `diff` and `scaling`).
 
-A database of an older format (or from before the version existed) gets one line naming it and
+A database of another format (or from before the version existed) gets one line naming it and
 saying to ingest again, instead of a fallback in each reader of the tables. Bump FORMAT when a
 change makes the code read a table or column that databases written before it lack, or read one
 differently; additions nothing reads yet need no bump.
@@ -12,26 +13,29 @@ from .duck import INTERNAL, sql_string
 from .errors import InputError
 
 FORMAT = 1  # 1: the first versioned format (every table of traceflow 0.1 as of this round)
-TABLE = f"{INTERNAL}.db_format"
+METADATA = f"{INTERNAL}.metadata"
 
 
 def stamp(con) -> None:
     """Records the format on a database being written (at the end of an ingest)."""
-    con.execute(f"CREATE OR REPLACE TABLE {TABLE} AS SELECT {FORMAT}::INTEGER AS format")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {METADATA} (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute(f"INSERT OR REPLACE INTO {METADATA} VALUES ('format', '{FORMAT}')")
 
 
 def check(con, path: str, catalog: str | None = None) -> None:
     """InputError (exit 3) unless the database (`catalog`: as attached under that name) has this format."""
     where = f"database_name = {sql_string(catalog)}" if catalog else "database_name = current_database()"
     found = con.execute(f"""SELECT count(*) FROM duckdb_tables() WHERE {where}
-                            AND schema_name = '{INTERNAL}' AND table_name = 'db_format'""").fetchone()[0]
-    if not found:
+                            AND schema_name = '{INTERNAL}' AND table_name = 'metadata'""").fetchone()[0]
+    row = con.execute(f"SELECT value FROM {catalog + '.' if catalog else ''}{METADATA} WHERE key = 'format'").fetchone() \
+        if found else None
+    if row is None:
         if not con.execute(f"SELECT count(*) FROM duckdb_tables() WHERE {where} AND table_name = 'traces'").fetchone()[0]:
             raise InputError(path, "not a traceflow database (no traces table): give one that `traceflow ingest` wrote")
         raise InputError(path, f"was written by an older traceflow (before database format {FORMAT}): "
                                "ingest its rank files again")
-    version = con.execute(f"SELECT max(format) FROM {catalog + '.' if catalog else ''}{TABLE}").fetchone()[0]
+    version = int(row[0]) if str(row[0]).isdigit() else None
     if version != FORMAT:
         newer = version is not None and version > FORMAT
-        raise InputError(path, f"has database format {version}; this traceflow reads format {FORMAT}: "
+        raise InputError(path, f"has database format {row[0]}; this traceflow reads format {FORMAT}: "
                                + ("upgrade traceflow" if newer else "ingest its rank files again"))

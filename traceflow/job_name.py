@@ -52,11 +52,7 @@ def store(con, name: str | None, files, append: bool = False):
 
 def read_stored(con, catalog: str = "") -> str | None:
     at = f"{catalog}." if catalog else ""
-    import duckdb
-    try:
-        row = con.execute(f"SELECT value FROM {at}tf_internal.metadata WHERE key = 'name'").fetchone()
-    except duckdb.CatalogException:  # a database from before the metadata table; a Ctrl-C is not swallowed
-        return None
+    row = con.execute(f"SELECT value FROM {at}tf_internal.metadata WHERE key = 'name'").fetchone()
     return row[0] if row else None
 
 

@@ -21,13 +21,8 @@ def mib(n) -> str:
 
 
 def has_memory(con, table: str = "memory_ranks") -> bool:
-    """Whether the database has this memory pack and any rows in it (older databases have neither)."""
-    import duckdb
-    try:
-        return bool(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-    except duckdb.CatalogException:  # a database from before the memory packs: nothing to say
-        # only that: a refused view (PermissionException) or a Ctrl-C (InterruptException) must reach the command
-        return False
+    """Whether this memory pack has any rows."""
+    return bool(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
 
 
 FINDINGS_TABLE = "memory_findings"  # queries/memory_findings.sql: rows of the verdict's findings columns

@@ -109,10 +109,6 @@ def compute_all(con, timings: dict | None = None, phase=None, skip=(), only=None
     timings.setdefault("critical_path", 0.0)
     public = set(public_tables())
     use_internal_schema(con, create=True)
-    # databases written before these became views hold them as tables (ingest --append keeps them)
-    for schema, table in con.execute("""SELECT schema_name, table_name FROM duckdb_tables()
-                                        WHERE table_name IN ('cp_edges', 'op_work_kernels')""").fetchall():
-        con.execute(f'DROP TABLE "{schema}"."{table}"')
     said = None
     docs: dict = {}
     def document(sql: str):

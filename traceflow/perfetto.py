@@ -246,8 +246,6 @@ def _memory_counters(con, w: _Writer, rank: int, proc: int, tf: str):
     """Counter tracks of the rank's memory (Kineto profile_memory=True): allocated and reserved bytes
     per device after each event, as the profiler recorded them (docs/memory.md)."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import CounterDescriptor
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'memory_events'").fetchone()[0]:
-        return  # a database from before memory events were ingested
     for dtype, dev in con.execute("SELECT DISTINCT device_type, device FROM memory_events WHERE rank = ? ORDER BY ALL",
                                   [rank]).fetchall():
         t = arrow_table(con, f"""SELECT start_ns AS ts_ns, total_allocated, total_reserved FROM (

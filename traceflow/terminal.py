@@ -256,10 +256,7 @@ def span(values: list[int]) -> str:
 def empty_message(con, rank, step) -> str:
     """What the database holds, so an empty answer says why: `no rows for --rank 7 (ranks 0–3, steps 3–5)`."""
     ranks = [r[0] for r in con.execute("SELECT DISTINCT rank FROM traces").fetchall()]
-    try:
-        steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps").fetchall()]
-    except Exception:  # noqa: BLE001 - an older database without steps
-        steps = []
+    steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps").fetchall()]
     asked = " ".join(f"--{k} {v}" for k, v in (("rank", rank), ("step", step)) if v is not None)
     return f"no rows{' for ' + asked if asked else ''} (ranks {span(ranks)}, steps {span(steps)})"
 

@@ -7,8 +7,8 @@ the figures, 4 a note (docs/findings.md).
 
 Adding findings from another pack (hang forensics, memory): make a table with the columns of
 `findings` (queries/findings.sql; NULL where a column means nothing), add its name to
-FINDING_TABLES, and register a sentence for each new `kind` with `@sentence("kind")`. A table
-that a database lacks is skipped, so older databases keep working.
+FINDING_TABLES, and register a sentence for each new `kind` with `@sentence("kind")`. (Every
+database of this format has every table: an older one is refused when it opens, db_format.py.)
 
 Size: one short function per kind of finding and the words for each cause and its fix; the figures
 are all in queries/findings.sql.
@@ -56,17 +56,9 @@ def _ranks(rs) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
-def _tables(con) -> set[str]:
-    return {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
-
-
 def rows(con) -> list[dict]:
     """Every finding of every FINDING_TABLES table the database has, most important first."""
-    have = _tables(con)
-    tables = [t for t in FINDING_TABLES if t in have]
-    if not tables:
-        return []
-    union = " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in tables)
+    union = " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in FINDING_TABLES)
     rel = con.execute(f"SELECT * FROM ({union}) ORDER BY priority, cost_ns DESC NULLS LAST, kind, rank, step")
     cols = [d[0] for d in rel.description]
     return [dict(zip(cols, r)) for r in rel.fetchall()]
@@ -79,11 +71,6 @@ def findings(con) -> dict:
     if (hang := hang_findings(con)) is not None:  # a stopped job: why it stopped comes first
         out["hang"] = hang
         out["sentences"].append(hang["sentence"])
-    if "findings" not in _tables(con):
-        if hang is None:
-            out["sentences"].append("This database was written before the findings pack: ingest the traces again "
-                                    "for a verdict.")
-        return out
     steps = con.execute("SELECT step, wall_ns, warmup FROM tf_internal.findings_steps ORDER BY step").fetchall()
     if not steps:
         out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
