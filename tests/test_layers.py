@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "traceflow"
 # bottom to top
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # leaves every layer may use: errors, text, DuckDB helpers, the tables' declarations, safe file writing
-    ("base", ("errors", "text", "duck", "schema", "rank_tables", "db_format", "machine", "job_name", "outputs", "sqlmodules", "comments", "torch")),
+    ("base", ("errors", "text", "duck", "schema", "rank_tables", "db_format", "machine", "job_name", "outputs", "interrupts", "sqlmodules",
+              "comments", "torch")),
     ("readers", ("readers",)),                     # a file -> Arrow (pure; worker processes import only this)
     ("load", ("load", "shard_views", "fr_load")),  # Arrow (or a cluster's Parquet shards, Flight Recorder dumps) -> tables
     ("derive", ("derive", "hardware", "invariants")),  # derived tables, clock alignment, device peaks, absurd input
@@ -25,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ingest", ("pipeline", "rank_task", "cluster", "recipes")),  # runs read -> load -> derive -> analyses
     ("outputs", ("report", "perfetto", "perfetto_packets", "compare", "scaling_study")),  # pages and traces written
     ("job", ("job", "postmortem", "traceflow")),   # the public surface: traceflow.open(...) -> Job
-    ("cli", ("cli", "terminal", "interrupts", "__main__")),  # the command: one call into the Job per command
+    ("cli", ("cli", "terminal", "__main__")),  # the command: one call into the Job per command
 ]
 
 
