@@ -36,9 +36,11 @@
 --   bytes          dominant memory copies: bytes copied per step on the path (BIGINT)
 --   ranks          ranks concerned (shared_gpu: the ranks on one GPU) (INTEGER[])
 --   steps          steps concerned (launch_bound_steps) (INTEGER[])
---   note           a short qualifier: how a shared GPU was identified, the MFU lower bound (VARCHAR)
+--   note           a short qualifier: how a shared GPU was identified, the MFU lower bound; for a
+--                  host step_outlier, the blocking calls the rank made in that step beyond its usual
+--                  count (sync_extra), comma-separated (VARCHAR)
 -- findings shows first: priority, kind, rank, step, cause, cost_ns, share_pct, evidence, note
--- requires: collective_waits, gpu_devices, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync
+-- requires: collective_waits, gpu_devices, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -96,6 +98,11 @@ WITH st AS (
     SELECT o.step, o.rank, arg_max(g.dur_ns, g.dur_ns) AS gap_ns, arg_max(g.host_activity, g.dur_ns) AS activity
     FROM outliers o JOIN idle_gaps g ON g.rank = o.rank AND g.step = o.step AND g.cause = 'host_late'
     GROUP BY o.step, o.rank
+), stall_sync AS (
+    -- the blocking calls the rank made in that step beyond its usual count (sync_extra): one that
+    -- emptied the GPU's queue is why the host time after it left the GPU idle
+    SELECT rank, step, string_agg(DISTINCT name, ', ' ORDER BY name) AS names
+    FROM sync_extra WHERE (step, rank) IN (SELECT step, rank FROM outliers) GROUP BY rank, step
 ), waited AS (
     -- the peers this rank kept waiting in that step's collectives (it started them last)
     SELECT s.step, s.last_rank AS rank, sum(s.total_wait_ns)::BIGINT AS peer_wait_ns,
@@ -129,14 +136,14 @@ WITH st AS (
     SELECT q.rank, n.name, coalesce(r.per_step, 0) AS per_step, coalesce(r.ns_per_step, 0) AS ns_per_step
     FROM (SELECT DISTINCT rank FROM collective_waits) q CROSS JOIN (SELECT DISTINCT name FROM sync_rate) n
     LEFT JOIN sync_rate r ON r.rank = q.rank AND r.name = n.name
-), sync_extra AS (
+), sync_more AS (
     SELECT f.rank, s.name, any_value(s.per_step) AS per_step, any_value(s.ns_per_step) AS ns_per_step,
            any_value(s.per_step) - median(o.per_step) AS extra
     FROM stragglers_found f JOIN sync_all s ON s.rank = f.rank JOIN sync_all o ON o.name = s.name AND o.rank <> f.rank
     GROUP BY f.rank, s.name
 ), sync_best AS (
     SELECT rank, arg_max(name, extra) AS name, max(extra) AS extra, arg_max(ns_per_step, extra) AS ns_per_step
-    FROM sync_extra WHERE extra >= 1 GROUP BY rank
+    FROM sync_more WHERE extra >= 1 GROUP BY rank
 ), dominant AS (
     SELECT class, sum(ns) AS ns, min(100.0 * ns / s.wall_ns) AS low_pct, max(100.0 * ns / s.wall_ns) AS high_pct
     FROM class_step JOIN st s USING (step) GROUP BY class
@@ -185,8 +192,9 @@ WHERE false
 UNION ALL BY NAME
 SELECT 1 AS priority, 'step_outlier' AS kind, o.rank, o.step, o.class, o.cause, o.excess AS cost_ns, o.value_ns,
        o.baseline_ns, round(100.0 * o.value_ns / nullif((SELECT wall_ns FROM st WHERE st.step = o.step), 0), 2) AS share_pct,
-       o.top_name AS evidence, g.gap_ns AS evidence_ns, g.activity, w.peers, w.peer_wait_ns
+       o.top_name AS evidence, g.gap_ns AS evidence_ns, g.activity, w.peers, w.peer_wait_ns, x.names AS note
 FROM outliers o LEFT JOIN gap g USING (step, rank) LEFT JOIN waited w USING (step, rank)
+LEFT JOIN stall_sync x USING (step, rank)
 UNION ALL BY NAME
 SELECT CASE WHEN f.delay_ns - f.baseline_ns >= 0.05 * (SELECT med FROM ref) THEN 1 ELSE 2 END AS priority,
        'straggler' AS kind, f.rank,

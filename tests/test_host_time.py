@@ -270,3 +270,36 @@ def test_two_clocks_with_no_consistent_offset_give_no_split(stall_db, tmp_path):
     con.execute(pack_sql("host_time"))
     assert con.execute("SELECT count(*) FROM host_time WHERE rank = 1 AND ns IS NOT NULL").fetchone()[0] == 0
     assert con.execute("SELECT rank, step, cause, ns FROM host_time WHERE rank = 0 ORDER BY ALL").fetchall() == before
+
+
+def test_sync_extra_is_the_raw_files_extra_synchronize(stall_db):
+    """sync_extra against plain Python over the raw Kineto: per rank, the synchronizing calls of each
+    name in each ProfilerStep, and the steps holding more than the rank's median count. On the
+    bundled stall job that is the truth's `cuda.synchronize` before rank 1's sleep, in step 3."""
+    want = set()
+    for path in sorted((BUNDLED / "ddp2_flops/stall").glob("rank-*.json.gz")):
+        doc = json.load(gzip.open(path))
+        base = int(doc.get("baseTimeNanoseconds") or 0)
+        rank = doc["distributedInfo"]["rank"]
+        ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+        steps = {int(m.group(1)): (_ns(base, e["ts"]), _ns(base, e["ts"] + e["dur"]))
+                 for e in ev if (m := re.match(r"ProfilerStep#(\d+)$", e["name"]))
+                 and e.get("cat") in ("user_annotation", "cpu_op")}  # the host's step, not the GPU's
+        counts: dict[tuple[int, str], list] = defaultdict(list)
+        for e in ev:
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and SYNC.search(e["name"]):
+                s = _ns(base, e["ts"])
+                st = next((k for k, (lo, hi) in steps.items() if lo <= s < hi), None)
+                if st is not None:
+                    counts[(st, e["name"])].append(s)
+        for name in {n for _, n in counts}:
+            per = {st: len(counts.get((st, name), [])) for st in steps}
+            med = statistics.median(per.values())
+            want |= {(rank, st, name) for st, n in per.items() if n - med >= 1}
+    con = connect(stall_db)
+    got = {tuple(r) for r in con.execute("SELECT rank, step, name FROM sync_extra").fetchall()}
+    con.close()
+    assert got == want
+    truth = json.loads((BUNDLED / "ddp2_flops/stall/truth-rank1.json").read_text())
+    stall = next(t for t in truth if str(t.get("kind", "")).startswith("host_stall"))
+    assert (1, stall["step"], "cudaDeviceSynchronize") in got and "synchronize" in stall["note"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .duck import INTERNAL, sql_string
 from .errors import InputError
 
-FORMAT = 1  # 1: the first versioned format (every table of traceflow 0.1 as of this round)
+FORMAT = 2  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it)
 METADATA = f"{INTERNAL}.metadata"
 
 

@@ -160,6 +160,10 @@ def _step_outlier(r: dict, con) -> str:
         # a Kineto step range as the host's activity says only that no op was running
         inside = r["activity"] and not r["activity"].startswith("ProfilerStep#")
         s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if inside else "")
+        if r["note"]:  # sync_extra: a blocking call made in this step only emptied the GPU's queue first
+            calls = " and ".join(f"an extra {n}" for n in r["note"].split(", "))
+            s += (f"; it made {calls} in that step (beyond its usual count), which empties the GPU's queue: the host "
+                  "time after it idles the GPU")
     elif r["evidence"]:
         s += f" (longest: {short_name(r['evidence'])})"
     if r["peer_wait_ns"] and r["peers"]:
