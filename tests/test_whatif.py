@@ -116,6 +116,24 @@ def test_a_replay_that_cannot_reproduce_the_step_refuses(bundled, tmp_path):
             assert r["predicted_ns"] is None and r["replay_error_pct"] > 2 and "off the measured step" in r["refused"]
 
 
+def test_the_predicted_path_walks_through_syncs_and_agrees_with_the_critical_path(bundled):
+    """The replay's critical path goes on through a synchronizing call to the op it waited for, as the
+    measured one does (queries/critical_path.sql): on the bundled ddp4_sync_stall its largest kind is
+    the one the critical_path pack puts most time on (communication), not "host" for the time the
+    host waited in syncs (the old walk: 525.6 ms of 531.5 on step 4)."""
+    with traceflow.open(str(bundled["ddp4_sync_stall"])) as job:
+        steps = [r[0] for r in job.con.execute("SELECT DISTINCT step FROM step_windows ORDER BY 1").fetchall()]
+        measured = {(st, k): ns for st, k, ns in job.con.execute(
+            "SELECT step, kind, sum(dur_ns) FROM critical_path GROUP BY ALL").fetchall()}
+        rows = job.whatif(steps=steps)  # the unedited replay: its path is the measured graph's
+    for r in rows:
+        by_kind = r["critical_path"]["by_kind_ns"]
+        assert sum(by_kind.values()) == pytest.approx(r["predicted_ns"], abs=4)
+        top = max(by_kind, key=by_kind.get)
+        assert top == max((k for st, k in measured if st == r["step"]), key=lambda k: measured[(r["step"], k)]) == "gpu_comm"
+        assert by_kind["gpu_comm"] == pytest.approx(measured[(r["step"], "gpu_comm")], rel=0.05), (r["step"], by_kind)
+
+
 def test_cli_json_table_and_errors(bundled):
     db = str(bundled["ddp4_sync_stall"])
     r = run_cli("whatif", db, "--step", "4", "--remove-host-stall", "3", "--scale-kernels", "nccl.*=0.9", "--format", "json")

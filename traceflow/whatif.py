@@ -167,14 +167,16 @@ class StepGraph:
                 for k in m:  # the collective ends when its last member started, plus its own transfer
                     end2[k] = start2[j] + max(0, self.end[k] - last_m) * factor[k]
                     last_of[k] = j
-        self._last = (start2, end2, why, last_of)
+        self._last = (start2, end2, why, last_of, hosts)
         return self._spans(end2)
 
     def predicted_path(self, limit: int = 5) -> dict:
         """The critical path of the last replay, walked back from the op that ends last through what
         each start waited for: its time by kind, and its longest segments. It stops where the host
-        released a launch (host time itself is not replayed) or where the step began."""
-        start2, end2, why, last_of = self._last
+        released a launch or where the step began; where that host had returned from a synchronizing
+        call, it goes on through the op the call waited for (the host was waiting for the GPU: on h100
+        ddp4_sync_stall step 4, 525.6 ms called "host" were mostly syncs waiting for collectives)."""
+        start2, end2, why, last_of, hosts = self._last
         names = ("gpu_compute", "gpu_comm", "gpu_memory")
         first = int(np.argmax(end2))
         i: int | None = first
@@ -192,8 +194,15 @@ class StepGraph:
                 i, t = ref, end2[ref]
             elif kind == "host":
                 segs.append((self.rank[i], "launch", self.name[i], ref, start2[i]))
-                segs.append((self.rank[i], "host", None, 0, ref))
-                i = None
+                anchor = hosts[self.rank[i]].released_by(ref)
+                if anchor is None:
+                    segs.append((self.rank[i], "host", None, 0, ref))
+                    i = None
+                else:  # host work since a sync returned, the sync's own tail, then the op it waited for
+                    release, w = anchor
+                    segs.append((self.rank[i], "host", None, release, ref))
+                    segs.append((self.rank[i], "sync", None, end2[w], release))
+                    i, t = w, end2[w]
             else:
                 segs.append((self.rank[i], "before", None, 0, start2[i]))
                 i = None
@@ -349,6 +358,7 @@ class _Host:
         self.cum = np.concatenate([[0.0], np.cumsum(self.cut_end - self.cut_start)])
         self.a_end: list[float] = []   # end of each sync call that re-anchored, in order
         self.a_shift: list[float] = []  # the shift right after it
+        self.a_op: list[int] = []       # the op (index) it waited for
         self.k = 0                      # next sync call to look at
 
     def removed(self, t: float) -> float:
@@ -372,7 +382,17 @@ class _Host:
                 release = max(s + self._at(s), end2[wi])
                 self.a_end.append(e)
                 self.a_shift.append(release + (e - max(s, self.end_m[wi])) - e)
+                self.a_op.append(wi)
         return self._at(t)
+
+    def released_by(self, t: float) -> tuple[float, int] | None:
+        """The replayed return of the latest sync call that re-anchored this host at or before host
+        time t (replayed), with the op it waited for; None where no sync had."""
+        for j in range(len(self.a_end) - 1, -1, -1):
+            back = self.a_end[j] + self.a_shift[j]
+            if back <= t:
+                return back, self.a_op[j]
+        return None
 
 
 def whatif(con, steps: list[int], scenario: Scenario) -> list[dict]:
