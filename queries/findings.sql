@@ -25,7 +25,9 @@
 --                  memory-bound (DOUBLE)
 --   evidence       the op, call or kernel that shows it (VARCHAR)
 --   evidence_ns    its time (ns, BIGINT): the host's longest idle gap with its cause (step_outlier),
---                  the extra synchronising per step (straggler), the longest segment (dominant)
+--                  the extra synchronising per step (straggler), the longest segment (dominant),
+--                  the part of the idle after the launch calls had returned (launch_names:
+--                  launch_overhead.exposed_queued_ns)
 --   activity       what the host was doing in that gap, or the synchronising call (VARCHAR)
 --   peers          the ranks that waited for this rank in its collectives (INTEGER[])
 --   peer_wait_ns   their wait in those collectives in total (ns, BIGINT)
@@ -161,7 +163,8 @@ WITH st AS (
            list(DISTINCT rank ORDER BY rank) AS ranks, any_value(device) AS device
     FROM gpu_devices GROUP BY 1 HAVING count(DISTINCT rank) > 1
 ), launch_names AS (
-    SELECT count(DISTINCT name) AS names, sum(total_exposed_ns) AS exposed, sum(total_gpu_ns) AS gpu
+    SELECT count(DISTINCT name) AS names, sum(total_exposed_ns) AS exposed, sum(total_gpu_ns) AS gpu,
+           sum(total_exposed_queued_ns) AS queued
     FROM launch_overhead_summary WHERE launch_bound
 ), lb AS (
     SELECT list(DISTINCT step ORDER BY step) AS steps, max(launch_exposed_pct) AS pct FROM launch_bound_steps WHERE launch_bound
@@ -222,7 +225,7 @@ SELECT 4 AS priority, 'launch_bound_steps' AS kind, 'host' AS class, 'launch' AS
        len(steps) AS n, steps FROM lb WHERE len(steps) > 0
 UNION ALL BY NAME
 SELECT 4 AS priority, 'launch_names' AS kind, 'host' AS class, 'launch' AS cause, exposed AS cost_ns,
-       exposed AS value_ns, gpu AS baseline_ns, names AS n
+       exposed AS value_ns, gpu AS baseline_ns, names AS n, queued AS evidence_ns
 FROM launch_names WHERE names > 0 AND exposed > 0.05 * (SELECT med FROM ref)
 UNION ALL BY NAME
 SELECT 4 AS priority, 'exposed_comm' AS kind, 'communication' AS class, 'NCCL kernels' AS cause, ns AS cost_ns,

@@ -24,10 +24,16 @@
 --               exposed_ns of a step's ops add up without counting any idle time twice).
 --               For tiny kernels the framework dispatch is most of what issuing them costs, so it
 --               counts; without a CPU op this is DESIGN.md's [api_start, gpu_start].
+--   exposed_queued_ns  the part of exposed_ns after the launch call returned: the op was enqueued and
+--               had not started while the rank's GPU ran nothing of the rank's. Microseconds are the
+--               driver's launch latency; milliseconds are the device busy with work the trace does not
+--               hold (other processes' kernels on a shared GPU: up to 7 ms per op on h100
+--               ddp4_sync_stall, where four ranks share one H100), which no launch fix removes (BIGINT)
 --
 -- launch_overhead_summary (pack `launch-overhead-summary`): per rank and kernel name, what launching it cost.
 --   count             launches
 --   total_exposed_ns  sum of exposed_ns: GPU idle while these ops were being issued (ns)
+--   total_exposed_queued_ns  sum of exposed_queued_ns: of that, after the launch call had returned (ns)
 --   total_gpu_ns      the kernels' own run time (ns)
 --   launch_bound      total_exposed_ns > total_gpu_ns: the GPU idled longer waiting for these launches
 --                     than it ran the kernels (the report and the verdict use this same definition)
@@ -63,12 +69,15 @@ SELECT l.rank, l.step, l.name, l.kind, l.stream, l.op_id, l.api_name, l.api_star
        CASE WHEN l.cannot_answer IS NULL THEN l.api_start_ns - l.issue_start_ns END AS dispatch_ns,
        CASE WHEN e.gap_start_ns IS NULL THEN 0  -- greatest() would skip the NULL: no gap ended here
             ELSE greatest(0, l.gpu_start_ns - greatest(l.issue_start_ns, e.gap_start_ns)) END::BIGINT AS exposed_ns,
+       CASE WHEN e.gap_start_ns IS NULL THEN 0
+            ELSE greatest(0, l.gpu_start_ns - greatest(l.api_end_ns, l.issue_start_ns, e.gap_start_ns)) END::BIGINT AS exposed_queued_ns,
        l.gpu_end_ns - l.gpu_start_ns AS gpu_ns, l.cannot_answer
 FROM l LEFT JOIN ended e USING (op_id)
 ORDER BY l.rank, l.api_start_ns;
 
 CREATE OR REPLACE TABLE launch_overhead_summary AS
 SELECT rank, name, count(*) AS count, sum(exposed_ns)::BIGINT AS total_exposed_ns,
+       sum(exposed_queued_ns)::BIGINT AS total_exposed_queued_ns,
        sum(gpu_ns)::BIGINT AS total_gpu_ns, sum(exposed_ns) > sum(gpu_ns) AS launch_bound,
        round(avg(api_ns))::BIGINT AS mean_api_ns, round(avg(queue_ns))::BIGINT AS mean_queue_ns,
        sum(latency_ns)::BIGINT AS total_latency_ns, round(avg(latency_ns))::BIGINT AS mean_latency_ns,

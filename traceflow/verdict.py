@@ -233,8 +233,17 @@ def _launch_bound_steps(r: dict, con) -> str:
 
 @sentence("launch_names")
 def _launch_names(r: dict, con) -> str:
-    return (f"{r['n']} kernel name{'s' if r['n'] > 1 else ''} cost more GPU idle in launching ({_ms(r['value_ns'])}) "
-            f"than running ({_ms(r['baseline_ns'])}): fuse them or capture them in a CUDA graph.")
+    s = (f"{r['n']} kernel name{'s' if r['n'] > 1 else ''} cost more GPU idle in launching ({_ms(r['value_ns'])}) "
+         f"than running ({_ms(r['baseline_ns'])})")
+    queued = r["evidence_ns"] or 0
+    if queued >= 0.5 * r["value_ns"]:
+        # most of the idle came after the launch call returned: the device ran something the trace
+        # does not hold (another process on a shared GPU), which no launch fix removes
+        shared = con.execute("SELECT count(*) FROM findings WHERE kind = 'shared_gpu'").fetchone()[0]
+        return s + (f", but {_ms(queued)} of that idle came after the launch calls had returned, the kernels "
+                    "enqueued and not started: the device was busy with work outside this rank's trace"
+                    + (" (the other ranks on its shared GPU)" if shared else "") + ", not launch cost.")
+    return s + ": fuse them or capture them in a CUDA graph."
 
 
 @sentence("exposed_comm")
