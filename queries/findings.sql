@@ -25,7 +25,10 @@
 --                  memory-bound (DOUBLE)
 --   evidence       the op, call or kernel that shows it (VARCHAR)
 --   evidence_ns    its time (ns, BIGINT): the host's longest idle gap with its cause (step_outlier),
---                  the extra synchronising per step (straggler), the longest segment (dominant),
+--                  the extra synchronising per step (straggler with cause sync), the GPU compute per
+--                  step beyond the other ranks' median (cause more compute: an uneven shard, a slower
+--                  GPU) or how much later than theirs its host began the step (cause late step start),
+--                  the longest segment (dominant),
 --                  the part of the idle after the launch calls had returned (launch_names:
 --                  launch_overhead.exposed_queued_ns)
 --   activity       what the host was doing in that gap, or the synchronising call (VARCHAR)
@@ -129,6 +132,18 @@ WITH st AS (
     FROM late_rank a WHERE (SELECT count(*) FROM late_rank) >= 2
 ), stragglers_found AS (
     SELECT * FROM late_base WHERE delay_ns - baseline_ns >= (SELECT material_per_step FROM ref) AND delay_ns >= 2 * baseline_ns
+), strag_steps AS (
+    -- each rank's GPU compute and host step start in the analysed steps
+    SELECT rank, step, compute_ns, host_start_ns FROM step_breakdown
+    WHERE part = 'step' AND step IN (SELECT step FROM st) AND host_start_ns IS NOT NULL
+), strag_why AS (
+    -- why a straggler starts late, when no extra blocking call says it: its GPU computes more than
+    -- the other ranks (median per step, then over steps: an uneven shard, a slower GPU), or its host
+    -- began the step later than theirs (what it did before the step is outside the step)
+    SELECT f.rank,
+           median(c.compute_ns - (SELECT median(o.compute_ns) FROM strag_steps o WHERE o.step = c.step AND o.rank <> c.rank)) AS more_compute_ns,
+           median(c.host_start_ns - (SELECT median(o.host_start_ns) FROM strag_steps o WHERE o.step = c.step AND o.rank <> c.rank)) AS late_step_ns
+    FROM stragglers_found f JOIN strag_steps c ON c.rank = f.rank GROUP BY f.rank
 ), sync_rate AS (
     -- the synchronising call a straggler makes more often than the other ranks, per analysed step
     SELECT rank, name, count(*) / (SELECT n FROM ref) AS per_step, sum(blocked_ns) / (SELECT n FROM ref) AS ns_per_step
@@ -201,13 +216,17 @@ LEFT JOIN stall_sync x USING (step, rank)
 UNION ALL BY NAME
 SELECT CASE WHEN f.delay_ns - f.baseline_ns >= 0.05 * (SELECT med FROM ref) THEN 1 ELSE 2 END AS priority,
        'straggler' AS kind, f.rank,
-       CASE WHEN s.name IS NOT NULL THEN 'host' ELSE 'peer wait' END AS class,
-       CASE WHEN s.name IS NOT NULL THEN 'sync' ELSE 'late start' END AS cause,
+       CASE WHEN s.name IS NOT NULL THEN 'host' WHEN y.more_compute_ns >= 0.5 * f.delay_ns THEN 'compute'
+            WHEN y.late_step_ns >= 0.5 * f.delay_ns THEN 'host' ELSE 'peer wait' END AS class,
+       CASE WHEN s.name IS NOT NULL THEN 'sync' WHEN y.more_compute_ns >= 0.5 * f.delay_ns THEN 'more compute'
+            WHEN y.late_step_ns >= 0.5 * f.delay_ns THEN 'late step start' ELSE 'late start' END AS cause,
        (f.delay_ns - f.baseline_ns) * (SELECT n FROM ref) AS cost_ns, f.delay_ns AS value_ns, f.baseline_ns,
        round(100.0 * f.delay_ns / (SELECT med FROM ref), 2) AS share_pct, s.name AS evidence,
-       s.ns_per_step AS evidence_ns, (SELECT list(DISTINCT rank ORDER BY rank) FROM collective_waits WHERE rank <> f.rank) AS peers,
+       CASE WHEN s.name IS NOT NULL THEN s.ns_per_step WHEN y.more_compute_ns >= 0.5 * f.delay_ns THEN y.more_compute_ns
+            WHEN y.late_step_ns >= 0.5 * f.delay_ns THEN y.late_step_ns END AS evidence_ns,
+       (SELECT list(DISTINCT rank ORDER BY rank) FROM collective_waits WHERE rank <> f.rank) AS peers,
        f.wait_ns AS peer_wait_ns, f.times_last AS n, round(s.extra, 2) AS per_step
-FROM stragglers_found f LEFT JOIN sync_best s USING (rank)
+FROM stragglers_found f LEFT JOIN sync_best s USING (rank) LEFT JOIN strag_why y USING (rank)
 UNION ALL BY NAME
 SELECT 2 AS priority, 'dominant' AS kind, d.class, x.cause, d.ns AS cost_ns, d.ns / (SELECT n FROM ref) AS value_ns,
        round(100.0 * d.ns / (SELECT sum(wall_ns) FROM st), 2) AS share_pct, round(d.low_pct, 2) AS low_pct,

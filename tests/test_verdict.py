@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sqlite3
+import statistics
 from pathlib import Path
 
 import pytest
@@ -441,3 +442,25 @@ def test_launch_idle_after_the_call_returned_is_not_called_launch_cost(tmp_path_
         with traceflow.open(_db(folder, tmp_path_factory)) as job:
             line = next(s for s in job.findings()["sentences"] if "kernel name" in s)
         assert "fuse them" in line
+
+
+@needs_shared
+def test_a_straggler_that_began_its_step_late_is_said_so(tmp_path_factory):
+    """param-dlrm8 (8 V100 ranks, one step): rank 7 started 5 collectives last. No extra blocking
+    call explains it, nor more GPU compute: its host began the step later than the others. The
+    finding's evidence is that lateness, checked against the raw files' ProfilerStep starts."""
+    folder = FIX / "public" / "param-dlrm8"
+    starts = {}
+    for p in sorted(folder.glob("worker*.json.gz")):
+        doc = json.load(gzip.open(p))
+        base = int(doc.get("baseTimeNanoseconds") or 0)
+        ts = next(e["ts"] for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#10" and e.get("cat") == "user_annotation")
+        starts[doc["distributedInfo"]["rank"]] = base + round(ts * 1000)
+    with traceflow.open(_db(folder, tmp_path_factory)) as job:
+        f = job.findings()
+    row = next(x for x in f["findings"] if x["kind"] == "straggler")
+    late = starts[row["rank"]] - statistics.median(v for r, v in starts.items() if r != row["rank"])
+    assert (row["class"], row["cause"]) == ("host", "late step start"), row
+    assert row["evidence_ns"] == pytest.approx(late, abs=1000)  # µs timestamps
+    assert late >= 0.5 * row["value_ns"]
+    assert "began each step" in row["sentence"]
