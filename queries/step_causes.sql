@@ -3,7 +3,15 @@
 -- own work (its host, its kernels), so the time a rank's fault cost its peers is charged to that
 -- rank and that cause here, not to the waiting ranks.
 --
--- Inputs: critical_path, gpu_ops (copies: direction, pageable / pinned), host_ops, host_time_spans, sync.
+-- Inputs: critical_path, exposed_comm_segments (exposed_comm.sql), gpu_ops (copies: direction,
+--   pageable / pinned), host_ops, host_time_spans, sync.
+--
+-- A collective on the path is communication only where no compute kernel runs beside it on its
+-- rank's GPU (exposed_comm_segments): where one does, that time is compute, the precedence of
+-- step_breakdown (compute + exposed comm + exposed memory + idle = wall). The walk follows the
+-- collective when it ends last, so on TraceLens' MI300 ResNet (an all-reduce on its own stream
+-- beside the backward kernels) the path ran 84 % in collectives of which 62 points had no compute
+-- beside them: "communication-bound" is said with the 62 %, what shorter collectives could gain.
 --
 -- One row per step, rank and cause on the path:
 --   step, rank     the step, and the rank whose segment it is
@@ -15,21 +23,22 @@
 --                  allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
 --                  they fall outside the rank's steps; missing peer (peer wait); nothing recorded (idle)
 --   path_ns        time on the step's critical path (ns, BIGINT)
---   segments       how many path segments (BIGINT)
+--   segments       how many path segments (BIGINT); a collective's stretch beside compute is a segment of
+--                  compute too (its name NULL: the kernels beside it are not on the path)
 --   top_name       the longest segment's op (kernel, call, or what the host was inside)
 --   bytes          bytes moved by the copies on the path (memory copies only; NULL otherwise)
 --   step_wall_ns   the step's critical path length: its span across ranks (ns, BIGINT)
 --   share_pct      path_ns / step_wall_ns (percent)
 --
 -- step_causes shows first: step, rank, class, cause, path_ns, share_pct, top_name, segments
--- requires: critical_path, gpu_ops, host_ops, host_time_spans, sync
+-- requires: critical_path, exposed_comm_segments, gpu_ops, host_ops, host_time_spans, sync
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
 
 CREATE OR REPLACE TABLE step_causes AS
 WITH seg AS (
-    SELECT c.step, c.rank, c.kind, c.name, c.dur_ns, c.op_id, c.start_ns, c.end_ns
+    SELECT c.step, c.ordinal, c.rank, c.kind, c.name, c.dur_ns, c.op_id, c.start_ns, c.end_ns
     FROM critical_path c
 ), host_split AS (
     -- a host_cpu stretch of the path split by what the rank's host timeline was doing (host_time):
@@ -41,6 +50,12 @@ WITH seg AS (
     GROUP BY h.step, h.rank, h.name, h.start_ns, t.cause
 ), host_covered AS (
     SELECT step, rank, name, sum(ns) AS ns FROM host_split GROUP BY step, rank, name
+), comm_exposed AS (
+    -- each collective segment's time with no compute beside it on its rank's GPU
+    SELECT s.step, s.ordinal, sum(least(s.end_ns, e.end_ns) - greatest(s.start_ns, e.start_ns)) AS ns
+    FROM seg s JOIN exposed_comm_segments e ON e.rank = s.rank AND e.start_ns < s.end_ns AND e.end_ns > s.start_ns
+    WHERE s.kind = 'gpu_comm'
+    GROUP BY s.step, s.ordinal
 ), copies AS (
     SELECT op_id, kind, copy_kind, bytes, name ILIKE '%pageable%' AS pageable, name ILIKE '%pinned%' AS pinned
     FROM gpu_ops WHERE kind IN ('memcpy', 'memset') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
@@ -48,11 +63,10 @@ WITH seg AS (
     SELECT op_id, kind, name FROM host_ops WHERE op_id IN (SELECT op_id FROM seg WHERE kind IN ('host_cpu', 'host_sync'))
 ), named AS (
     SELECT s.step, s.rank, s.dur_ns, s.name,
-           CASE s.kind WHEN 'gpu_compute' THEN 'compute' WHEN 'gpu_comm' THEN 'communication'
+           CASE s.kind WHEN 'gpu_compute' THEN 'compute'
                        WHEN 'gpu_memory' THEN 'memory copies' WHEN 'peer_wait' THEN 'peer wait'
                        WHEN 'idle' THEN 'idle' ELSE 'host' END AS class,
            CASE WHEN s.kind = 'gpu_compute' THEN 'kernels'
-                WHEN s.kind = 'gpu_comm' THEN 'NCCL kernels'
                 WHEN s.kind = 'gpu_memory' AND m.kind = 'memset' THEN 'memset'
                 WHEN s.kind = 'gpu_memory' THEN coalesce(m.copy_kind, 'copy')
                      || CASE WHEN m.pageable THEN ' pageable' WHEN m.pinned THEN ' pinned' ELSE '' END
@@ -62,7 +76,16 @@ WITH seg AS (
                 ELSE 'nothing recorded' END AS cause,
            CASE WHEN s.kind = 'gpu_memory' THEN m.bytes END AS bytes
     FROM seg s LEFT JOIN copies m ON m.op_id = s.op_id LEFT JOIN calls h ON h.op_id = s.op_id
-    WHERE s.kind <> 'host_cpu'
+    WHERE s.kind NOT IN ('host_cpu', 'gpu_comm')
+    UNION ALL
+    SELECT s.step, s.rank, coalesce(x.ns, 0), s.name, 'communication', 'NCCL kernels', NULL
+    FROM seg s LEFT JOIN comm_exposed x USING (step, ordinal)
+    WHERE s.kind = 'gpu_comm' AND (x.ns > 0 OR s.dur_ns = 0)
+    UNION ALL
+    -- the collective's time beside compute kernels: compute (their names are not on the path)
+    SELECT s.step, s.rank, s.dur_ns - coalesce(x.ns, 0), NULL, 'compute', 'kernels', NULL
+    FROM seg s LEFT JOIN comm_exposed x USING (step, ordinal)
+    WHERE s.kind = 'gpu_comm' AND s.dur_ns > coalesce(x.ns, 0)
     UNION ALL
     SELECT step, rank, ns, name, 'host', cause, NULL FROM host_split
     UNION ALL

@@ -198,24 +198,55 @@ def test_copy_bound_job_leads_with_pageable_copies(tmp_path_factory):
     assert first["sentence"].startswith("Copy-bound: ") and "pin" in first["sentence"]
 
 
-def test_communication_bound_job(tmp_path_factory):
-    """ddp4_sync_stall (NCCL over loopback sockets): NCCL kernels not overlapped by compute cover
-    87-93 % of each rank's GPU window in the raw files; the dominant finding says communication-bound
-    with a share within 6 points of their median. (Its first finding is the injected stall.)"""
-    folder = BUNDLED / "ddp4_sync_stall"
+def _after_last_arrival(folder: Path) -> float:
+    """Percent of the time all ranks' captures share during which a collective runs on the critical
+    path as docs/findings.md defines it, from the raw Kineto files: each collective from its last
+    rank's start to that rank's end (the wait before it is the late rank's, not communication), less
+    the time a compute kernel of that rank runs beside it (then the GPU computes: compute time)."""
+    ranks = []
+    for p in sorted(folder.glob("rank-*.gz")):
+        ops = _kineto_gpu(p)
+        ranks.append({"nccl": sorted((o[2], o[3]) for o in ops if o[0] == "kernel" and o[1].startswith("nccl")),
+                      "comp": [(o[2], o[3]) for o in ops if o[0] == "kernel" and not o[1].startswith("nccl")],
+                      "lo": min(o[2] for o in ops), "hi": max(o[3] for o in ops)})
+    # a rank whose capture began later misses the first collectives (rank 1 of ddp4_sync_stall: 21
+    # of 28, the other ranks' 8th starting when its 1st does): match the last m of each rank
+    m = min(len(r["nccl"]) for r in ranks)
+    lo, hi = max(r["lo"] for r in ranks), min(r["hi"] for r in ranks)
+    total = 0.0
+    for i in range(m):
+        own = [r["nccl"][len(r["nccl"]) - m + i] for r in ranks]
+        last = max(range(len(ranks)), key=lambda j: own[j][0])
+        a, b = max(own[last][0], lo), min(own[last][1], hi)
+        if b > a:
+            total += (b - a) - _union([(max(x, a), min(y, b)) for x, y in ranks[last]["comp"] if y > a and x < b])
+    return 100.0 * total / (hi - lo)
+
+
+@pytest.mark.parametrize("folder", [BUNDLED / "ddp4_sync_stall", FIX / "h100" / "kineto" / "ddp4_straggler"],
+                         ids=lambda p: "/".join(p.parts[-2:]))
+def test_communication_bound_job(folder, tmp_path_factory):
+    """The 4-rank DDP jobs (NCCL over loopback sockets): NCCL kernels not overlapped by compute
+    cover 87-93 % of each rank's GPU window in the raw files, waits for the other ranks included.
+    The critical path counts a collective from its last rank's arrival and only where no compute
+    kernel runs beside it: 84.0 % (ddp4_sync_stall) and 90.8 % (ddp4_straggler) of the time the
+    captures share. The dominant finding says communication-bound with that share within 1.5 points
+    (ddp4_sync_stall 84.2 %; it said 86.5 % when a collective's time beside compute counted too).
+    ddp4_sync_stall's first finding is its injected stall, ddp4_straggler's the dominant cause."""
     f = _findings(folder, tmp_path_factory)["findings"]
     dom = next(x for x in f if x["kind"] == "dominant")
-    raw = []
+    per_rank = []
     for p in sorted(folder.glob("rank-*.gz")):
         ops = _kineto_gpu(p)
         lo, hi = min(o[2] for o in ops), max(o[3] for o in ops)
         nccl = [(o[2], o[3]) for o in ops if o[0] == "kernel" and o[1].startswith("nccl")]
         comp = [(o[2], o[3]) for o in ops if o[0] == "kernel" and not o[1].startswith("nccl")]
-        raw.append(100.0 * (_union(nccl + comp) - _union(comp)) / (hi - lo))
-    raw.sort()
-    assert dom["class"] == "communication" and min(raw) > 80
-    assert abs(dom["share_pct"] - (raw[1] + raw[2]) / 2) < 6, (dom["share_pct"], raw)
-    assert f[0]["kind"] == "step_outlier"
+        per_rank.append(100.0 * (_union(nccl + comp) - _union(comp)) / (hi - lo))
+    raw = _after_last_arrival(folder)
+    assert dom["class"] == "communication" and min(per_rank) > 80 and raw > 80
+    assert abs(dom["share_pct"] - raw) < 1.5, (dom["share_pct"], raw)
+    assert f[0]["kind"] == ("step_outlier" if folder.name == "ddp4_sync_stall" else "dominant")
+    assert f"{dom['share_pct']:.0f}%" in dom["sentence"] and dom["sentence"].startswith("Communication-bound: ")
 
 
 # --- shared GPUs ------------------------------------------------------------------------------------
@@ -349,6 +380,58 @@ def test_wild_compute_bound_kineto(tmp_path):
     first = _first(qwen, tmp_path)
     raw = _share(_kineto_gpu(qwen), lambda o: o[0] == "kernel" and not o[1].startswith("nccl"))
     assert raw > 80 and first["class"] == "compute" and abs(first["share_pct"] - raw) < 3, (first, raw)
+
+
+def _kineto_step_windows(ev: list[dict]) -> list[tuple[int, float, float]]:
+    """(step, start, end) of each step's GPU window (docs/step-attribution.md): a GPU op's own step
+    is the ProfilerStep#N host range holding its launch call (by correlation id); steps in the order
+    of their first own op; a window runs from the previous window's end (the first: its first own
+    op) to the last end of the own ops of this and earlier steps, clipped at the next step's first."""
+    steps = [(e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in ev if e.get("ph") == "X"
+             and e.get("cat") in ("user_annotation", "cpu_op") and str(e.get("name", "")).startswith("ProfilerStep#")]
+    launch = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("ph") == "X"
+              and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in (e.get("args") or {})}
+    own: dict[int, list[tuple[float, float]]] = {}
+    for e in ev:
+        t = launch.get((e.get("args") or {}).get("correlation"))
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and t is not None:
+            for a, b, n in steps:
+                if a <= t < b:
+                    own.setdefault(n, []).append((e["ts"], e["ts"] + e["dur"]))
+    order = sorted(own, key=lambda n: min(a for a, _ in own[n]))
+    out, prev, last = [], None, float("-inf")
+    for i, n in enumerate(order):
+        last = max(last, max(b for _, b in own[n]))
+        end = min(last, min(a for a, _ in own[order[i + 1]])) if i + 1 < len(order) else last
+        out.append((n, prev if prev is not None else min(a for a, _ in own[n]), end))
+        prev = end
+    return out
+
+
+def test_wild_communication_bound_kineto(tmp_path):
+    """TraceLens' MI300X ResNet with activation checkpointing, rank 0 of an 8-rank DDP job (RCCL):
+    in each step's GPU window (from the raw file, by the windows' rule) its all-reduces run 84 % of
+    the time, 62 % with no compute kernel beside them (they run on a stream of their own, beside
+    the backward kernels). The verdict leads with communication-bound and that 62 %, each step's
+    within 1 point; it said 83 % when a collective's time beside compute counted as communication."""
+    path = _wild("tracelens/mi300/resnet_act_checkpoint.json.gz")
+    ev = json.load(gzip.open(path))["traceEvents"]
+    kernels = [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    per_step, comm_pct = [], []
+    for _, lo, hi in _kineto_step_windows(ev):
+        clip = [(n, max(a, lo), min(b, hi)) for n, a, b in kernels if b > lo and a < hi]
+        comm = [(a, b) for n, a, b in clip if n.startswith(("nccl", "rccl"))]
+        comp = [(a, b) for n, a, b in clip if not n.startswith(("nccl", "rccl"))]
+        per_step.append((_union(comm + comp) - _union(comp), hi - lo))
+        comm_pct.append(100.0 * _union(comm) / (hi - lo))
+    raw = 100.0 * sum(x for x, _ in per_step) / sum(w for _, w in per_step)
+    steps = [100.0 * x / w for x, w in per_step]
+    first = _first(path, tmp_path)
+    assert len(steps) == 3 and raw > 50 and min(comm_pct) > raw + 15  # a fifth of the step beside compute
+    assert (first["kind"], first["class"], first["cause"]) == ("dominant", "communication", "NCCL kernels"), first
+    assert abs(first["share_pct"] - raw) < 1, (first["share_pct"], raw)
+    assert abs(first["low_pct"] - min(steps)) < 1 and abs(first["high_pct"] - max(steps)) < 1, (first, steps)
+    assert first["sentence"].startswith(f"Communication-bound: {first['share_pct']:.0f}% of the critical path")
 
 
 def test_wild_host_bound_kineto(tmp_path):
