@@ -181,12 +181,14 @@ DOCS = {
                            "(e.g. [\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"1\"]: stride, padding, dilation, groups)"}),
     "ranges": ("NVTX ranges and user annotations (record_function), host side and GPU side", {
         "domain": "the NVTX domain", "on_gpu": "TRUE for Kineto's GPU-side user annotations"}),
-    "memory_events": ("one row per allocation or free the PyTorch profiler recorded (profile_memory=True; docs/memory.md)", {
+    "memory_events": ("one row per allocation or free the PyTorch profiler (profile_memory=True) or Nsight Systems "
+                      "(--cuda-memory-usage=true) recorded (docs/memory.md)", {
         "device_type": "cpu | cuda | ... (c10 DeviceType)", "device": "the device index as recorded (-1: the CPU)",
         "pid": "the process id", "tid": "the thread that allocated or freed",
         "ts_ns": "when (ns since epoch, on the CPU ops' clock)",
         "bytes": "bytes allocated (> 0) or freed (< 0)", "addr": "the block's address (pairs an allocation with its free)",
-        "total_allocated": "the allocator's bytes allocated on this device just after the event",
+        "total_allocated": "the allocator's bytes allocated on this device just after the event (nsys: the running sum of its "
+                           "CUDA allocations minus frees)",
         "total_reserved": "the caching allocator's bytes reserved from the device just after the event (the CPU allocator reserves none: 0)"}),
     "memory_segments": ("one row per segment of a CUDA caching-allocator snapshot (torch.cuda.memory._dump_snapshot; docs/memory.md)", {
         "device": "the GPU index", "address": "the segment's address", "total_size": "bytes the segment holds from the device",

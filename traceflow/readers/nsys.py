@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..duck import arrow_table, relation, sql_string
 from ..errors import InputError, one_line
+from . import nsys_memory
 from .model import ProcessTrace
 
 # CUPTI's enum values; used when an old export has no ENUM_* tables.
@@ -47,7 +48,7 @@ _BIG = {
     "NVTX_EVENTS": ("globalTid", "start", "end", "eventType", "text", "textId", "domainId", "binaryData"),
 }
 READ_TABLES = (*_BIG, "StringIds", "NVTX_PAYLOAD_SCHEMA_ENTRIES", "META_DATA_EXPORT", "EXPORT_META_DATA",
-               "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_SYSTEM_ENV")
+               "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_SYSTEM_ENV", nsys_memory.TABLE)
 
 
 class SqliteError(Exception):
@@ -247,6 +248,9 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
             con.execute(f"DELETE FROM {rel} WHERE {bad}")
             warnings.append(f"dropped {n_back} {what} with no start or end, an end before their start, or a time "
                             "outside the session")
+    # --cuda-memory-usage=true: the memory timeline (readers/nsys_memory.py; docs/memory.md)
+    warnings += nsys_memory.create(con, src.cols.get(nsys_memory.TABLE, set()), base, _one_process(src),
+                                   _enum_map(src, "ENUM_CUDA_MEM_KIND", _MEM_KIND))
 
     procs = con.execute("""
         SELECT gpid, min(pid) FROM (
@@ -288,6 +292,10 @@ def _read(con, path, sink, key) -> list[ProcessTrace]:
                 n += batch.num_rows
                 sink.write(pkey, table, batch)
             counts[table] = n
+        mem = arrow_table(con, f"SELECT * EXCLUDE (gpid) FROM mem WHERE {flt}")
+        if mem.num_rows:
+            sink.write(pkey, "memory_events", mem)
+            counts["memory_events"] = mem.num_rows
         if gpu_memory is not None and gpu_memory.num_rows:
             sink.write(pkey, "devices", gpu_memory)
         devs = [r[0] for r in con.execute(f"SELECT DISTINCT device FROM g WHERE {flt}").fetchall()]

@@ -1,0 +1,139 @@
+"""Issue 35 on Nsight Systems: `nsys profile --cuda-memory-usage=true` exports read into the memory
+tables. Real public exports (A100, nsys 2024.2, CUDA_GPU_MEMORY_USAGE_EVENTS with rows; in the wild
+corpus, tests/wild/manifest.json, not committed) ingested through the real CLI; every figure of the
+`memory` packs checked against a plain-Python sweep of the raw SQLite file: the running sum of the
+allocations minus the frees. Skipped without the corpus ($TRACEFLOW_WILD)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, connect, run_cli
+
+WILD = Path(os.environ.get("TRACEFLOW_WILD", ROOT.parent / "shared" / "wild"))
+MANIFEST = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
+EXPORTS = [e for e in MANIFEST if e["source"] == "gemm-spmm-a100"]
+GPU_KINDS, HOST_KINDS = {"Device", "Array", "Device Static"}, {"Pageable", "Pinned"}
+
+
+def _file(e: dict) -> Path:
+    p = WILD / e["file"]
+    if not p.exists():
+        pytest.skip(f"{e['file']} not in the wild corpus at {WILD} (set TRACEFLOW_WILD)")
+    if hashlib.sha256(p.read_bytes()).hexdigest() != e["sha256"]:
+        pytest.skip(f"{p}: not the file the manifest names (sha256 differs)")
+    return p
+
+
+def raw_events(path: Path) -> tuple[dict, dict, dict]:
+    """The raw file, with sqlite3: per (device type, device) the events in time order (at one ns an
+    allocation first, then by address) as (ns since epoch, signed bytes, address, correlation id);
+    the thread of each API call by correlation id; each GPU's memory."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as src:
+        base = src.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+        kinds = dict(src.execute("SELECT id, label FROM ENUM_CUDA_MEM_KIND"))
+        rows = src.execute("""SELECT start, deviceId, address, bytes, memKind, memoryOperationType, correlationId
+                              FROM CUDA_GPU_MEMORY_USAGE_EVENTS""").fetchall()
+        threads = {c: t & 0xFFFFFF for c, t in src.execute("SELECT correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+        gpus = dict(src.execute("SELECT cuDevice, totalMemory FROM TARGET_INFO_GPU"))
+    series: dict = defaultdict(list)
+    for start, dev, addr, n, kind, op, corr in sorted(rows, key=lambda r: (r[0], r[5], r[2])):
+        key = ("cuda", dev) if kinds[kind] in GPU_KINDS else ("cpu", -1) if kinds[kind] in HOST_KINDS else None
+        assert key is not None, kinds[kind]  # these exports hold no Managed memory
+        series[key].append((base + start, n if op == 0 else -n, addr, corr))
+    return series, threads, gpus
+
+
+def sweep(events: list, lo: int, hi: int) -> dict:
+    """One step [lo, hi] of one device: the peak of the running sum (carried in from before the step
+    when higher), when it was first reached, the sums allocated and freed, what was live at the peak."""
+    total, before, inside = 0, None, []
+    for t, n, addr, corr in events:
+        total += n
+        if t < lo:
+            before = total
+        elif t <= hi:
+            inside.append((t, total))
+    top = max((v for _, v in inside), default=None)
+    if top is None or (before is not None and before > top):
+        peak, peak_t = before, lo
+    else:
+        peak, peak_t = top, min(t for t, v in inside if v == top)
+    live: dict = {}
+    for t, n, addr, corr in events:
+        if t > peak_t:
+            break
+        if n > 0:
+            live[addr] = (n, corr)
+        else:
+            live.pop(addr, None)
+    return {"peak": peak, "peak_ns": peak_t, "start": before, "live": live,
+            "allocated": sum(n for t, n, *_ in events if lo <= t <= hi and n > 0),
+            "freed": -sum(n for t, n, *_ in events if lo <= t <= hi and n < 0)}
+
+
+@pytest.mark.skipif(not EXPORTS, reason="no nsys export with CUDA memory usage in tests/wild/manifest.json")
+@pytest.mark.parametrize("e", EXPORTS, ids=lambda e: Path(e["file"]).name)
+def test_nsys_cuda_memory_usage_peaks_equal_the_sweep(e, tmp_path):
+    path = _file(e)
+    db = tmp_path / "job.duckdb"
+    r = run_cli("ingest", path, "-o", db)
+    assert r.returncode == 0, r.stderr
+    series, threads, gpus = raw_events(path)
+    con = connect(db)
+    # every event read, with its running total, and the allocating thread of its API call
+    got = con.execute("""SELECT device_type, device, ts_ns, bytes, addr, tid, total_allocated, total_reserved
+                         FROM memory_events ORDER BY device_type, device, ts_ns, bytes < 0, addr""").fetchall()
+    want = []
+    for (dtype, dev), evs in sorted(series.items()):
+        total = 0
+        for t, n, addr, corr in evs:
+            total += n
+            want.append((dtype, dev, t, n, addr, threads.get(corr), total, total if dtype == "cuda" else 0))
+    assert got == want and len(want) > 10
+    steps = con.execute("SELECT step, start_ns, end_ns FROM steps WHERE rank = 0").fetchall()
+    rows = con.execute("""SELECT step, device_type, device, peak_allocated_bytes, peak_ns, peak_reserved_bytes,
+                                 start_allocated_bytes, allocated_bytes, freed_bytes, tracked_at_peak_bytes,
+                                 device_memory_bytes, headroom_bytes, near_device_limit FROM memory""").fetchall()
+    assert sorted((r[0], r[1], r[2]) for r in rows) == sorted((s, *k) for s, _, _ in steps for k in series)
+    for step, dtype, dev, peak, peak_ns, reserved, start, alloc, freed, tracked, devmem, headroom, near in rows:
+        lo, hi = next((a, b) for s, a, b in steps if s == step)
+        w = sweep(series[(dtype, dev)], lo, hi)
+        assert (peak, peak_ns, start, alloc, freed, tracked) == \
+            (w["peak"], w["peak_ns"], w["start"], w["allocated"], w["freed"], sum(n for n, _ in w["live"].values()))
+        if dtype == "cuda":  # what the process holds from the GPU: reserved = allocated, against the GPU's memory
+            assert reserved == peak and devmem == gpus[dev] and headroom == devmem - peak
+            assert near == (peak >= 0.9 * devmem)
+        else:  # host memory (pinned): reserves nothing, no device to hold it against
+            assert reserved is None and devmem is None and headroom is None
+        live = con.execute("""SELECT addr, bytes, tid FROM memory_peak_allocations WHERE step = ? AND device_type = ?
+                              AND device = ? ORDER BY pos""", [step, dtype, dev]).fetchall()
+        assert sorted(live) == sorted((a, n, threads.get(c)) for a, (n, c) in w["live"].items())
+        assert [b for _, b, _ in live] == sorted((n for n, _ in w["live"].values()), reverse=True)
+    # the whole capture's peak on the GPU: the highest running sum of the raw file
+    top = max(sum(n for _, n, *_ in series[("cuda", 0)][:i + 1]) for i in range(len(series[("cuda", 0)])))
+    assert con.execute("SELECT peak_allocated_bytes FROM memory_ranks WHERE device_type = 'cuda'").fetchone()[0] == top
+
+
+@pytest.mark.skipif(not EXPORTS, reason="no nsys export with CUDA memory usage in tests/wild/manifest.json")
+def test_nsys_memory_in_the_report_and_perfetto(tmp_path):
+    """The report draws the nsys memory timeline; the Perfetto trace gets its counter tracks."""
+    path = _file(EXPORTS[0])
+    db = tmp_path / "job.duckdb"
+    assert run_cli("ingest", path, "-o", db).returncode == 0
+    page = tmp_path / "report.html"
+    r = run_cli("report", db, "-o", page)
+    assert r.returncode == 0, r.stderr
+    html = page.read_text()
+    assert 'id="memory"' in html and "Rank 0, cuda:0, step 0: memory over the step" in html
+    from test_report import parse_trace
+    out = tmp_path / "job.perfetto-trace"
+    assert run_cli("annotate", db, "-o", out).returncode == 0
+    tracks, events, _ = parse_trace(out)
+    names = sorted(d.name for d in tracks.values() if d.name.startswith("memory "))
+    assert names == ["memory allocated (cpu:-1)", "memory allocated (cuda:0)", "memory reserved (cuda:0)"], names
