@@ -59,7 +59,7 @@ def _events(con, P: Plots) -> list:
                hint=P.hint("memory-peak-allocations"))
     return [*blocks,
             Note("Allocated: the bytes live tensors hold (the profiler's Total Allocated). Reserved: what the caching "
-                 "allocator holds from the device (CUDA only). Headroom: the device's memory minus the peak reserved; "
+                 "allocator holds from the device (CUDA only; from Nsight Systems, the CUDA allocations the process holds). Headroom: the device's memory minus the peak reserved; "
                  "'unknown' when the trace does not state the device's memory. Definitions: docs/memory.md."),
             Heading("Each rank's highest peak"), t1, Heading("Largest allocations live at each rank's peak"), t2]
 
