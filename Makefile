@@ -82,7 +82,7 @@ fuzz: dev
 	TRACEFLOW_FUZZ=full $(BIN)/python -m pytest -q -n 2 tests/test_corpus.py tests/test_robustness.py
 
 bench: dev
-	$(BIN)/python bench/run.py --shared $(SHARED)
+	$(BIN)/python bench/run.py --shared $(SHARED) $(BENCH_ARGS)
 
 # Dask LocalCluster against the local ingest at 16 and 64 ranks (not in make test; docs/scale-out.md)
 bench-cluster: dev

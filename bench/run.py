@@ -273,6 +273,8 @@ def main():
     ap.add_argument("--big-json", action="store_true", help="also ingest one ~1 GB JSON trace (rank 0, steps repeated 25x)")
     ap.add_argument("--only-big-json", action="store_true", help="just that")
     ap.add_argument("--only-small", action="store_true", help="just the small-job rows (fixed costs)")
+    ap.add_argument("--against", metavar="REV", help="also each reader of revision REV side by side with this tree's, "
+                    "on long4 inputs without memory events (bench/ab_reader.py: CPU seconds, alternating)")
     ap.add_argument("--work", default=str(HERE / "work"))
     ap.add_argument("--out", default=str(HERE / "results.json"))
     args = ap.parse_args()
@@ -327,6 +329,8 @@ def main():
         print(f"making x{s} inputs ({steps}x steps, {ranks}x ranks)...", flush=True)
         inputs[("kineto", s)] = [str(p) for p in scale_kineto(kineto_gz, work / f"x{s}" / "kineto", steps, ranks)]
         inputs[("nsys", s)] = [str(p) for p in scale_nsys(nsys1, work / f"x{s}" / "nsys", steps, ranks)]
+    if args.against:
+        results["against"] = ab_rows(args.against, work, [inputs[("nsys", 1)][1], inputs[("kineto", 1)][0]])
     for (fmt, s), files in inputs.items():
         results["inputs"][f"{fmt} x{s}"] = {"files": len(files), "mib": round(sum(os.path.getsize(f) for f in files) / 2**20)}
 
@@ -388,6 +392,23 @@ def main():
     Path(args.out).write_text(json.dumps(results, indent=1))
     print()
     print(table(results))
+
+
+def ab_rows(rev: str, work: Path, files: list[str]) -> dict:
+    """Issue 35's criterion, that traces without memory events read as fast as before: the readers of
+    `rev` (git archive, unpacked under work/) and of this tree on the same files, alternating."""
+    old = work / f"tree-{rev}"
+    if not old.is_dir():
+        old.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    out = {}
+    for f in files:
+        r = subprocess.run([PY, str(HERE / "ab_reader.py"), str(old), str(ROOT), f, "--reps", "6"],
+                           capture_output=True, text=True, check=True)
+        out[Path(f).name] = r.stdout.strip().splitlines()[-2:]  # the two medians
+        print(f"  reader, {rev} vs this tree, {Path(f).name}:", *out[Path(f).name], sep="\n    ", flush=True)
+    return out
 
 
 SMALL = ROOT / "fixtures" / "ddp4_sync_stall"  # the bundled real 4-rank job: 16 k GPU ops, 3.2 MB of gzip
