@@ -30,10 +30,11 @@ def _file(e: dict) -> Path:
     return p
 
 
-def raw_events(path: Path) -> tuple[dict, dict, dict]:
+def raw_events(path: Path) -> tuple[dict, dict, dict, int]:
     """The raw file, with sqlite3: per (device type, device) the events in time order (at one ns an
     allocation first, then by address) as (ns since epoch, signed bytes, address, correlation id);
-    the thread of each API call by correlation id; each GPU's memory."""
+    the thread of each API call by correlation id; each GPU's memory; how many rows are not an
+    allocation or free of GPU or host memory with a size (Managed memory, a damaged row)."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as src:
         base = src.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
         kinds = dict(src.execute("SELECT id, label FROM ENUM_CUDA_MEM_KIND"))
@@ -42,11 +43,12 @@ def raw_events(path: Path) -> tuple[dict, dict, dict]:
         threads = {c: t & 0xFFFFFF for c, t in src.execute("SELECT correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
         gpus = dict(src.execute("SELECT cuDevice, totalMemory FROM TARGET_INFO_GPU"))
     series: dict = defaultdict(list)
-    for start, dev, addr, n, kind, op, corr in sorted(rows, key=lambda r: (r[0], r[5], r[2])):
-        key = ("cuda", dev) if kinds[kind] in GPU_KINDS else ("cpu", -1) if kinds[kind] in HOST_KINDS else None
-        assert key is not None, kinds[kind]  # these exports hold no Managed memory
+    usable = [r for r in rows if isinstance(r[3], int) and r[3] > 0 and r[5] in (0, 1)
+              and kinds.get(r[4]) in GPU_KINDS | HOST_KINDS]
+    for start, dev, addr, n, kind, op, corr in sorted(usable, key=lambda r: (r[0], r[5], r[2])):
+        key = ("cuda", dev) if kinds[kind] in GPU_KINDS else ("cpu", -1)
         series[key].append((base + start, n if op == 0 else -n, addr, corr))
-    return series, threads, gpus
+    return series, threads, gpus, len(rows) - len(usable)
 
 
 def sweep(events: list, lo: int, hi: int) -> dict:
@@ -84,8 +86,13 @@ def test_nsys_cuda_memory_usage_peaks_equal_the_sweep(e, tmp_path):
     db = tmp_path / "job.duckdb"
     r = run_cli("ingest", path, "-o", db)
     assert r.returncode == 0, r.stderr
-    series, threads, gpus = raw_events(path)
-    con = connect(db)
+    series, threads, gpus, left_out = raw_events(path)
+    assert left_out == 0  # these exports hold no Managed memory
+    check(connect(db), series, threads, gpus)
+
+
+def check(con, series, threads, gpus):
+    """Every memory table against the sweep of the raw events."""
     # every event read, with its running total, and the allocating thread of its API call
     got = con.execute("""SELECT device_type, device, ts_ns, bytes, addr, tid, total_allocated, total_reserved
                          FROM memory_events ORDER BY device_type, device, ts_ns, bytes < 0, addr""").fetchall()
@@ -137,3 +144,28 @@ def test_nsys_memory_in_the_report_and_perfetto(tmp_path):
     tracks, events, _ = parse_trace(out)
     names = sorted(d.name for d in tracks.values() if d.name.startswith("memory "))
     assert names == ["memory allocated (cpu:-1)", "memory allocated (cuda:0)", "memory reserved (cuda:0)"], names
+
+
+@pytest.mark.skipif(not EXPORTS, reason="no nsys export with CUDA memory usage in tests/wild/manifest.json")
+def test_managed_and_damaged_memory_rows_are_left_out_and_counted(tmp_path):
+    """Derived from a real export: one row made Managed memory, one given a text size, one an
+    operation that is neither allocation nor free. Each is left out and counted in the trace's
+    warnings, the file is read (exit 0), and every figure is the sweep's over the other rows."""
+    src = _file(EXPORTS[0])
+    path = tmp_path / src.name
+    path.write_bytes(src.read_bytes())
+    with sqlite3.connect(path) as c:
+        rows = [r[0] for r in c.execute("SELECT rowid FROM CUDA_GPU_MEMORY_USAGE_EVENTS ORDER BY start")]
+        c.execute("UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET memKind = 4 WHERE rowid = ?", [rows[-1]])
+        c.execute("UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET bytes = 'many' WHERE rowid = ?", [rows[-2]])
+        c.execute("UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET memoryOperationType = 5 WHERE rowid = ?", [rows[-3]])
+    db = tmp_path / "job.duckdb"
+    r = run_cli("ingest", path, "-o", db)
+    assert r.returncode == 0, r.stderr
+    series, threads, gpus, left_out = raw_events(path)
+    assert left_out == 3
+    con = connect(db)
+    warnings = con.execute("SELECT warnings FROM traces").fetchone()[0]
+    assert "left out 1 CUDA memory usage events of Managed or unknown memory (on no one device)" in warnings
+    assert any(w.startswith("left out 2 CUDA memory usage events with no size") for w in warnings), warnings
+    check(con, series, threads, gpus)

@@ -40,36 +40,39 @@ def create(con, cols: set[str], base: int, one_process: bool, kinds: dict) -> li
                        ts_ns BIGINT, bytes BIGINT, addr BIGINT, total_allocated BIGINT, total_reserved BIGINT)""")
         return [f"{TABLE} lacks {', '.join(c for c in REQUIRED if c not in cols)}: its memory events are not read"] \
             if cols else []
-    gpid = "NULL::BIGINT" if one_process or "globalPid" not in cols else "globalPid::BIGINT"
-    corr = "correlationId::BIGINT" if "correlationId" in cols else "NULL::BIGINT"
-    label = "(CASE memKind " + " ".join(f"WHEN {int(k)} THEN {_quote(str(v))}" for k, v in kinds.items()) + " END)"
+    gpid = "NULL::BIGINT" if one_process or "globalPid" not in cols else "TRY_CAST(globalPid AS BIGINT)"
+    corr = "TRY_CAST(correlationId AS BIGINT)" if "correlationId" in cols else "NULL::BIGINT"
+    label = "(CASE TRY_CAST(memKind AS INTEGER) " + " ".join(f"WHEN {int(k)} THEN {_quote(str(v))}" for k, v in kinds.items()) + " END)"
     gpu, host = (", ".join(map(_quote, k)) for k in (GPU_KINDS, HOST_KINDS))
+    # TRY_CAST: a damaged row (text where a number belongs) is left out and counted, not the whole file
     con.execute(f"""CREATE TEMP TABLE mem_raw AS
         SELECT {gpid} AS gpid, CASE WHEN {label} IN ({gpu}) THEN 'cuda' WHEN {label} IN ({host}) THEN 'cpu' END AS device_type,
-               deviceId::INTEGER AS gpu, start::BIGINT + {int(base)} AS ts_ns, memoryOperationType AS op,
-               CASE memoryOperationType WHEN 0 THEN bytes::BIGINT WHEN 1 THEN -bytes::BIGINT END AS bytes,
-               address::BIGINT AS addr, {corr} AS corr
+               TRY_CAST(deviceId AS INTEGER) AS gpu, TRY_CAST(start AS BIGINT) AS rel,
+               TRY_CAST(start AS DOUBLE) = floor(TRY_CAST(start AS DOUBLE)) AS whole,
+               TRY_CAST(memoryOperationType AS INTEGER) AS op, TRY_CAST(bytes AS BIGINT) AS size,
+               TRY_CAST(address AS BIGINT) AS addr, {corr} AS corr
         FROM src.{TABLE}""")
     warnings = []
     for cond, why in (("device_type IS NULL", "of Managed or unknown memory (on no one device)"),
-                      ("bytes IS NULL OR bytes = 0 OR addr IS NULL OR ts_ns IS NULL OR gpu IS NULL",
-                       "with no size, address, time or device, or an operation neither allocation nor free"),
-                      (f"ts_ns < {int(base)} OR ts_ns > {int(base) + 2**62}", "with a time outside the session")):
+                      ("size IS NULL OR size <= 0 OR addr IS NULL OR gpu IS NULL OR op IS NULL OR op NOT IN (0, 1)",
+                       "with no size, address or device, or an operation neither allocation (0) nor free (1)"),
+                      (f"rel IS NULL OR whole IS NOT TRUE OR rel < 0 OR rel > {2**62}",
+                       "with no time, a time not a whole ns, or one outside the session")):
         n = con.execute(f"SELECT count(*) FROM mem_raw WHERE {cond}").fetchone()[0]
         if n:
             con.execute(f"DELETE FROM mem_raw WHERE {cond}")
             warnings.append(f"left out {n} CUDA memory usage events {why}")
-    con.execute("""CREATE TEMP TABLE mem AS
+    con.execute(f"""CREATE TEMP TABLE mem AS
         WITH calls AS (
             SELECT gpid, correlation_id, any_value(tid) AS tid FROM h
             WHERE kind IN ('cuda_runtime', 'cuda_driver') AND correlation_id IS NOT NULL GROUP BY ALL
         )
         SELECT r.gpid, r.device_type, CASE WHEN r.device_type = 'cpu' THEN -1 ELSE r.gpu END AS device,
-               (r.gpid >> 24) & 16777215 AS pid, c.tid, r.ts_ns, r.bytes, r.addr,
+               (r.gpid >> 24) & 16777215 AS pid, c.tid, r.rel + {int(base)} AS ts_ns, r.bytes, r.addr,
                sum(r.bytes) OVER w AS total_allocated,
                CASE WHEN r.device_type = 'cpu' THEN 0 ELSE sum(r.bytes) OVER w END AS total_reserved
-        FROM mem_raw r LEFT JOIN calls c ON c.gpid IS NOT DISTINCT FROM r.gpid AND c.correlation_id = r.corr
+        FROM (SELECT *, CASE op WHEN 0 THEN size ELSE -size END AS bytes FROM mem_raw) r LEFT JOIN calls c ON c.gpid IS NOT DISTINCT FROM r.gpid AND c.correlation_id = r.corr
         WINDOW w AS (PARTITION BY r.gpid, r.device_type, CASE WHEN r.device_type = 'cpu' THEN -1 ELSE r.gpu END
-                     ORDER BY r.ts_ns, r.op, r.addr ROWS UNBOUNDED PRECEDING)""")
+                     ORDER BY r.rel, r.op, r.addr ROWS UNBOUNDED PRECEDING)""")
     con.execute("DROP TABLE mem_raw")
     return warnings
