@@ -169,3 +169,23 @@ def test_managed_and_damaged_memory_rows_are_left_out_and_counted(tmp_path):
     assert "left out 1 CUDA memory usage events of Managed or unknown memory (on no one device)" in warnings
     assert any(w.startswith("left out 2 CUDA memory usage events with no size") for w in warnings), warnings
     check(con, series, threads, gpus)
+
+
+def test_an_nsys_export_without_memory_usage_says_how_to_record_it(ingested):
+    """The H100 fixture's exports were recorded without --cuda-memory-usage: no memory rows, and the
+    empty pack says how to record them with either profiler."""
+    import sqlite3 as sq
+
+    from conftest import fixture_files
+    files = fixture_files("h100/nsys/ddp4_sync_stall")
+    for f in files:  # the raw files: no such table
+        with sq.connect(f"file:{f}?mode=ro", uri=True) as c:
+            assert not c.execute("SELECT count(*) FROM sqlite_master WHERE name = 'CUDA_GPU_MEMORY_USAGE_EVENTS'").fetchone()[0]
+    db = ingested("h100/nsys/ddp4_sync_stall")
+    con = connect(db)
+    assert con.execute("SELECT count(*) FROM memory_events").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM devices").fetchone()[0] >= 4
+    con.close()
+    r = run_cli("query", db, "memory")
+    assert r.returncode == 0, r.stderr
+    assert "nsys profile --cuda-memory-usage=true" in r.stdout + r.stderr and "profile_memory=True" in r.stdout + r.stderr

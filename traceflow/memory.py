@@ -61,5 +61,6 @@ def hint(con, pack: str) -> str | None:
     if table == "memory_snapshot":
         return "no allocator snapshot in this job: ingest torch.cuda.memory._dump_snapshot() pickles with the traces"
     if not has_memory(con, "memory_events"):
-        return "no memory events in this job: record with torch.profiler.profile(..., profile_memory=True)"
+        return ("no memory events in this job: record with torch.profiler.profile(..., profile_memory=True), "
+                "or nsys profile --cuda-memory-usage=true")
     return None
