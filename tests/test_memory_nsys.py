@@ -189,3 +189,24 @@ def test_an_nsys_export_without_memory_usage_says_how_to_record_it(ingested):
     r = run_cli("query", db, "memory")
     assert r.returncode == 0, r.stderr
     assert "nsys profile --cuda-memory-usage=true" in r.stdout + r.stderr and "profile_memory=True" in r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not EXPORTS, reason="no nsys export with CUDA memory usage in tests/wild/manifest.json")
+def test_a_cluster_ingest_gives_the_local_nsys_memory_rows(tmp_path):
+    """--cluster: the nsys memory events are per-rank shards like the rest; every memory table equals
+    the local ingest's, row for row."""
+    pytest.importorskip("distributed")
+    files = [_file(EXPORTS[0])]  # the exports are separate jobs: one job, one file
+    local, cluster = tmp_path / "local.duckdb", tmp_path / "cluster.duckdb"
+    assert run_cli("ingest", *files, "-o", local).returncode == 0
+    r = run_cli("ingest", *files, "-o", cluster, "--cluster", "local:2")
+    assert r.returncode == 0, r.stderr
+    tables = ["memory_events", "devices", "memory", "memory_peak_allocations", "memory_ranks", "memory_findings"]
+    got = {}
+    for db in (local, cluster):
+        con = connect(db)
+        got[db] = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in tables}
+        con.close()
+    assert len(got[local]["memory_events"]) > 50
+    for t in tables:
+        assert got[cluster][t] == got[local][t], t
