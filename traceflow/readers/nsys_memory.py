@@ -69,8 +69,8 @@ def create(con, cols: set[str], base: int, one_process: bool, kinds: dict) -> li
         )
         SELECT r.gpid, r.device_type, CASE WHEN r.device_type = 'cpu' THEN -1 ELSE r.gpu END AS device,
                (r.gpid >> 24) & 16777215 AS pid, c.tid, r.rel + {int(base)} AS ts_ns, r.bytes, r.addr,
-               sum(r.bytes) OVER w AS total_allocated,
-               CASE WHEN r.device_type = 'cpu' THEN 0 ELSE sum(r.bytes) OVER w END AS total_reserved
+               (sum(r.bytes) OVER w)::BIGINT AS total_allocated,
+               CASE WHEN r.device_type = 'cpu' THEN 0 ELSE (sum(r.bytes) OVER w)::BIGINT END AS total_reserved
         FROM (SELECT *, CASE op WHEN 0 THEN size ELSE -size END AS bytes FROM mem_raw) r LEFT JOIN calls c ON c.gpid IS NOT DISTINCT FROM r.gpid AND c.correlation_id = r.corr
         WINDOW w AS (PARTITION BY r.gpid, r.device_type, CASE WHEN r.device_type = 'cpu' THEN -1 ELSE r.gpu END
                      ORDER BY r.rel, r.op, r.addr ROWS UNBOUNDED PRECEDING)""")
