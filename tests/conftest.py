@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("TRACEFLOW_SHARED", ROOT.parent / "shared"))
 FIX = SHARED / "fixtures"
 BUNDLED = ROOT / "fixtures"
+# the wild corpus of public traces (tests/wild/README.md): never in the repository
+WILD = Path(os.environ.get("TRACEFLOW_WILD", SHARED / "wild"))
 TRACEFLOW = [sys.executable, "-m", "traceflow.cli"]
 
 # The developer's terminal size must not change what the commands under test print through a pipe

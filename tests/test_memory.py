@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import BUNDLED, connect, run_cli
+from conftest import BUNDLED, WILD, connect, run_cli
 
 EXTRA_BYTES = 6_000_007        # the injected tensor (uint8): no other allocation of the job has this size
 HOLD_RANK, HOLD_STEP = 1, 2    # the rank that holds it, and through which step (ProfilerStep#N)
@@ -355,7 +355,6 @@ def test_the_loose_decoding_path_gives_the_same_memory_rows(memory_job, tmp_path
     assert loose["memory_events.arrow"].to_pylist() == strict["memory_events.arrow"].to_pylist()
 
 
-WILD = Path(os.environ.get("TRACEFLOW_WILD", "/work/wild"))
 WILD_MEMORY = sorted(p for p in (WILD / "tracelens").glob("*/*.json.gz") if b'"[memory]"' in gzip.open(p).read()) \
     if (WILD / "tracelens").is_dir() else []
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, connect, run_cli
+from conftest import ROOT, WILD, connect, run_cli
 
-WILD = Path(os.environ.get("TRACEFLOW_WILD", ROOT.parent / "shared" / "wild"))
 MANIFEST = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
 EXPORTS = [e for e in MANIFEST if e["source"] == "gemm-spmm-a100"]
 GPU_KINDS, HOST_KINDS = {"Device", "Array", "Device Static"}, {"Pageable", "Pinned"}

@@ -2,7 +2,7 @@
 
 No snapshot can be recorded here (it needs CUDA). A real one, written by _dump_snapshot on a GPU
 and committed to a public repository (MAGMA27/assignment2-systems, memory_snapshot.pickle), is used
-when it sits in /work/wild/memory (TRACEFLOW_WILD_MEMORY); it is not ours to commit, so these tests
+when it sits in $TRACEFLOW_WILD/memory (or TRACEFLOW_WILD_MEMORY); it is not ours to commit, so these tests
 skip without it. Every figure is checked against plain Python over the unpickled snapshot."""
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from conftest import BUNDLED, connect, run_cli
+from conftest import WILD as WILD_ROOT
 
-WILD = Path(os.environ.get("TRACEFLOW_WILD_MEMORY", "/work/wild/memory"))
+WILD = Path(os.environ.get("TRACEFLOW_WILD_MEMORY", WILD_ROOT / "memory"))
 SNAPSHOTS = sorted(WILD.glob("*.pickle")) if WILD.is_dir() else []
 needs_snapshot = pytest.mark.skipif(not SNAPSHOTS, reason=f"no real allocator snapshot in {WILD} (see the module's docstring)")
 

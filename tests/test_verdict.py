@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 import sqlite3
 import statistics
 from pathlib import Path
 
 import pytest
-from conftest import BUNDLED, FIX, needs_shared, run_cli
+from conftest import BUNDLED, FIX, WILD, needs_shared, run_cli
 
 import traceflow
 from traceflow import verdict
@@ -336,7 +335,6 @@ def test_sizes_in_human_units():
 
 # --- public traces of the wild corpus (helper "corpus": /work/wild, its manifest gives provenance) ---
 
-WILD = Path(os.environ.get("TRACEFLOW_WILD", Path(__file__).resolve().parent.parent.parent / "wild"))
 
 
 def _wild(rel: str) -> Path:

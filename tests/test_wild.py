@@ -19,14 +19,13 @@ import gzip
 import hashlib
 import json
 import math
-import os
 import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import connect
+from conftest import WILD, connect
 from intervals import measure
 from test_step_attribution import check_conservation
 
@@ -34,7 +33,6 @@ import traceflow
 from traceflow.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-WILD = Path(os.environ.get("TRACEFLOW_WILD", ROOT.parent / "shared" / "wild"))
 MANIFEST = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
 JOBS: dict[str, list[dict]] = collections.defaultdict(list)
 for _e in MANIFEST:
