@@ -477,7 +477,7 @@ def _same_fault_after_stall(fixes: list[dict]) -> list[dict]:
     17.2 ms on step 4, 15.3 of it rank 3's synchronize before its sleep: the stall fix, with that
     synchronize, gains the same 15.3). The stall names the whole fault, so it comes first and the
     other fix says what it shares with it; their order otherwise stays by gain."""
-    stall = next((f for f in fixes if "host_ns" in f.get("fault", {})), None)
+    stall = next((f for f in fixes if "host_ns" in (f.get("fault") or {})), None)
     if stall is None:
         return fixes
     s = stall["fault"]
