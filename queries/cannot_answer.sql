@@ -24,7 +24,7 @@ SELECT rank, 'launch latency', 'the launch call is not in the trace (no correlat
        count(*)::BIGINT
 FROM gpu_ops WHERE api_start_ns IS NULL GROUP BY rank
 UNION ALL
-SELECT rank, 'per-step figures', 'no step annotation (ProfilerStep#N or a step range) in the trace: one row for the whole trace',
+SELECT rank, 'per-step figures', 'no step annotation (ProfilerStep#N or a step range) in the trace, so one row holds the whole trace',
        NULL::BIGINT
 FROM steps WHERE source = 'whole trace'
 UNION ALL

@@ -4,9 +4,9 @@
 --   priority       0 the job stopped (hang forensics) | 1 a fault: a rank or step doing worse than
 --                  its baseline by 5 % of the median step or more (per step, for a straggler) | 2 the
 --                  dominant cause of the typical step, then smaller faults | 3 a caveat on the
---                  figures (shared GPUs, coverage) | 4 a note (launch-bound kernels, exposed
+--                  figures (shared GPUs, coverage, what the trace cannot give) | 4 a note (launch-bound kernels, exposed
 --                  communication, MFU) (INTEGER)
---   kind           step_outlier | straggler | dominant | shared_gpu | coverage | launch_bound_steps |
+--   kind           step_outlier | straggler | dominant | shared_gpu | coverage | cannot_answer | launch_bound_steps |
 --                  launch_names | exposed_comm | mfu | mfu_empty (VARCHAR)
 --   rank, step     whom and when it concerns (NULL: every rank / every analysed step)
 --   class, cause   as in step_causes (what kind of time; the finer cause)
@@ -19,11 +19,12 @@
 --                  (step_outlier) or the other ranks (straggler) (ns, BIGINT)
 --   share_pct      value as a percent of the step's critical path (of the median step's for
 --                  per-step figures); coverage: percent of GPU time inside steps; mfu: the MFU;
---                  launch_bound_steps: the most launch-exposed share of a step's GPU window (DOUBLE)
+--                  launch_bound_steps: the most launch-exposed share of a step's GPU window;
+--                  cannot_answer: the share of the ranks' GPU ops the figure is missing for (DOUBLE)
 --   low_pct, high_pct  dominant: the class's least and greatest share over the analysed steps;
 --                  mfu: the share of compute time with known FLOPs, and of op time that is
 --                  memory-bound (DOUBLE)
---   evidence       the op, call or kernel that shows it (VARCHAR)
+--   evidence       the op, call or kernel that shows it; cannot_answer: the figure (VARCHAR)
 --   evidence_ns    its time (ns, BIGINT): the host's longest idle gap with its cause (step_outlier),
 --                  the extra synchronising per step (straggler with cause sync), the GPU compute per
 --                  step beyond the other ranks' median (cause more compute: an uneven shard, a slower
@@ -35,17 +36,19 @@
 --   peers          the ranks that waited for this rank in its collectives (INTEGER[])
 --   peer_wait_ns   their wait in those collectives in total (ns, BIGINT)
 --   n              a count: collectives started last (straggler), ranks sharing one GPU, kernel
---                  names, launch-bound steps, ops with known FLOPs (mfu_empty) (BIGINT)
+--                  names, launch-bound steps, ops with known FLOPs (mfu_empty), GPU ops a figure is
+--                  missing for (cannot_answer; NULL for a figure of the whole rank) (BIGINT)
 --   per_step       straggler: how many more blocking calls (evidence) it makes per step than the
 --                  median other rank (DOUBLE)
 --   bytes          dominant memory copies: bytes copied per step on the path (BIGINT)
---   ranks          ranks concerned (shared_gpu: the ranks on one GPU) (INTEGER[])
+--   ranks          ranks concerned (shared_gpu: the ranks on one GPU; cannot_answer: the ranks giving one reason) (INTEGER[])
 --   steps          steps concerned (launch_bound_steps) (INTEGER[])
---   note           a short qualifier: how a shared GPU was identified, the MFU lower bound; for a
---                  host step_outlier, the blocking calls the rank made in that step beyond its usual
---                  count (sync_extra), comma-separated (VARCHAR)
+--   note           a short qualifier: how a shared GPU was identified, the MFU lower bound, why a
+--                  figure cannot be given (cannot_answer); for a host step_outlier, the blocking
+--                  calls the rank made in that step beyond its usual count (sync_extra),
+--                  comma-separated (VARCHAR)
 -- findings shows first: priority, kind, rank, step, cause, cost_ns, share_pct, evidence, note
--- requires: collective_waits, gpu_devices, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
+-- requires: cannot_answer, collective_waits, gpu_devices, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -187,6 +190,15 @@ WITH st AS (
     SELECT sum(exposed_comm_ns) AS ns, sum(wall_ns) AS wall FROM step_breakdown WHERE part = 'step'
 ), cov AS (
     SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage WHERE coverage_pct < 90 ORDER BY coverage_pct, rank LIMIT 1
+), cannot AS (
+    -- what the trace cannot give (queries/cannot_answer.sql), the ranks that say the same thing
+    -- together: a figure of the whole rank, or one missing for at least 10 % of the ranks' GPU ops
+    -- (a few launches cut off at the capture's edges change no figure the verdict states)
+    SELECT c.figure, c.reason, list(c.rank ORDER BY c.rank) AS ranks, sum(c.n_ops) AS n,
+           round(100.0 * sum(c.n_ops) / nullif(sum(o.n), 0), 1) AS share_pct
+    FROM cannot_answer c LEFT JOIN (SELECT rank, count(*) AS n FROM gpu_ops GROUP BY rank) o USING (rank)
+    GROUP BY c.figure, c.reason
+    HAVING bool_or(c.n_ops IS NULL) OR sum(c.n_ops) >= 0.1 * sum(o.n)
 ), mfu_step AS (
     -- the median step by time among those with an MFU
     SELECT step, median(mfu_pct) AS mfu_pct, median(known_pct) AS known_pct, median(wall_ns) AS wall
@@ -239,6 +251,8 @@ SELECT 3 AS priority, 'shared_gpu' AS kind, len(ranks) AS n, ranks, how AS note 
 UNION ALL BY NAME
 SELECT 3 AS priority, 'coverage' AS kind, rank, before_ns + after_ns AS value_ns, coverage_pct AS share_pct,
        before_ns AS evidence_ns FROM cov
+UNION ALL BY NAME
+SELECT 3 AS priority, 'cannot_answer' AS kind, figure AS evidence, reason AS note, ranks, n, share_pct FROM cannot
 UNION ALL BY NAME
 SELECT 4 AS priority, 'launch_bound_steps' AS kind, 'host' AS class, 'launch' AS cause, pct AS share_pct,
        len(steps) AS n, steps FROM lb WHERE len(steps) > 0

@@ -94,6 +94,7 @@ def findings(con) -> dict:
             row["sentence"] = words
             out["findings"].append(row)
             out["sentences"].append(words)
+    _one_cannot_sentence(out)
     for row in out["findings"]:
         if row["kind"] == "step_outlier" and row["class"] == "host" and "stall" not in out:
             out["stall"] = {"rank": row["rank"], "step": row["step"], "dur_ns": row["evidence_ns"], "excess_ns": row["cost_ns"]}
@@ -228,6 +229,39 @@ def _coverage(r: dict, con) -> str:
     before = r["evidence_ns"] or 0
     return (f"Only {r['share_pct']:.0f}% of rank {r['rank']}'s GPU time lies inside steps ({_ms(before)} before the "
             f"first step, {_ms((r['value_ns'] or 0) - before)} after the last): per-step figures leave the rest out.")
+
+
+# What each figure of queries/cannot_answer.sql is to a reader of the verdict.
+_CANNOT = {
+    "launch dispatch": "launch dispatch and the per-CPU-op figures (op work, FLOPs, MFU)",
+    "launch latency": "launch latency",
+    "per-step figures": "per-step figures",
+    "cross-rank timing": "cross-rank timing (stragglers, which rank waited for which)",
+}
+
+
+@sentence("cannot_answer")
+def _cannot_answer(r: dict, con) -> str:
+    """One clause: the figure, for how many GPU ops, on which ranks, and why (queries/cannot_answer.sql)."""
+    n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]
+    ranks = r["ranks"] or []
+    s = _CANNOT.get(r["evidence"], r["evidence"] or "?")
+    if r["n"] is not None:
+        s += f" for {r['n']:,} GPU op{'s' if r['n'] != 1 else ''} ({_pct(r['share_pct'])})"
+    if n_ranks > 1:
+        s += " on every rank" if len(ranks) == n_ranks else f" on {_ranks(ranks)}"
+    return f"{s} — {r['note']}"
+
+
+def _one_cannot_sentence(out: dict):
+    """The cannot_answer clauses as one sentence, where the first of them stood: what the trace
+    cannot give is said once, not once per figure or rank."""
+    clauses = [f["sentence"] for f in out["findings"] if f["kind"] == "cannot_answer"]
+    if not clauses:
+        return
+    at = out["sentences"].index(clauses[0])
+    rest = [x for x in out["sentences"][at:] if x not in clauses]
+    out["sentences"][at:] = ["Not computable from these traces: " + "; ".join(clauses) + ".", *rest]
 
 
 @sentence("launch_bound_steps")
