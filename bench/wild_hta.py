@@ -96,26 +96,32 @@ def ours(path: Path, tmp: Path):
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 
 
-def hta_also_counts(path: Path, tmp: Path) -> str:
-    """What HTA counts as GPU time that is not a GPU op, read from the raw file: its breakdown takes
-    every event that carries a stream (cuda_sync waits; the cpu_op Inductor writes for a Triton
-    launch, whose args hold the launch stream)."""
+def hta_definitions(path: Path, tmp: Path) -> str:
+    """Which of HTA's definitions that the selection above does not replay apply to this trace, read
+    from the raw file and our database (docs/step-attribution.md, "HTA on the wild corpus")."""
     with (gzip.open(path) if path.name.endswith(".gz") else open(path, "rb")) as f:
         doc = json.load(f)
     events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
     n: dict[str, int] = {}
+    epoch_fraction = False
     for e in events:
         a = e.get("args")
-        if e.get("ph") == "X" and isinstance(a, dict) and "stream" in a and e.get("cat") not in GPU_CATS:
+        if e.get("ph") != "X" or not isinstance(a, dict) or "stream" not in a:
+            continue
+        if e.get("cat") not in GPU_CATS:  # its breakdown takes every event with a stream as GPU time
             n[str(e.get("cat"))] = n.get(str(e.get("cat")), 0) + 1
+        ts = e.get("ts")
+        epoch_fraction |= isinstance(ts, float) and ts > 1e12 and ts != int(ts)
     import duckdb
     con = duckdb.connect(str(tmp / "o.duckdb"), read_only=True)
     # HTA's communication kernels are NCCL's by name; ours come from derive/comm_kernels.sql's table.
     comm = con.execute("select count(*) from gpu_ops where category = 'communication' and name not ilike '%nccl%'").fetchone()
     con.close()
-    parts = [f"{v} {k} events with a stream" for k, v in sorted(n.items())]
+    parts = [f"counts {v} {k} events (they carry a stream)" for k, v in sorted(n.items())]
     if comm and comm[0]:
-        parts.append(f"{comm[0]} non-NCCL communication kernels")
+        parts.append(f"counts {comm[0]} communication kernels not named NCCL as compute")
+    if epoch_fraction and not (isinstance(doc, dict) and doc.get("baseTimeNanoseconds")):
+        parts.append("rounds float64 µs since the epoch (0.25 µs apart)")
     return "; ".join(parts)
 
 
@@ -150,7 +156,7 @@ def main():
             # definition of the kind docs/step-attribution.md lists (events HTA counts, kernel classes).
             agree = "—" if hv is None or not isinstance(o, list) else "yes" if close(hv, o) else "selection" if close(hv, w) else "no"
             if agree == "no":
-                agree += ": HTA also counts " + (hta_also_counts(p, tmp) or "nothing more; see docs")
+                agree += ": HTA " + (hta_definitions(p, tmp) or "(no definition found: a difference to explain)")
             why = "" if h is not None else (r.stderr.strip().splitlines() or ["HTA failed"])[-1][:80]
             print(f"| {name} | {hv if hv else 'HTA: ' + why} | {o} | {w} | {agree} |", flush=True)
 
