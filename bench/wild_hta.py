@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -103,6 +104,7 @@ def hta_definitions(path: Path, tmp: Path) -> str:
         doc = json.load(f)
     events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
     n: dict[str, int] = {}
+    spans: dict[str, list[tuple[int, int]]] = {}
     epoch_fraction = False
     for e in events:
         a = e.get("args")
@@ -110,6 +112,8 @@ def hta_definitions(path: Path, tmp: Path) -> str:
             continue
         if e.get("cat") not in GPU_CATS:  # its breakdown takes every event with a stream as GPU time
             n[str(e.get("cat"))] = n.get(str(e.get("cat")), 0) + 1
+            if isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float)):
+                spans.setdefault(str(e.get("cat")), []).append((math.ceil(e["ts"]), math.floor(e["ts"] + e["dur"])))
         ts = e.get("ts")
         epoch_fraction |= isinstance(ts, float) and ts > 1e12 and ts != int(ts)
     import duckdb
@@ -117,12 +121,23 @@ def hta_definitions(path: Path, tmp: Path) -> str:
     # HTA's communication kernels are NCCL's by name; ours come from derive/comm_kernels.sql's table.
     comm = con.execute("select count(*) from gpu_ops where category = 'communication' and name not ilike '%nccl%'").fetchone()
     con.close()
-    parts = [f"counts {v} {k} events (they carry a stream)" for k, v in sorted(n.items())]
+    parts = [f"counts {v} {k} events (they carry a stream; {union_us(spans.get(k, []))} µs)" for k, v in sorted(n.items())]
     if comm and comm[0]:
         parts.append(f"counts {comm[0]} communication kernels not named NCCL as compute")
     if epoch_fraction and not (isinstance(doc, dict) and doc.get("baseTimeNanoseconds")):
         parts.append("rounds float64 µs since the epoch (0.25 µs apart)")
     return "; ".join(parts)
+
+
+def union_us(iv: list[tuple[int, int]]) -> int:
+    """Length of the union of whole-µs intervals."""
+    total, end = 0, None
+    for a, b in sorted(iv):
+        if end is None or a > end:
+            total, end = total + max(0, b - a), b
+        elif b > end:
+            total, end = total + b - end, b
+    return total
 
 
 def close(ref, x) -> bool:
