@@ -44,9 +44,12 @@ def main():
             n_gpu = con.execute("select count(*) from gpu_ops").fetchone()[0]
             con.close()
             with traceflow.open(db) as j:
-                said = [s for s in j.findings()["sentences"] if s.startswith("Not computable")]
+                try:
+                    said = [s for s in j.findings()["sentences"] if s.startswith("Not computable")]
+                except Exception as e:  # noqa: BLE001 - a line per job, whatever happens
+                    said = [f"ERROR in the verdict: {type(e).__name__}: {e}"]
         n_jobs += 1
-        n_said += bool(said)
+        n_said += bool(said) and not said[0].startswith("ERROR")
         for figure, reason, _, _ in rows:
             per_reason[figure, reason] += 1
         figs = "; ".join(f"{f} ({r} rank{'s' if r > 1 else ''}{'' if n is None else f', {n} of {n_gpu} GPU ops'})"

@@ -567,34 +567,58 @@ def _launched(doc: dict) -> int:
     return sum(1 for e in ev if e.get("cat") in GPU_CATS and (e.get("args") or {}).get("correlation") in calls)
 
 
-def test_the_verdict_says_what_a_trace_cannot_give_and_why(tmp_path):
-    """The bundled 2-rank job, derived at test time: its ProfilerStep annotations removed and its CPU
-    ops scattered by 0-0.6 s (so no clock offset places them against the runtime calls). The verdict
-    says in ONE sentence, for every rank at once, that per-step figures and launch dispatch (with the
-    per-CPU-op figures) cannot be given and why, for exactly the GPU ops whose launch call is in the
-    files (counted here in the raw JSON; the others' launch is not in the capture). The untouched job says no such thing."""
+def _derived(tmp_path: Path, change) -> tuple[list[str], int, int]:
+    """The bundled 2-rank job (fixtures/ddp2_flops/clean) with `change` applied to each rank's events
+    at test time; also, counted in the raw JSON, the GPU ops whose launch call is in the files and
+    all GPU ops."""
     src = sorted((BUNDLED / "ddp2_flops" / "clean").glob("rank-*.pt.trace.json.gz"))
     assert len(src) == 2
-    derived, launched, n_gpu = [], 0, 0
+    out, launched, n_gpu = [], 0, 0
     for p in src:
         d = json.load(gzip.open(p))
-        d["traceEvents"] = [e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")]
-        for i, e in enumerate(d["traceEvents"]):
-            if e.get("cat") == "cpu_op" and "ts" in e:
-                e["ts"] -= (i % 7) * 1e5
+        d["traceEvents"] = change(d["traceEvents"])
         launched += _launched(d)
         n_gpu += sum(1 for e in d["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_CATS)
-        dst = tmp_path / p.name
+        (tmp_path / "in").mkdir(exist_ok=True)
+        dst = tmp_path / "in" / p.name
         with gzip.open(dst, "wt", compresslevel=1) as g:
             json.dump(d, g)
-        derived.append(str(dst))
-    said = [s for s in _verdict_of(derived, tmp_path / "d.duckdb") if s.startswith(CANNOT)]
+        out.append(str(dst))
+    return out, launched, n_gpu
+
+
+def test_the_verdict_says_what_a_trace_cannot_give_and_why(tmp_path):
+    """The bundled 2-rank job recorded, as it were, without ops and steps: its ProfilerStep
+    annotations and CPU ops removed at test time. The verdict says in ONE sentence, for every rank at
+    once, that per-step figures and launch dispatch (with the per-CPU-op figures) cannot be given and
+    why, for exactly the GPU ops whose launch call is in the files (counted in the raw JSON; the
+    others' launch is not in the capture). The untouched job says no such thing."""
+    files, launched, n_gpu = _derived(tmp_path, lambda ev: [
+        e for e in ev if e.get("cat") != "cpu_op" and not str(e.get("name", "")).startswith("ProfilerStep")])
+    said = [s for s in _verdict_of(files, tmp_path / "d.duckdb") if s.startswith(CANNOT)]
     assert len(said) == 1, said
     assert (f"launch dispatch and the per-CPU-op figures (op work, FLOPs, MFU) for {launched:,} GPU ops "
-            f"({100 * launched / n_gpu:.0f}%) on every rank — CPU ops on a clock the runtime calls do not share") in said[0], (launched, said)
+            f"({100 * launched / n_gpu:.0f}%) on every rank — no CPU op contains the launch call") in said[0], (launched, said)
     assert "per-step figures on every rank — no step annotation" in said[0], said
     assert launched > 100 and "rank 0" not in said[0] and "rank 1" not in said[0]
-    assert not [s for s in _verdict_of([str(p) for p in src], tmp_path / "c.duckdb") if s.startswith(CANNOT)]
+    clean = sorted(str(p) for p in (BUNDLED / "ddp2_flops" / "clean").glob("rank-*.pt.trace.json.gz"))
+    assert not [s for s in _verdict_of(clean, tmp_path / "c.duckdb") if s.startswith(CANNOT)]
+
+
+def test_clocks_that_do_not_agree_are_said(tmp_path):
+    """The bundled 2-rank job with its CPU ops scattered by 0-0.6 s at test time, so that no clock
+    offset places them against the runtime calls: no launch is linked to a CPU op, and the verdict
+    says why, for exactly the GPU ops whose launch call is in the files."""
+    def scatter(ev):
+        for i, e in enumerate(ev):
+            if e.get("cat") == "cpu_op" and "ts" in e:
+                e["ts"] -= (i % 7) * 1e5
+        return ev
+    files, launched, n_gpu = _derived(tmp_path, scatter)
+    said = [s for s in _verdict_of(files, tmp_path / "d.duckdb") if s.startswith(CANNOT)]
+    assert len(said) == 1 and "per-step" not in said[0], said
+    assert (f"launch dispatch and the per-CPU-op figures (op work, FLOPs, MFU) for {launched:,} GPU ops "
+            f"({100 * launched / n_gpu:.0f}%) on every rank — CPU ops on a clock the runtime calls do not share") in said[0]
 
 
 def test_wild_nsys_without_op_ranges_says_why(tmp_path):
