@@ -20,7 +20,7 @@
 --   share_pct      value as a percent of the step's critical path (of the median step's for
 --                  per-step figures); coverage: percent of GPU time inside steps; mfu: the MFU;
 --                  launch_bound_steps: the most launch-exposed share of a step's GPU window;
---                  cannot_answer: the share of the ranks' GPU ops the figure is missing for (DOUBLE)
+--                  cannot_answer: the share of those ranks' GPU ops the figure is missing for (DOUBLE)
 --   low_pct, high_pct  dominant: the class's least and greatest share over the analysed steps;
 --                  mfu: the share of compute time with known FLOPs, and of op time that is
 --                  memory-bound (DOUBLE)
@@ -192,13 +192,13 @@ WITH st AS (
     SELECT rank, coverage_pct, before_ns, after_ns FROM step_coverage WHERE coverage_pct < 90 ORDER BY coverage_pct, rank LIMIT 1
 ), cannot AS (
     -- what the trace cannot give (queries/cannot_answer.sql), the ranks that say the same thing
-    -- together: a figure of the whole rank, or one missing for at least 10 % of the ranks' GPU ops
-    -- (a few launches cut off at the capture's edges change no figure the verdict states)
+    -- together: per rank, a figure of the whole rank, or one missing for at least 10 % of its GPU
+    -- ops (a few launches cut off at the capture's edges change no figure the verdict states)
     SELECT c.figure, c.reason, list(c.rank ORDER BY c.rank) AS ranks, sum(c.n_ops) AS n,
            round(100.0 * sum(c.n_ops) / nullif(sum(o.n), 0), 1) AS share_pct
     FROM cannot_answer c LEFT JOIN (SELECT rank, count(*) AS n FROM gpu_ops GROUP BY rank) o USING (rank)
+    WHERE c.n_ops IS NULL OR c.n_ops >= 0.1 * o.n
     GROUP BY c.figure, c.reason
-    HAVING bool_or(c.n_ops IS NULL) OR sum(c.n_ops) >= 0.1 * sum(o.n)
 ), mfu_step AS (
     -- the median step by time among those with an MFU
     SELECT step, median(mfu_pct) AS mfu_pct, median(known_pct) AS known_pct, median(wall_ns) AS wall
