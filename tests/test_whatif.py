@@ -134,6 +134,33 @@ def test_the_predicted_path_walks_through_syncs_and_agrees_with_the_critical_pat
         assert by_kind["gpu_comm"] == pytest.approx(measured[(r["step"], "gpu_comm")], rel=0.05), (r["step"], by_kind)
 
 
+def test_a_sync_the_host_reached_late_is_host_time_on_the_predicted_path(bundled):
+    """Without launch overhead, rank 3 of the bundled ddp4_sync_stall reaches syncs in step 4 after
+    the ops they wait for have ended in the replay (checked here from the replay's own host timeline:
+    the call's replayed start against its op's replayed end): those calls return at once, so the time
+    before them is the host's, not a wait for the GPU. The path put 3.45 ms of it on "sync" (and walked
+    on through GPU ops the host was not waiting for); a sync is only where the host arrived first."""
+    from traceflow.whatif import StepGraph
+    with traceflow.open(str(bundled["ddp4_sync_stall"])) as job:
+        g = StepGraph(job.con, 4)
+        predicted, _ = g.replay(Scenario(no_launch_overhead=True))
+        path = g.predicted_path()
+    _, end2, _, _, hosts = g._last
+    late = waited = 0
+    for h in hosts.values():
+        starts = {e: s for s, e, _ in h.syncs}
+        for k, (e, w) in enumerate(zip(h.a_end, h.a_op)):
+            s = starts[e]
+            arrive = s + (h.a_shift[k - 1] - (h.removed(s) - h.removed(h.a_end[k - 1])) if k else -h.removed(s))
+            if arrive > end2[w] + 1e6:  # a millisecond after its op ended
+                late += 1
+            elif arrive < end2[w]:
+                waited += 1
+    assert late >= 5 and waited > 0, (late, waited)
+    assert sum(path["by_kind_ns"].values()) == pytest.approx(predicted, abs=4)
+    assert path["by_kind_ns"].get("sync", 0) < 0.5e6, path["by_kind_ns"]
+
+
 def test_cli_json_table_and_errors(bundled):
     db = str(bundled["ddp4_sync_stall"])
     r = run_cli("whatif", db, "--step", "4", "--remove-host-stall", "3", "--scale-kernels", "nccl.*=0.9", "--format", "json")

@@ -359,6 +359,7 @@ class _Host:
         self.a_end: list[float] = []   # end of each sync call that re-anchored, in order
         self.a_shift: list[float] = []  # the shift right after it
         self.a_op: list[int] = []       # the op (index) it waited for
+        self.a_waited: list[bool] = []  # whether it waited for that op (the host reached it before the op ended)
         self.k = 0                      # next sync call to look at
 
     def removed(self, t: float) -> float:
@@ -379,18 +380,23 @@ class _Host:
             self.k += 1
             if w in self.pos:
                 wi = self.pos[w]
-                release = max(s + self._at(s), end2[wi])
+                arrive = s + self._at(s)
+                release = max(arrive, end2[wi])
                 self.a_end.append(e)
                 self.a_shift.append(release + (e - max(s, self.end_m[wi])) - e)
                 self.a_op.append(wi)
+                self.a_waited.append(arrive < end2[wi])
         return self._at(t)
 
     def released_by(self, t: float) -> tuple[float, int] | None:
-        """The replayed return of the latest sync call that re-anchored this host at or before host
-        time t (replayed), with the op it waited for; None where no sync had."""
+        """The replayed return of the latest sync call that held this host until its op ended, at or
+        before host time t (replayed), with that op; None where none had. A call the host reached
+        after its op had ended returned at once: the host, not the GPU, set its time (on h100
+        ddp4_sync_stall step 4 without launch overhead, rank 3 reaches five syncs 3.4 ms after their
+        ops ended), so the walk goes on along the host past it."""
         for j in range(len(self.a_end) - 1, -1, -1):
             back = self.a_end[j] + self.a_shift[j]
-            if back <= t:
+            if back <= t and self.a_waited[j]:
                 return back, self.a_op[j]
         return None
 
