@@ -45,7 +45,8 @@
 --   steps          steps concerned (launch_bound_steps) (INTEGER[])
 --   note           a short qualifier: how a shared GPU was identified, the MFU lower bound, why a
 --                  figure cannot be given (cannot_answer); for a host step_outlier, the blocking
---                  calls the rank made in that step beyond its usual count (sync_extra),
+--                  calls the rank made in that step beyond its usual count (sync_extra) that returned
+--                  as its longest host-late gap began (they emptied the GPU's queue),
 --                  comma-separated (VARCHAR)
 -- findings shows first: priority, kind, rank, step, cause, cost_ns, share_pct, evidence, note
 -- requires: cannot_answer, collective_waits, gpu_devices, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
@@ -103,14 +104,20 @@ WITH st AS (
     SELECT * FROM outlier_best WHERE excess >= (SELECT material FROM ref) AND value_ns >= 2 * baseline_ns
 ), gap AS (
     -- the evidence on the host: the rank's longest host-late idle gap in that step, and what the host did
-    SELECT o.step, o.rank, arg_max(g.dur_ns, g.dur_ns) AS gap_ns, arg_max(g.host_activity, g.dur_ns) AS activity
+    SELECT o.step, o.rank, arg_max(g.dur_ns, g.dur_ns) AS gap_ns, arg_max(g.host_activity, g.dur_ns) AS activity,
+           arg_max(g.start_ns, g.dur_ns) AS gap_start_ns, arg_max(g.end_ns, g.dur_ns) AS gap_end_ns
     FROM outliers o JOIN idle_gaps g ON g.rank = o.rank AND g.step = o.step AND g.cause = 'host_late'
     GROUP BY o.step, o.rank
 ), stall_sync AS (
-    -- the blocking calls the rank made in that step beyond its usual count (sync_extra): one that
-    -- emptied the GPU's queue is why the host time after it left the GPU idle
-    SELECT rank, step, string_agg(DISTINCT name, ', ' ORDER BY name) AS names
-    FROM sync_extra WHERE (step, rank) IN (SELECT step, rank FROM outliers) GROUP BY rank, step
+    -- the blocking calls the rank made in that step beyond its usual count (sync_extra) that returned
+    -- as that gap began: the call emptied the GPU's queue, which is why the host time after it left
+    -- the GPU idle (the stalls' synchronize returns 25-40 us after their GPU's last op ended on the
+    -- bundled jobs; h100 nsys ddp4 rank 1 step 1's extra syncs, DDP's bucket rebuild, return 385 ms
+    -- and more before its longest gap: they are not why the GPU idled)
+    SELECT x.rank, x.step, string_agg(DISTINCT x.name, ', ' ORDER BY x.name) AS names
+    FROM sync_extra x JOIN gap g ON g.rank = x.rank AND g.step = x.step
+    WHERE x.end_ns >= g.gap_start_ns - 50000 AND x.end_ns < g.gap_end_ns
+    GROUP BY x.rank, x.step
 ), waited AS (
     -- the peers this rank kept waiting in that step's collectives (it started them last)
     SELECT s.step, s.last_rank AS rank, sum(s.total_wait_ns)::BIGINT AS peer_wait_ns,
