@@ -525,6 +525,30 @@ def test_launch_idle_after_the_call_returned_is_not_called_launch_cost(tmp_path_
         assert "fuse them" in line
 
 
+def test_launch_idle_after_the_call_returned_on_one_rank_names_no_cause_it_cannot_see(tmp_path_factory):
+    """One rank of the bundled ddp4_sync_stall ingested alone: its launch idle after the calls returned
+    is the same (raw sweep), but nothing in one trace says another process shared its GPU, so the
+    verdict does not say the device was busy with other work (on single-rank public traces that
+    was said of a benchmark on its own GPU and of a kernel behind a cross-stream wait); it lists what
+    could hold a queued kernel and still does not advise fusion. Where the ranks' traces give one GPU
+    UUID (h100 nsys ddp4_sync_stall) it says the other ranks on the shared GPU."""
+    one = tmp_path_factory.mktemp("one_rank")
+    (one / "rank-1.pt.trace.json.gz").symlink_to(BUNDLED / "ddp4_sync_stall" / "rank-1.pt.trace.json.gz")
+    _, queued = _launch_idle_from_raw(one)
+    with traceflow.open(_db(one, tmp_path_factory)) as job:
+        got = job.sql("SELECT sum(exposed_queued_ns) FROM launch_overhead").item()
+        f = job.findings()
+    assert got == pytest.approx(queued, rel=1e-6), (got, queued)
+    assert not any(x["kind"] == "shared_gpu" for x in f["findings"])
+    line = next(s for s in f["sentences"] if "kernel name" in s)
+    assert "not launch cost" in line and "fuse them" not in line and "busy" not in line, line
+    assert "does not show what held them" in line
+    folder = FIX / "h100" / "nsys" / "ddp4_sync_stall"
+    if folder.is_dir():
+        line = next(s for s in _findings(folder, tmp_path_factory)["sentences"] if "kernel name" in s)
+        assert "busy with the other ranks on its shared GPU" in line, line
+
+
 @needs_shared
 def test_a_straggler_that_began_its_step_late_is_said_so(tmp_path_factory):
     """param-dlrm8 (8 V100 ranks, one step): rank 7 started 5 collectives last. No extra blocking

@@ -277,12 +277,19 @@ def _launch_names(r: dict, con) -> str:
          f"than running ({_ms(r['baseline_ns'])})")
     queued = r["evidence_ns"] or 0
     if queued >= 0.5 * r["value_ns"]:
-        # most of the idle came after the launch call returned: the device ran something the trace
-        # does not hold (another process on a shared GPU), which no launch fix removes
-        shared = con.execute("SELECT count(*) FROM findings WHERE kind = 'shared_gpu'").fetchone()[0]
+        # most of the idle came after the launch call returned, which no launch fix removes. With
+        # ranks on one GPU, the device ran their kernels; without, the trace does not say what held
+        # the kernels: a single-rank benchmark on its own GPU (HTA's execution_trace simple_add:
+        # 2.4-5.8 ms per kernel) or a kernel behind a cross-stream wait (TraceLens sglang decode:
+        # 463 ms) is not "a device busy with other work"
+        shared = con.execute("SELECT count(*), bool_and(note LIKE 'the same device index%') FROM findings "
+                             "WHERE kind = 'shared_gpu'").fetchone()
+        why = ("the device was most likely busy with the other ranks that may share its GPU" if shared[0] and shared[1] else
+               "the device was busy with the other ranks on its shared GPU" if shared[0] else
+               "the trace does not show what held them (another process on the GPU, a wait on work the trace "
+               "does not hold, the GPU's clock read against the host's)")
         return s + (f", but {_ms(queued)} of that idle came after the launch calls had returned, the kernels "
-                    "enqueued and not started: the device was busy with work outside this rank's trace"
-                    + (" (the other ranks on its shared GPU)" if shared else "") + ", not launch cost.")
+                    f"enqueued and not started: {why}, not launch cost.")
     return s + ": fuse them or capture them in a CUDA graph."
 
 
