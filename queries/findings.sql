@@ -28,7 +28,8 @@
 --   evidence_ns    its time (ns, BIGINT): the host's longest idle gap with its cause (step_outlier),
 --                  the extra synchronising per step (straggler with cause sync), the GPU compute per
 --                  step beyond the other ranks' median (cause more compute: an uneven shard, a slower
---                  GPU) or how much later than theirs its host began the step (cause late step start),
+--                  GPU) or how much later than theirs its GPU began the step, its host late too
+--                  (cause late step start),
 --                  the longest segment (dominant),
 --                  the part of the idle after the launch calls had returned (launch_names:
 --                  launch_overhead.exposed_queued_ns)
@@ -144,15 +145,19 @@ WITH st AS (
     SELECT * FROM late_base WHERE delay_ns - baseline_ns >= (SELECT material_per_step FROM ref) AND delay_ns >= 2 * baseline_ns
 ), strag_steps AS (
     -- each rank's GPU compute and host step start in the analysed steps
-    SELECT rank, step, compute_ns, host_start_ns FROM step_breakdown
+    SELECT rank, step, compute_ns, host_start_ns, start_ns FROM step_breakdown
     WHERE part = 'step' AND step IN (SELECT step FROM st) AND host_start_ns IS NOT NULL
 ), strag_why AS (
     -- why a straggler starts late, when no extra blocking call says it: its GPU computes more than
-    -- the other ranks (median per step, then over steps: an uneven shard, a slower GPU), or its host
-    -- began the step later than theirs (what it did before the step is outside the step)
+    -- the other ranks (median per step, then over steps: an uneven shard, a slower GPU), or it began
+    -- the step later than theirs, its host and its GPU both (what it did before the step is outside
+    -- the step). Both: a host that runs ahead of its GPU by different amounts on each rank starts its
+    -- steps at unrelated times (h100 kineto ddp4_straggler rank 1: host 679.7 ms late, GPU 11.6 ms);
+    -- the GPU's lateness is the figure
     SELECT f.rank,
            median(c.compute_ns - (SELECT median(o.compute_ns) FROM strag_steps o WHERE o.step = c.step AND o.rank <> c.rank)) AS more_compute_ns,
-           median(c.host_start_ns - (SELECT median(o.host_start_ns) FROM strag_steps o WHERE o.step = c.step AND o.rank <> c.rank)) AS late_step_ns
+           median(c.host_start_ns - (SELECT median(o.host_start_ns) FROM strag_steps o WHERE o.step = c.step AND o.rank <> c.rank)) AS late_host_ns,
+           median(c.start_ns - (SELECT median(o.start_ns) FROM strag_steps o WHERE o.step = c.step AND o.rank <> c.rank)) AS late_gpu_ns
     FROM stragglers_found f JOIN strag_steps c ON c.rank = f.rank GROUP BY f.rank
 ), sync_rate AS (
     -- the synchronising call a straggler makes more often than the other ranks, per analysed step
@@ -236,13 +241,13 @@ UNION ALL BY NAME
 SELECT CASE WHEN f.delay_ns - f.baseline_ns >= 0.05 * (SELECT med FROM ref) THEN 1 ELSE 2 END AS priority,
        'straggler' AS kind, f.rank,
        CASE WHEN s.name IS NOT NULL THEN 'host' WHEN y.more_compute_ns >= 0.5 * f.delay_ns THEN 'compute'
-            WHEN y.late_step_ns >= 0.5 * f.delay_ns THEN 'host' ELSE 'peer wait' END AS class,
+            WHEN least(y.late_host_ns, y.late_gpu_ns) >= 0.5 * f.delay_ns THEN 'host' ELSE 'peer wait' END AS class,
        CASE WHEN s.name IS NOT NULL THEN 'sync' WHEN y.more_compute_ns >= 0.5 * f.delay_ns THEN 'more compute'
-            WHEN y.late_step_ns >= 0.5 * f.delay_ns THEN 'late step start' ELSE 'late start' END AS cause,
+            WHEN least(y.late_host_ns, y.late_gpu_ns) >= 0.5 * f.delay_ns THEN 'late step start' ELSE 'late start' END AS cause,
        (f.delay_ns - f.baseline_ns) * (SELECT n FROM ref) AS cost_ns, f.delay_ns AS value_ns, f.baseline_ns,
        round(100.0 * f.delay_ns / (SELECT med FROM ref), 2) AS share_pct, s.name AS evidence,
        CASE WHEN s.name IS NOT NULL THEN s.ns_per_step WHEN y.more_compute_ns >= 0.5 * f.delay_ns THEN y.more_compute_ns
-            WHEN y.late_step_ns >= 0.5 * f.delay_ns THEN y.late_step_ns END AS evidence_ns,
+            WHEN least(y.late_host_ns, y.late_gpu_ns) >= 0.5 * f.delay_ns THEN y.late_gpu_ns END AS evidence_ns,
        (SELECT list(DISTINCT rank ORDER BY rank) FROM collective_waits WHERE rank <> f.rank) AS peers,
        f.wait_ns AS peer_wait_ns, f.times_last AS n, round(s.extra, 2) AS per_step
 FROM stragglers_found f LEFT JOIN sync_best s USING (rank) LEFT JOIN strag_why y USING (rank)

@@ -552,22 +552,31 @@ def test_launch_idle_after_the_call_returned_on_one_rank_names_no_cause_it_canno
 @needs_shared
 def test_a_straggler_that_began_its_step_late_is_said_so(tmp_path_factory):
     """param-dlrm8 (8 V100 ranks, one step): rank 7 started 5 collectives last. No extra blocking
-    call explains it, nor more GPU compute: its host began the step later than the others. The
-    finding's evidence is that lateness, checked against the raw files' ProfilerStep starts."""
+    call explains it, nor more GPU compute: it began the step later than the others, its host and
+    its GPU both. The finding's evidence is the GPU's lateness, checked against the raw files: each
+    rank's first GPU op launched inside ProfilerStep#10, and the step's host start."""
     folder = FIX / "public" / "param-dlrm8"
-    starts = {}
+    host, gpu = {}, {}
     for p in sorted(folder.glob("worker*.json.gz")):
         doc = json.load(gzip.open(p))
         base = int(doc.get("baseTimeNanoseconds") or 0)
-        ts = next(e["ts"] for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#10" and e.get("cat") == "user_annotation")
-        starts[doc["distributedInfo"]["rank"]] = base + round(ts * 1000)
+        ev = doc["traceEvents"]
+        step = next(e for e in ev if e.get("name") == "ProfilerStep#10" and e.get("cat") == "user_annotation")
+        lo, hi = step["ts"], step["ts"] + step["dur"]
+        launched = {e["args"]["correlation"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                    and "correlation" in e.get("args", {}) and lo <= e["ts"] < hi}
+        first = min(e["ts"] for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                    and e.get("args", {}).get("correlation") in launched)
+        r = doc["distributedInfo"]["rank"]
+        host[r], gpu[r] = base + round(lo * 1000), base + round(first * 1000)
     with traceflow.open(_db(folder, tmp_path_factory)) as job:
         f = job.findings()
     row = next(x for x in f["findings"] if x["kind"] == "straggler")
-    late = starts[row["rank"]] - statistics.median(v for r, v in starts.items() if r != row["rank"])
+    late = {k: d[row["rank"]] - statistics.median(v for r, v in d.items() if r != row["rank"])
+            for k, d in (("host", host), ("gpu", gpu))}
     assert (row["class"], row["cause"]) == ("host", "late step start"), row
-    assert row["evidence_ns"] == pytest.approx(late, abs=1000)  # µs timestamps
-    assert late >= 0.5 * row["value_ns"]
+    assert row["evidence_ns"] == pytest.approx(late["gpu"], abs=1000)  # µs timestamps
+    assert min(late.values()) >= 0.5 * row["value_ns"]
     assert "began each step" in row["sentence"]
 
 

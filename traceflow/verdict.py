@@ -185,8 +185,8 @@ def _straggler(r: dict, con) -> str:
         s += (f": its GPU computes {_ms(r['evidence_ns'])} more per step than the other ranks (median) — balance the "
               "work across ranks (uneven shards, pipeline stages) or check that GPU (clocks, thermals)")
     elif r["cause"] == "late step start":
-        s += (f": its host began each step {_ms(r['evidence_ns'])} after the other ranks (median), so what delays it "
-              "happens before the step starts (data loading, logging, checkpointing between steps)")
+        s += (f": it began each step {_ms(r['evidence_ns'])} after the other ranks (median, on its GPU; its host was late "
+              "too), so what delays it happens before the step starts (data loading, logging, checkpointing between steps)")
     if r["peer_wait_ns"] and r["peers"]:
         s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it"
     return s + "."

@@ -283,17 +283,25 @@ class StepGraph:
 
     def stall_syncs(self) -> dict[int, list[tuple[int, float, float, str]]]:
         """The synchronizing calls that belong to a rank's stall in this step: in a step where the rank
-        has abnormal host time (stall_cuts), its extra blocking calls (queries/sync_extra.sql: beyond
-        the rank's median count of their name per step). A `torch.cuda.synchronize()` made only in the
-        stalled step drains the GPU's queue, and that is what lets the stall idle the GPU: on the
-        bundled ddp2_flops pair, removing the sleep alone predicts 49.8 ms against the clean run's
-        48.3; with its synchronize, 48.6. Returns rank -> [(sync op id, start, end, name)] (relative)."""
+        has abnormal host time (stall_cuts), the extra blocking call (queries/sync_extra.sql) that
+        returned last of those begun before the stall's first removed stretch. A `torch.cuda.synchronize()` made only
+        in the stalled step drains the GPU's queue, and that is what lets the stall idle the GPU: on
+        the bundled ddp2_flops pair, removing the sleep alone predicts 49.8 ms against the clean run's
+        48.3; with its synchronize, 48.6. Only that one: long4's nsys steps 1-10 each hold 8
+        cudaEventSynchronize the other 30 steps lack, all "extra", and a stall there must not take
+        300 ms waits elsewhere in the step with it. Returns rank -> [(sync op id, start, end, name)]
+        (relative)."""
         if getattr(self, "_stall_syncs", None) is None:
-            ranks = [int(r) for r in self.stall_cuts()]
+            cuts = self.stall_cuts()
+            ranks = [int(r) for r in cuts]
             rows = self.con.execute(_EXTRA_SYNC_SQL, [self.t0, self.t0, self.step, ranks]).fetchall() if ranks else []
             out: dict[int, list] = {}
             for o, r, a, b, nm in rows:
-                out.setdefault(int(r), []).append((o, float(a), float(b), nm))
+                first = min(x for x, _, _ in cuts[int(r)])
+                # began before the stall (it may return a few hundred ns into it: on h100 nsys ddp4
+                # rank 3 the no_op stretch begins 96 ns before cudaDeviceSynchronize returns)
+                if a <= first and (int(r) not in out or b > out[int(r)][0][2]):
+                    out[int(r)] = [(o, float(a), float(b), nm)]
             self._stall_syncs = out
         return self._stall_syncs
 
