@@ -16,6 +16,19 @@ FIX = SHARED / "fixtures"
 BUNDLED = ROOT / "fixtures"
 # the wild corpus of public traces (tests/wild/README.md): never in the repository
 WILD = Path(os.environ.get("TRACEFLOW_WILD", SHARED / "wild"))
+WILD_MANIFEST = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
+
+
+def wild_file(e: dict) -> Path:
+    """A manifest entry's file in the wild corpus; the test skips where it is absent or not the
+    file the manifest names (its sha256)."""
+    import hashlib
+    p = WILD / e["file"]
+    if not p.exists():
+        pytest.skip(f"{e['file']} not in the wild corpus at {WILD} (set TRACEFLOW_WILD)")
+    if hashlib.sha256(p.read_bytes()).hexdigest() != e["sha256"]:
+        pytest.skip(f"{p}: not the file the manifest names (sha256 differs)")
+    return p
 TRACEFLOW = [sys.executable, "-m", "traceflow.cli"]
 
 # The developer's terminal size must not change what the commands under test print through a pipe

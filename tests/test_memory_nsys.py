@@ -5,27 +5,19 @@ corpus, tests/wild/manifest.json, not committed) ingested through the real CLI; 
 allocations minus the frees. Skipped without the corpus ($TRACEFLOW_WILD)."""
 from __future__ import annotations
 
-import hashlib
-import json
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, WILD, connect, run_cli
+from conftest import WILD_MANIFEST, connect, run_cli, wild_file
 
-MANIFEST = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
+MANIFEST = WILD_MANIFEST
 EXPORTS = [e for e in MANIFEST if e["source"] == "gemm-spmm-a100"]
 GPU_KINDS, HOST_KINDS = {"Device", "Array", "Device Static"}, {"Pageable", "Pinned"}
 
 
-def _file(e: dict) -> Path:
-    p = WILD / e["file"]
-    if not p.exists():
-        pytest.skip(f"{e['file']} not in the wild corpus at {WILD} (set TRACEFLOW_WILD)")
-    if hashlib.sha256(p.read_bytes()).hexdigest() != e["sha256"]:
-        pytest.skip(f"{p}: not the file the manifest names (sha256 differs)")
-    return p
+_file = wild_file
 
 
 def raw_events(path: Path) -> tuple[dict, dict, dict, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import gzip
-import hashlib
 import json
 import math
 import re
@@ -25,15 +24,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import WILD, connect
+from conftest import WILD, WILD_MANIFEST, connect, wild_file
 from intervals import measure
 from test_step_attribution import check_conservation
 
 import traceflow
 from traceflow.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
+MANIFEST = WILD_MANIFEST
 JOBS: dict[str, list[dict]] = collections.defaultdict(list)
 for _e in MANIFEST:
     JOBS[_e["job"]].append(_e)
@@ -54,13 +52,7 @@ def test_manifest():
         assert e["repo"] and e["path"] and len(e["commit"]) == 40 and e["licence"] and len(e["sha256"]) == 64
 
 
-def _file(e: dict) -> Path:
-    p = WILD / e["file"]
-    if not p.exists():
-        pytest.skip(f"{e['file']} not in the wild corpus at {WILD}")
-    if hashlib.sha256(p.read_bytes()).hexdigest() != e["sha256"]:
-        pytest.skip(f"{p}: not the file the manifest names (sha256 differs)")
-    return p
+_file = wild_file
 
 
 # --- the raw side -------------------------------------------------------------------------------
