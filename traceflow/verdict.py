@@ -138,7 +138,7 @@ def _what(cls: str | None, cause: str | None) -> str:
         return _HOST_CAUSE.get(cause or "", "host work")
     if cls == "memory copies":
         return f"{cause} memory copies" if cause and cause != "memset" else "memsets"
-    return {"compute": "GPU compute", "communication": "communication (NCCL kernels not hidden by compute)",
+    return {"compute": "GPU compute", "communication": "communication (collective kernels not hidden by compute)",
             "peer wait": "waiting for a peer whose trace is missing", "idle": "GPU idle with nothing else on the path"
             }.get(cls or "", cls or "?")
 
