@@ -20,6 +20,8 @@ import json
 import math
 import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,34 @@ def _check_links(db, q, r, mine, f):
         if not (str(ctid) == str(tid) and a1 - slack <= ca and cb <= b1 + slack):
             bad.append((corr, name, a1, b1, call))
     assert not bad, (f.name, f"{len(bad)} of {len(rows)} GPU ops charged to a CPU op that does not contain their launch", bad[:3])
+
+
+# the Kineto categories traceflow reads, and those a CPU-only trace holds besides CPU ops
+READ_OR_HOST = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset", "cuda_runtime", "cuda_driver",
+                "Runtime", "cpu_op", "Operator", "python_function", "user_annotation", "gpu_user_annotation",
+                "Trace", "overhead", "cpu_instant_event"}
+
+
+@needs_wild
+@pytest.mark.parametrize("name", ["hta/mtia_inference_trace/", "hta/mtia_trace_single_rank/", "hta/cpu_only/"])
+def test_an_accelerator_not_read_is_not_called_cpu_only(name, tmp_path):
+    """HTA's MTIA traces: the device's work is `mtia_ccp_events`, launched by `mtia_runtime` calls,
+    neither of which traceflow reads. The ingest and the verdict name what was not read, with the
+    raw file's counts of complete events, instead of "CPU-only" / "no GPU work was recorded"; a
+    real CPU-only trace still says CPU-only."""
+    e = next(x for x in MANIFEST if x["file"].startswith(name))
+    path = wild_file(e)
+    raw: dict[str, int] = {}
+    for ev in json.load(gzip.open(path))["traceEvents"]:
+        if ev.get("ph") == "X" and ev.get("cat") and ev["cat"] not in READ_OR_HOST:
+            raw[ev["cat"]] = raw.get(ev["cat"], 0) + 1
+    r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(path), "-o", str(tmp_path / "pm")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    if raw:
+        top = sorted(raw.items(), key=lambda x: (-x[1], x[0]))[:2]
+        for cat, n in top:
+            assert f"{cat} ({n:,})" in r.stderr and f"{cat} ({n:,})" in r.stdout, (cat, n, r.stderr, r.stdout)
+        assert "CPU-only" not in r.stderr and "No GPU work was recorded" not in r.stdout
+    else:
+        assert "CPU-only" in r.stderr

@@ -361,6 +361,7 @@ class _Converter:
         self.version = None
         self.notes: set[str] = set()
         self.devices = None
+        self.unread: dict[str, int] = {}  # complete events of categories no table takes, per category
 
     def set_meta(self, m: Meta):
         if m.baseTimeNanoseconds is not None:
@@ -408,6 +409,10 @@ class _Converter:
         col = _strict_columns(xs) if isinstance(xs[0], StrictEvent) else _loose_columns(xs)
         code = pc.index_in(col["cat"], value_set=_CAT_VALUES).fill_null(-1).to_numpy()
         table = np.where(code >= 0, _CAT_TABLE[code], -1)
+        if (code < 0).any():  # counted per distinct category: said when nothing else is on the device
+            for v in pc.value_counts(col["cat"].filter(pa.array(code < 0))).to_pylist():
+                if v["values"] is not None:
+                    self.unread[v["values"]] = self.unread.get(v["values"], 0) + v["counts"]
         for t, build in enumerate((self._gpu, self._host, self._ranges)):
             idx = np.flatnonzero(table == t)
             if len(idx):
@@ -515,7 +520,14 @@ class _Converter:
                 "bytes": "with a negative byte count (NULL)", "device": "with a negative device index (NULL)"}
         for field, k in sorted(self.odd.items()):
             warnings.append(f"{k} GPU ops {what[field]}")
-        if self.n["gpu_ops"] == 0:
+        device = {c: k for c, k in self.unread.items() if c not in _HOST_ONLY_CATS}
+        if self.n["gpu_ops"] == 0 and device:
+            # HTA's MTIA traces: their device work is `mtia_ccp_events`, launched by `mtia_runtime`
+            # calls; "CPU-only" would say no accelerator ran, where one ran that is not read
+            listed = ", ".join(f"{c} ({k:,})" for c, k in sorted(device.items(), key=lambda x: (-x[1], x[0]))[:4])
+            warnings.append("no GPU events of the kinds traceflow reads (CUDA / ROCm kernels, copies, memsets): "
+                            f"events of other categories were not read: {listed}; GPU figures will be empty")
+        elif self.n["gpu_ops"] == 0:
             warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
         if self.devices is not None:
             self.n.setdefault("devices", 0)
@@ -534,6 +546,8 @@ class _Converter:
 
 _NO_ARGS = Args()
 _TABLE_NAMES = ("gpu_ops", "host_ops", "ranges")
+# categories a CPU-only trace holds besides CPU ops: not device work left unread
+_HOST_ONLY_CATS = frozenset({"Trace", "overhead", "cpu_instant_event"})
 _CAT_VALUES = pa.array([*GPU_CATS, *HOST_CATS, *RANGE_CATS], pa.string())
 _CAT_TABLE = np.array([0] * len(GPU_CATS) + [1] * len(HOST_CATS) + [2] * len(RANGE_CATS), np.int64)
 _CAT_KIND = pa.array([*GPU_CATS.values(), *HOST_CATS.values()] + [None] * len(RANGE_CATS), pa.string())
