@@ -331,6 +331,12 @@ def _fix_sentence(con, out: dict):
         out["sentences"].append(f"Worth the most, by replaying the slowest, the median and the most abnormal step: "
                                 f"{f['scenario']}, {f['gain_ns'] / 1e6:.1f} ms ({f['gain_pct']:.0f}%) on step {f['step']} "
                                 f"(`traceflow whatif` for others).")
+    dom = next((r for r in out["findings"] if r["kind"] == "dominant"), None)
+    faster = next((f for f in out["fixes"] if f.get("reference") and "memory" in f["scenario"]), None)
+    if dom and dom["class"] == "memory copies" and faster:  # no replayed fix touches the copies: say what they are worth
+        out["sentences"].append(f"The copies, {dom['share_pct']:.0f}% of the critical path, are no fix the replay makes: "
+                                f"copies twice as fast (pinned buffers, fewer bytes) would gain {faster['gain_ns'] / 1e6:.1f} ms "
+                                f"({faster['gain_pct']:.0f}%) on step {faster['step']}.")
 
 
 def verdict(con) -> str:

@@ -95,13 +95,27 @@ class StepGraph:
                 self.group[i] = k
         # the rank's synchronizing calls in the step's span: they move the rank's host with the GPU
         lo, hi = min(self.start), max(self.end)
-        rows = con.execute("""SELECT rank, start_ns, end_ns, coalesce(waited_op_id, -1), node_op_id
-                              FROM tf_internal.cp_host_nodes WHERE role = 'sync'
-                                AND end_ns >= ? AND start_ns <= ? ORDER BY rank, end_ns, start_ns""",
+        # A synchronous or pageable copy's call waits for its own copy (the driver stages it): the
+        # copy may end after the call returns, where the as-of wait (cp_graph.sql: the latest op
+        # ended before the call returned) misses it, and copies made faster would not move the host
+        # (h100 kineto/launch_bound: a 256 MiB pageable HtoD copy, "copies twice as fast" gained 0.0 ms)
+        rows = con.execute("""SELECT n.rank, n.start_ns, n.end_ns, coalesce(n.waited_op_id, -1), n.node_op_id,
+                                     coalesce(own.op_id, -1)
+                              FROM tf_internal.cp_host_nodes n
+                              LEFT JOIN (SELECT rank, launch_tid, api_start_ns, arg_max(op_id, end_ns) AS op_id FROM gpu_ops
+                                         WHERE kind IN ('memcpy', 'memset') AND api_start_ns IS NOT NULL GROUP BY ALL) own
+                                ON own.rank = n.rank AND own.launch_tid = n.tid AND own.api_start_ns = n.start_ns
+                              WHERE n.role = 'sync' AND n.end_ns >= ? AND n.start_ns <= ?
+                              ORDER BY n.rank, n.end_ns, n.start_ns""",
                             [lo + base - 10**9, hi + base]).fetchall()
         self.syncs: dict[int, list] = {}
         self.sync_ids: dict[int, list] = {}  # the node op id of each of self.syncs[rank]
-        for r, s, e, w, o in rows:
+        for r, s, e, w, o, own in rows:
+            if own in pos and self.start[pos[own]] <= e - base and (w not in pos or self.end[pos[own]] > self.end[pos[w]]):
+                # its own copy, in this step, running before the call returned (hta-2rank's async
+                # copies queued behind other work start up to 60 ms after their call: not held) and
+                # ending later than the as-of op: what held the call
+                w = own
             self.syncs.setdefault(r, []).append((s - base, e - base, w))
             self.sync_ids.setdefault(r, []).append(o)
         self._spans_by_cause: dict[tuple[str, ...], dict[int, list]] = {}
@@ -195,6 +209,11 @@ class StepGraph:
             elif kind == "host":
                 segs.append((self.rank[i], "launch", self.name[i], ref, start2[i]))
                 anchor = hosts[self.rank[i]].released_by(ref)
+                if anchor is not None and end2[anchor[1]] > anchor[0]:
+                    # the call returned before its op ended (a pageable copy's last chunk still in
+                    # flight): the host was held by the copy's progress, not its end; walking on
+                    # through the op would go forward in time
+                    anchor = None
                 if anchor is None:
                     segs.append((self.rank[i], "host", None, 0, ref))
                     i = None
@@ -451,6 +470,8 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
     base = [g.replay(Scenario()) for g in graphs]
     candidates = [Scenario(no_launch_overhead=True), Scenario(no_allocator_calls=True), Scenario(no_host_syncs=True),
                   Scenario(overlap_comm=True), Scenario(no_stragglers=True), Scenario(scale_kind={"compute": 0.5})]
+    if _copies_share(graphs) >= 0.1:  # copies twice as fast: the yardstick where copies are much of the GPU time
+        candidates.append(Scenario(scale_kind={"memory": 0.5}))
     if abnormal:
         candidates.insert(0, Scenario(remove_host_stall=[abnormal[0][0]]))
     out = []
@@ -482,7 +503,17 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
         out.append(fix)
     # "compute twice as fast" is a yardstick, not a fix one can make: after the fixes, where room is left
     fixes = _same_fault_after_stall(sorted((f for f in out if not f.get("reference")), key=lambda r: -r["gain_ns"]))
-    return (fixes + [f for f in out if f.get("reference")])[:top]
+    return fixes[:top] + [f for f in out if f.get("reference")]
+
+
+def _copies_share(graphs: list[StepGraph]) -> float:
+    """Copies' and memsets' share of the GPU op time of these steps."""
+    tot = mem = 0.0
+    for g in graphs:
+        d = np.array(g.end, dtype=np.float64) - np.array(g.start, dtype=np.float64)
+        tot += float(d.sum())
+        mem += float(d[np.array(g.kind) == KINDS["memory"]].sum())
+    return mem / tot if tot else 0.0
 
 
 def _same_fault_after_stall(fixes: list[dict]) -> list[dict]:
