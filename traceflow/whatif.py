@@ -195,7 +195,9 @@ class StepGraph:
         first = int(np.argmax(end2))
         i: int | None = first
         t, segs = end2[first], []
-        while i is not None and t > 0:
+        guard = 4 * len(self.op_id) + 8  # every move goes back in time; a bound all the same, never a hang
+        while i is not None and t > 0 and guard > 0:
+            guard -= 1
             j = last_of.get(i, i)
             if j != i:  # a collective: it ended when member j started
                 segs.append((self.rank[j], "gpu_comm", self.name[i], start2[j], t))
@@ -209,7 +211,7 @@ class StepGraph:
             elif kind == "host":
                 segs.append((self.rank[i], "launch", self.name[i], ref, start2[i]))
                 anchor = hosts[self.rank[i]].released_by(ref)
-                if anchor is not None and end2[anchor[1]] > anchor[0]:
+                if anchor is not None and (end2[anchor[1]] > anchor[0] or end2[anchor[1]] >= t):
                     # the call returned before its op ended (a pageable copy's last chunk still in
                     # flight): the host was held by the copy's progress, not its end; walking on
                     # through the op would go forward in time
