@@ -93,7 +93,13 @@ class StepGraph:
         for k, m in enumerate(self.members):
             for i in m:
                 self.group[i] = k
-        # the rank's synchronizing calls in the step's span: they move the rank's host with the GPU
+        self._load_syncs(con, base)
+        self._spans_by_cause: dict[tuple[str, ...], dict[int, list]] = {}
+
+    def _load_syncs(self, con, base: int) -> None:
+        """Each rank's synchronizing calls in the step's span (relative times) and the op each waited
+        for: they move the rank's host with the GPU."""
+        pos = self.pos
         lo, hi = min(self.start), max(self.end)
         # A synchronous or pageable copy's call waits for its own copy (the driver stages it): the
         # copy may end after the call returns, where the as-of wait (cp_graph.sql: the latest op
@@ -118,7 +124,6 @@ class StepGraph:
                 w = own
             self.syncs.setdefault(r, []).append((s - base, e - base, w))
             self.sync_ids.setdefault(r, []).append(o)
-        self._spans_by_cause: dict[tuple[str, ...], dict[int, list]] = {}
 
     def measured(self) -> tuple[int, dict[int, int]]:
         return self._spans(self.end)
