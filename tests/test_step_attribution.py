@@ -372,9 +372,15 @@ def test_clock_skew_estimate_stored_when_not_applied(ingested):
 
 # --- the peers ------------------------------------------------------------------------------------
 
+# HTA parses the ranks in a fork pool by default; in one CI run of ~20 its pool hung past the 300 s
+# timeout (alone the script takes 1 s): its documented serial path (use_multiprocessing=False) instead
 HTA_SCRIPT = """
 import json, sys
+from hta.common import trace
 from hta.trace_analysis import TraceAnalysis
+serial = trace.Trace.parse_traces
+trace.Trace.parse_traces = lambda self, max_ranks=-1, use_multiprocessing=True, use_memory_profiling=True: \\
+    serial(self, max_ranks, False, use_memory_profiling)
 df = TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)
 print(json.dumps(df[["rank", "idle_time(us)", "compute_time(us)", "non_compute_time(us)", "kernel_time(us)"]]
                  .to_dict(orient="records")))
