@@ -22,6 +22,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from intervals import measure  # noqa: E402  (the plain-Python interval arithmetic the tests use)
+
 WILD = Path(os.environ.get("TRACEFLOW_WILD", ROOT.parent / "shared" / "wild"))
 HTA = os.environ.get("TRACEFLOW_HTA_PYTHON", "")
 SCRIPT = """
@@ -121,23 +124,12 @@ def hta_definitions(path: Path, tmp: Path) -> str:
     # HTA's communication kernels are NCCL's by name; ours come from derive/comm_kernels.sql's table.
     comm = con.execute("select count(*) from gpu_ops where category = 'communication' and name not ilike '%nccl%'").fetchone()
     con.close()
-    parts = [f"counts {v} {k} events (they carry a stream; {union_us(spans.get(k, []))} µs)" for k, v in sorted(n.items())]
+    parts = [f"counts {v} {k} events (they carry a stream; {measure(spans.get(k, []))} µs)" for k, v in sorted(n.items())]
     if comm and comm[0]:
         parts.append(f"counts {comm[0]} communication kernels not named NCCL as compute")
     if epoch_fraction and not (isinstance(doc, dict) and doc.get("baseTimeNanoseconds")):
         parts.append("rounds float64 µs since the epoch (0.25 µs apart)")
     return "; ".join(parts)
-
-
-def union_us(iv: list[tuple[int, int]]) -> int:
-    """Length of the union of whole-µs intervals."""
-    total, end = 0, None
-    for a, b in sorted(iv):
-        if end is None or a > end:
-            total, end = total + max(0, b - a), b
-        elif b > end:
-            total, end = total + b - end, b
-    return total
 
 
 def close(ref, x) -> bool:

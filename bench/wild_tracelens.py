@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from intervals import subtract, union  # the plain-Python interval arithmetic the tests use
 from wild_hta import close, peer_copy, single_rank_kineto
 
 TL = os.environ.get("TRACEFLOW_TRACELENS_PYTHON", "")
@@ -38,33 +40,6 @@ m["n_gpu"], m["n_linked"] = len(gpu), sum(1 for e in gpu if e.get("tree"))
 print(json.dumps(m))
 """
 FIGS = ["total_time", "idle_time", "computation_time", "exposed_comm_time", "exposed_memcpy_time"]
-
-
-def union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-
-
-def minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
-    """Length of the union a less the union b (both merged, sorted)."""
-    total, j = 0, 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= s:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                total += b[k][0] - cur
-            cur = max(cur, b[k][1])
-            k += 1
-        total += max(0, e - cur)
-    return total
 
 
 def ours(path: Path, tmp: Path):
@@ -91,7 +66,7 @@ def ours(path: Path, tmp: Path):
     every = union([(s, e) for s, e, *_ in ops])
     wall = every[-1][1] - every[0][0]
     busy = sum(e - s for s, e in every)
-    classes = [wall, wall - busy, sum(e - s for s, e in comp), minus(comm, comp), minus(copy, union(comp + comm))]
+    classes = [wall, wall - busy, sum(e - s for s, e in comp), subtract(comm, comp), subtract(copy, comp + comm)]
     return mine, [round(v / 1000) for v in classes], sum(1 for *_, launched in ops if launched), unknown[0] if unknown else 0
 
 

@@ -223,11 +223,15 @@ def ingested(db_dir):
     return make
 
 
-def connect(path):
+def connect(path, copy_to=None):
+    """A connection to a database, read-only; with `copy_to`, to a writable copy made there (a test
+    that re-runs a pack on changed tables leaves the ingested database as it was)."""
     import duckdb
 
     from traceflow.duck import use_internal_schema
-    con = duckdb.connect(str(path), read_only=True)
+    if copy_to is not None:
+        shutil.copy(path, copy_to)
+    con = duckdb.connect(str(copy_to or path), read_only=copy_to is None)
     use_internal_schema(con)  # helper tables (step_windows, ...) by bare name, as traceflow's own SQL does
     return con
 

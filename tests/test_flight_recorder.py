@@ -165,25 +165,26 @@ def test_json_variant_reads_as_the_pickle(recorded, tmp_path):
     assert _rows(b, "SELECT DISTINCT source_format FROM fr_dumps") == [{"source_format": "fr-json"}]
 
 
+def _without(src, suffix: str, dest):
+    """A copy of a recorded job's folder without the dump whose name ends in `suffix` (its host died)."""
+    dest.mkdir()
+    for f in src.iterdir():
+        if not f.name.endswith(suffix):
+            shutil.copy(f, dest / f.name)
+    return dest
+
+
 def test_a_missing_dump_is_said(recorded, tmp_path):
     """Derived: the skip job without rank 3's dump (its host died), then without rank 2's (the culprit's)."""
     src = recorded / "skip"
-    no3 = tmp_path / "no3"
-    no3.mkdir()
-    for f in src.iterdir():
-        if not f.name.endswith("_3"):
-            shutil.copy(f, no3 / f.name)
+    no3 = _without(src, "_3", tmp_path / "no3")
     db = tmp_path / "no3.duckdb"
     _ingest([no3], db)
     row = _rows(db, "SELECT * FROM desync WHERE first")[0]
     assert (row["kind"], row["ranks"], row["no_dump"], row["waiting"]) == ("missing", [2], [3], [0, 1])
     assert "No dump from rank 3: what it did is unknown." in _verdict(db)
     assert _rows(db, "SELECT state FROM desync_ranks WHERE rank = 3") == [{"state": "no_dump"}]
-    no2 = tmp_path / "no2"
-    no2.mkdir()
-    for f in src.iterdir():
-        if not f.name.endswith("_2"):
-            shutil.copy(f, no2 / f.name)
+    no2 = _without(src, "_2", tmp_path / "no2")
     db2 = tmp_path / "no2.duckdb"
     _ingest([no2], db2)
     assert _rows(db2, "SELECT count(*) AS n FROM desync") == [{"n": 0}]

@@ -255,16 +255,8 @@ def test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range(tmp_path):
 def test_two_clocks_with_no_consistent_offset_give_no_split(stall_db, tmp_path):
     """A rank whose CPU ops and CUDA calls are on clocks with no consistent offset (derived here by
     marking rank 1 so, as host_clock does): its split would mix them, so ns is NULL; rank 0 keeps its."""
-    import shutil
-
-    import duckdb
-
-    from traceflow.duck import use_internal_schema
     from traceflow.packs import pack_sql
-    copy = tmp_path / "two_clocks.duckdb"
-    shutil.copy(stall_db, copy)
-    con = duckdb.connect(str(copy))
-    use_internal_schema(con)
+    con = connect(stall_db, copy_to=tmp_path / "two_clocks.duckdb")
     before = con.execute("SELECT rank, step, cause, ns FROM host_time WHERE rank = 0 ORDER BY ALL").fetchall()
     con.execute("UPDATE traces SET cpu_clock_consistent = FALSE WHERE rank = 1")
     con.execute(pack_sql("host_time"))

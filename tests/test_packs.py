@@ -300,17 +300,9 @@ def test_query_filters_and_formats(ingested):
 
 def test_pack_sql_runs_by_hand_in_duckdb(ingested, tmp_path):
     """A pack file pasted into a DuckDB session gives the same table."""
-    import shutil
 
-    import duckdb
-
-    from traceflow.duck import use_internal_schema
     from traceflow.packs import pack_sql
-    src = ingested("h100/kineto/ddp4_sync_stall")
-    copy = tmp_path / "copy.duckdb"
-    shutil.copy(src, copy)
-    con = duckdb.connect(str(copy))
-    use_internal_schema(con)
+    con = connect(ingested("h100/kineto/ddp4_sync_stall"), copy_to=tmp_path / "copy.duckdb")
     before = con.execute("select * from exposed_comm order by all").fetchall()
     con.execute("drop table exposed_comm")
     con.execute(pack_sql("exposed_comm"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BUNDLED, FIX, WILD, needs_shared, run_cli
+from intervals import measure
 
 import traceflow
 from traceflow import verdict
@@ -53,16 +54,6 @@ def _findings(folder: Path, tmp_path_factory) -> dict:
 
 # --- raw files, read with the standard library only -------------------------------------------------
 
-def _union(iv) -> int:
-    tot, cur = 0, None
-    for a, b in sorted(iv):
-        if cur is None or a > cur[1]:
-            tot += (cur[1] - cur[0]) if cur else 0
-            cur = [a, b]
-        else:
-            cur[1] = max(cur[1], b)
-    return tot + ((cur[1] - cur[0]) if cur else 0)
-
 
 def _kineto_gpu(path) -> list[tuple]:
     """(category, name, start µs, end µs, bytes) of every GPU event of a Kineto file."""
@@ -87,7 +78,7 @@ def _nsys_gpu(path) -> list[tuple]:
 def _share(ops, keep) -> float:
     """Percent of the GPU window (first op start to last op end) covered by the ops `keep` selects."""
     lo, hi = min(o[2] for o in ops), max(o[3] for o in ops)
-    return 100.0 * _union([(o[2], o[3]) for o in ops if keep(o)]) / (hi - lo)
+    return 100.0 * measure([(o[2], o[3]) for o in ops if keep(o)]) / (hi - lo)
 
 
 # --- injected faults ------------------------------------------------------------------------------
@@ -191,8 +182,8 @@ def test_copy_bound_job_leads_with_pageable_copies(tmp_path_factory):
     folder = FIX / "h100" / "kineto" / "launch_bound"
     first = _findings(folder, tmp_path_factory)["findings"][0]
     ops = _kineto_gpu(next(folder.glob("rank-*.gz")))
-    pageable = _union([(o[2], o[3]) for o in ops if o[0] == "gpu_memcpy" and "HtoD" in o[1] and "Pageable" in o[1]])
-    assert pageable / _union([(o[2], o[3]) for o in ops]) > 0.9
+    pageable = measure([(o[2], o[3]) for o in ops if o[0] == "gpu_memcpy" and "HtoD" in o[1] and "Pageable" in o[1]])
+    assert pageable / measure([(o[2], o[3]) for o in ops]) > 0.9
     assert (first["kind"], first["class"], first["cause"]) == ("dominant", "memory copies", "HtoD pageable")
     assert first["sentence"].startswith("Copy-bound: ") and "pin" in first["sentence"]
 
@@ -218,7 +209,7 @@ def _after_last_arrival(folder: Path) -> float:
         last = max(range(len(ranks)), key=lambda j: own[j][0])
         a, b = max(own[last][0], lo), min(own[last][1], hi)
         if b > a:
-            total += (b - a) - _union([(max(x, a), min(y, b)) for x, y in ranks[last]["comp"] if y > a and x < b])
+            total += (b - a) - measure([(max(x, a), min(y, b)) for x, y in ranks[last]["comp"] if y > a and x < b])
     return 100.0 * total / (hi - lo)
 
 
@@ -240,7 +231,7 @@ def test_communication_bound_job(folder, tmp_path_factory):
         lo, hi = min(o[2] for o in ops), max(o[3] for o in ops)
         nccl = [(o[2], o[3]) for o in ops if o[0] == "kernel" and o[1].startswith("nccl")]
         comp = [(o[2], o[3]) for o in ops if o[0] == "kernel" and not o[1].startswith("nccl")]
-        per_rank.append(100.0 * (_union(nccl + comp) - _union(comp)) / (hi - lo))
+        per_rank.append(100.0 * (measure(nccl + comp) - measure(comp)) / (hi - lo))
     raw = _after_last_arrival(folder)
     assert dom["class"] == "communication" and min(per_rank) > 80 and raw > 80
     assert abs(dom["share_pct"] - raw) < 1.5, (dom["share_pct"], raw)
@@ -365,7 +356,7 @@ def test_wild_copy_bound_two_gpu_capture(tmp_path):
     for d in sorted({o[4] for o in ops}):
         lo, hi = min(o[2] for o in ops if o[4] == d), max(o[3] for o in ops if o[4] == d)
         htod = [(s, e) for dev, ck, sk, s, e in rows if dev == d and ck == 1 and kinds[sk] == "Pinned"]
-        raw.append(100.0 * _union(htod) / (hi - lo))
+        raw.append(100.0 * measure(htod) / (hi - lo))
     first = _first(path, tmp_path)
     assert min(raw) > 90
     assert (first["kind"], first["class"], first["cause"]) == ("dominant", "memory copies", "HtoD pinned")
@@ -420,8 +411,8 @@ def test_wild_communication_bound_kineto(tmp_path):
         clip = [(n, max(a, lo), min(b, hi)) for n, a, b in kernels if b > lo and a < hi]
         comm = [(a, b) for n, a, b in clip if n.startswith(("nccl", "rccl"))]
         comp = [(a, b) for n, a, b in clip if not n.startswith(("nccl", "rccl"))]
-        per_step.append((_union(comm + comp) - _union(comp), hi - lo))
-        comm_pct.append(100.0 * _union(comm) / (hi - lo))
+        per_step.append((measure(comm + comp) - measure(comp), hi - lo))
+        comm_pct.append(100.0 * measure(comm) / (hi - lo))
     raw = 100.0 * sum(x for x, _ in per_step) / sum(w for _, w in per_step)
     steps = [100.0 * x / w for x, w in per_step]
     first = _first(path, tmp_path)

@@ -73,11 +73,13 @@ def findings(con) -> dict:
         out["sentences"].append(hang["sentence"])
     steps = con.execute("SELECT step, wall_ns, warmup FROM tf_internal.findings_steps ORDER BY step").fetchall()
     if not steps:
-        unread = con.execute("""SELECT w FROM (SELECT unnest(warnings) AS w FROM traces)
-                                WHERE w LIKE 'no GPU events of the kinds traceflow reads%' LIMIT 1""").fetchone()
+        from .readers.kineto import UNREAD_DEVICE_WORK
+        unread = con.execute("""SELECT w[len(?) + 1:] FROM (SELECT unnest(warnings) AS w FROM traces)
+                                WHERE starts_with(w, ?) LIMIT 1""", [UNREAD_DEVICE_WORK, UNREAD_DEVICE_WORK]).fetchone()
         if unread:  # an accelerator ran whose events are not read (MTIA): not "no GPU work"
-            out["sentences"].append("No GPU work of the kinds traceflow reads was recorded: "
-                                    + unread[0].split(": ", 1)[1].split("; GPU figures")[0] + ", so there is nothing to analyse on the device side.")
+            listed = unread[0].split("; GPU figures")[0]
+            out["sentences"].append(f"No GPU work of the kinds traceflow reads was recorded: events of other categories "
+                                    f"were not read: {listed}, so there is nothing to analyse on the device side.")
         else:
             out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
         out["sentences"].extend(memory.sentences(con))  # no GPU steps (a CPU job): the memory findings all the same

@@ -525,8 +525,7 @@ class _Converter:
             # HTA's MTIA traces: their device work is `mtia_ccp_events`, launched by `mtia_runtime`
             # calls; "CPU-only" would say no accelerator ran, where one ran that is not read
             listed = ", ".join(f"{c} ({k:,})" for c, k in sorted(device.items(), key=lambda x: (-x[1], x[0]))[:4])
-            warnings.append("no GPU events of the kinds traceflow reads (CUDA / ROCm kernels, copies, memsets): "
-                            f"events of other categories were not read: {listed}; GPU figures will be empty")
+            warnings.append(f"{UNREAD_DEVICE_WORK}{listed}; GPU figures will be empty")
         elif self.n["gpu_ops"] == 0:
             warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
         if self.devices is not None:
@@ -546,6 +545,9 @@ class _Converter:
 
 _NO_ARGS = Args()
 _TABLE_NAMES = ("gpu_ops", "host_ops", "ranges")
+# The warning of a trace whose only device work is of categories not read (the verdict quotes it)
+UNREAD_DEVICE_WORK = ("no GPU events of the kinds traceflow reads (CUDA / ROCm kernels, copies, memsets): "
+                      "events of other categories were not read: ")
 # categories a CPU-only trace holds besides CPU ops: not device work left unread
 _HOST_ONLY_CATS = frozenset({"Trace", "overhead", "cpu_instant_event"})
 _CAT_VALUES = pa.array([*GPU_CATS, *HOST_CATS, *RANGE_CATS], pa.string())
