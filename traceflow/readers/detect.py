@@ -29,7 +29,7 @@ def identify(path: str) -> Input:
 
 
 def detect(path: str) -> str:
-    """'nsys-sqlite', 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
+    """'nsys-sqlite', 'rocpd-sqlite', 'rpd-sqlite' (ROCm: readers/rocm.py), 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
     Recorder dumps, readers/flight_recorder.py), 'torch-memory-snapshot' (readers/memory_snapshot.py);
     InputError otherwise."""
     try:
@@ -44,8 +44,9 @@ def detect(path: str) -> str:
         raise InputError(path, f"cannot read ({e.strerror})") from None
     if size == 0:
         raise InputError(path, "empty file (0 bytes)")
-    if head.startswith(SQLITE_MAGIC):
-        return "nsys-sqlite"
+    if head.startswith(SQLITE_MAGIC):  # which profiler wrote it: by its tables (ROCm's, else nsys's)
+        from .rocm import sniff as rocm_sniff
+        return rocm_sniff(path) or "nsys-sqlite"
     if head[:1] == b"\x80" and b"segments" in head:  # readers/memory_snapshot.py
         return "torch-memory-snapshot"
     if path.endswith((".nsys-rep", ".qdrep")):
@@ -66,7 +67,7 @@ def detect(path: str) -> str:
         return "kineto-json"
     if not stripped:
         raise InputError(path, "file holds only whitespace")
-    raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), "
+    raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), a ROCm rocpd / .rpd database, "
                      "an .nsys-rep, a PyTorch profiler JSON trace (.json / .json.gz), nor a Flight Recorder dump")
 
 

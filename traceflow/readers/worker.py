@@ -45,6 +45,8 @@ def import_readers(formats) -> None:
         from . import kineto  # noqa: F401
     if set(formats) - {"kineto-json", "fr-pickle", "fr-json"}:
         from . import nsys  # noqa: F401
+    if set(formats) & {"rocpd-sqlite", "rpd-sqlite", "sqlite-gz", "sqlite-xz"}:
+        from . import rocm  # noqa: F401
 
 
 def read_file(inp: Input | str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
@@ -72,6 +74,18 @@ def read_file(inp: Input | str, folder: str, index: int, nsys_exe: str | None = 
         raise InputError(path, f"cannot read ({type(e).__name__}: {one_line(e, 200)})") from None
 
 
+def _read_sqlite(path: str, sink, key: str, user_path: str):
+    """A decompressed SQLite file: ROCm's (rocpd, .rpd) or an nsys export, by its tables."""
+    from . import nsys, rocm
+    fmt = rocm.sniff(path)
+    try:
+        return rocm.read(path, sink, key, fmt) if fmt else nsys.read(path, sink, key=key)
+    except InputError as e:  # the message names the user's file, not the scratch copy
+        if type(e) is not InputError:
+            raise
+        raise InputError(user_path, e.problem) from None
+
+
 def _read_file(inp: Input, folder, index, nsys_exe):
     path, fmt = inp.path, inp.format
     sink = IpcSink(folder)
@@ -92,7 +106,10 @@ def _read_file(inp: Input, folder, index, nsys_exe):
             fd, scratch = tempfile.mkstemp(suffix=".sqlite", dir=folder)
             with os.fdopen(fd, "wb") as out, BoundedReader(path, "gzip" if fmt == "sqlite-gz" else "xz") as src:
                 shutil.copyfileobj(src, out, 1 << 22)
-            traces = nsys.read(scratch, sink, key=f"f{index}p")
+            traces = _read_sqlite(scratch, sink, f"f{index}p", path)
+        elif fmt in ("rocpd-sqlite", "rpd-sqlite"):
+            from . import rocm
+            traces = rocm.read(path, sink, f"f{index}p", fmt)
         elif fmt == "nsys-sqlite":
             traces = nsys.read(path, sink, key=f"f{index}p")
         else:
