@@ -28,6 +28,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import WILD, WILD_MANIFEST, connect, wild_file
 from intervals import measure
+from rocm_raw import kind_of, rocpd_raw, rpd_raw
 from test_step_attribution import check_conservation
 
 import traceflow
@@ -123,7 +124,17 @@ def nsys_raw(path: Path) -> dict:
 
 
 def raw(path: Path) -> dict:
+    if (rocm := kind_of(path)) is not None:  # ROCm's SQLite profiles (tests/rocm_raw.py), by their tables
+        return rocpd_raw(path) if rocm == "rocpd" else rpd_raw(path)
     return nsys_raw(path) if path.suffix == ".sqlite" else kineto_raw(path)
+
+
+def oracles(r: dict) -> dict:
+    """The figures a manifest entry records for its file (its "oracles"), from the raw side."""
+    gpu = r["gpu"]
+    return {"gpu_ops": len(gpu), "busy_ns": measure([(a, b) for a, b, _, _ in gpu]),
+            "kernel_ns": r.get("kernel_ns"), "comm_ns": sum(b - a for a, b, n, _ in gpu if NCCL.match(n)),
+            "steps": len(r["steps"])}
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -149,6 +160,9 @@ def test_wild_trace(job, tmp_path):
         r = raw(f)
         mine = [t for t in traces if t[2] == str(f)]
         assert mine, f
+        entry = next(e for e in entries if wild_file(e) == f)
+        if "oracles" in entry:  # the manifest's figures are the raw file's, as this test reads it
+            assert oracles(r) == entry["oracles"], (f.name, oracles(r), entry["oracles"])
         ids = [t[0] for t in mine]
         q = ",".join(map(str, ids))
         # counts
@@ -165,6 +179,10 @@ def test_wild_trace(job, tmp_path):
         ep_db = db.execute(f"""select coalesce(sum(end_ns - start_ns), 0) from gpu_ops where trace_id in ({q})
                                and category = 'communication' and regexp_matches(name, '(?i)(deep_ep|dpsk::ep)::(internode|intranode)')""").fetchone()[0]
         assert ep_db == sum(b - a for a, b, n, _ in r["gpu"] if DEEPEP.search(n)), f.name
+        if r.get("kernel_ns") is not None:
+            k_db = db.execute(f"""select coalesce(sum(end_ns - start_ns), 0) from gpu_ops
+                                  where trace_id in ({q}) and kind = 'kernel'""").fetchone()[0]
+            assert k_db == r["kernel_ns"], f.name
         # steps
         if r["steps"]:
             got = db.execute(f"select count(*) from steps where rank in (select rank from traces where trace_id in ({q}))").fetchone()[0]
@@ -183,7 +201,7 @@ def _check_links(db, q, r, mine, f):
     file by correlation id) on the call's thread. DB times are the recorded ones plus the rank's clock
     offset, and for CPU ops plus the CPU-clock offset (host_clock.py), undone here."""
     off = {t[0]: (t[5] or 0, t[4] or 0) for t in mine}
-    pid = {t[0]: t[3] if f.suffix == ".sqlite" else None for t in mine}
+    pid = {t[0]: t[3] if f.suffix == ".sqlite" or kind_of(f) else None for t in mine}
     rows = db.execute(f"""select g.trace_id, g.correlation_id, h.tid, h.name, h.start_ns, h.end_ns
                           from gpu_ops g join host_ops h on h.op_id = g.cpu_op_id
                           where g.trace_id in ({q})""").fetchall()

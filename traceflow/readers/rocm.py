@@ -333,7 +333,8 @@ def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     links = "rocpd_api_ops" in cols and {"api_id", "op_id"} <= cols["rocpd_api_ops"]
     link = ("LEFT JOIN (SELECT op_id, min(api_id) AS api_id FROM src.rocpd_api_ops GROUP BY op_id) L ON L.op_id = O.id"
             if links and "id" in cols["rocpd_op"] else "LEFT JOIN (SELECT NULL::BIGINT AS api_id) L ON FALSE")
-    size = ("(SELECT any_value(C.size) FROM src.rocpd_copyapi C WHERE C.api_ptr_id = L.api_id)::BIGINT"
+    # a copy's size is in its call's row (rocpd_copyapi); rpd writes '' there for some calls
+    size = ("TRY_CAST((SELECT any_value(C.size) FROM src.rocpd_copyapi C WHERE C.api_ptr_id = L.api_id) AS BIGINT)"
             if "rocpd_copyapi" in cols and {"api_ptr_id", "size"} <= cols["rocpd_copyapi"] else "NULL::BIGINT")
     con.execute(f"""CREATE TEMP TABLE o AS
         SELECT O.gpuId::INTEGER AS device, O.queueId::BIGINT AS stream, T.string AS optype, D.string AS description,
