@@ -261,6 +261,7 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
         SELECT guid, proc, tid, 'roctx' AS domain, name, start_ns, end_ns, FALSE AS on_gpu
         FROM r0 WHERE category LIKE 'MARKER%'""")
     warnings: list[str] = [MONOTONIC]
+    _torch_ops(con)
     _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings)
     procs = con.execute("""SELECT guid, proc FROM (SELECT guid, proc FROM g UNION SELECT guid, proc FROM h)
                            GROUP BY ALL ORDER BY guid NULLS FIRST, proc""").fetchall()
@@ -290,6 +291,21 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
 def _fam(alias: str) -> str:
     return {"K": "kernel_dispatch", "M": "memory_copy", "R": "region", "E": "event", "S": "info_kernel_symbol",
             "A": "info_agent", "N": "string", "T": "info_thread", "P": "info_process", "C": "string"}.get(alias, alias)
+
+
+# PyTorch's ops as roctx writes them: emit_nvtx's "<op>, seq = N, ..." (the same text on ROCm as
+# NVTX's, readers/nsys.py) or an op's bare qualified name (rpd's PyTorch hook: "aten::mm", "_C::...")
+_TORCH_OP = r"^([A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.:]+)(?:$|, (?:seq|op_id|sizes) = )"
+
+
+def _torch_ops(con):
+    """roctx ranges that are PyTorch ops become CPU ops (host_ops kind cpu_op), as emit_nvtx ranges do
+    in an nsys export: the derive step charges each kernel to the innermost one around its launch.
+    Other ranges (a user's "step 3") stay annotations."""
+    con.execute(f"""INSERT INTO h (guid, proc, tid, kind, name, start_ns, end_ns, correlation_id)
+        SELECT guid, proc, tid, 'cpu_op', regexp_extract(name, '{_TORCH_OP}', 1), start_ns, end_ns, NULL
+        FROM rng WHERE regexp_matches(name, '{_TORCH_OP}')""")
+    con.execute(f"DELETE FROM rng WHERE regexp_matches(name, '{_TORCH_OP}')")
 
 
 def _emit(con, procs, sink, key, path, fmt, version, warnings, proc_info, gpu_names) -> list[ProcessTrace]:
@@ -386,6 +402,7 @@ def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     con.execute("""CREATE TEMP TABLE rng AS
         SELECT NULL::VARCHAR AS guid, pid AS proc, tid, 'roctx' AS domain, args AS name, start_ns, end_ns, FALSE AS on_gpu
         FROM api WHERE name IN ('UserMarker', 'UserMarkerRange')""")
+    _torch_ops(con)
     _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings)
     version = None
     if "rocpd_metadata" in cols:
