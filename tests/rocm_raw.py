@@ -1,5 +1,5 @@
-"""The raw side of the checks on ROCm's SQLite profiles: rocprofv3's rocpd database and rocmProfileData's
-.rpd, read with sqlite3 and plain Python (dicts for the joins), independently of traceflow's reader.
+"""The raw side of the checks on ROCm's SQLite profiles: rocprofv3's rocpd database, rocmProfileData's
+.rpd and rocprof v1's results.db, read with sqlite3 and plain Python (dicts for the joins), independently of traceflow's reader.
 
 Each returns what tests/test_wild.py's raw readers return: the GPU ops (start, end, name, correlation),
 the runtime calls by (pid, correlation), and the span; times as recorded (ns, the host's monotonic clock).
@@ -44,6 +44,8 @@ def kind_of(path: Path) -> str | None:
         return "rocpd"
     if {"rocpd_op", "rocpd_api", "rocpd_string"} <= names:
         return "rpd"
+    if ("OPS" in names or "KERN" in names) and "StringIds" not in names:
+        return "rocprof"
     return None
 
 
@@ -91,6 +93,33 @@ def rpd_raw(path: Path) -> dict:
     runtime = {}
     for i, p, t, a, b, n in c.execute('select id, pid, tid, start, "end", apiName_id from rocpd_api'):
         if strings[n].startswith("hip"):
+            runtime[p, i] = (t, a, b)
+    span = [min((x[0] for x in gpu), default=None), max((x[1] for x in gpu), default=None)]
+    return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span, "kernel_ns": kernel_ns}
+
+
+def rocprof_raw(path: Path) -> dict:
+    """rocprof v1: kernels in OPS (--hip-trace, by the call's Index) or, when OPS has none, in KERN
+    (--timestamp on); copies in COPY; the HIP calls in HIP."""
+    c = _open(path)
+    tables = {r[0]: {x[1] for x in c.execute(f'pragma table_info("{r[0]}")')}
+              for r in c.execute("select name from sqlite_master where type = 'table'")}
+    timed = [t for t in ("OPS", "KERN", "COPY") if {"BeginNs", "EndNs"} <= tables.get(t, set())]
+    ops = "OPS" in timed and c.execute("select count(*) from OPS").fetchone()[0] > 0
+    gpu, kernel_ns = [], 0
+    if ops:
+        for a, b, n, i in c.execute('select BeginNs, EndNs, Name, "Index" from OPS'):
+            gpu.append((a, b, n.strip('"'), i))
+            kernel_ns += b - a
+    elif "KERN" in timed:
+        for a, b, n in c.execute("select BeginNs, EndNs, KernelName from KERN"):
+            gpu.append((a, b, n.strip('"'), None))
+            kernel_ns += b - a
+    if "COPY" in timed:
+        gpu += [(a, b, "", i) for a, b, i in c.execute('select BeginNs, EndNs, "Index" from COPY')]
+    runtime = {}
+    if "HIP" in tables:
+        for p, t, a, b, i in c.execute('select pid, tid, BeginNs, EndNs, "Index" from HIP'):
             runtime[p, i] = (t, a, b)
     span = [min((x[0] for x in gpu), default=None), max((x[1] for x in gpu), default=None)]
     return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span, "kernel_ns": kernel_ns}

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from ..errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# ROCm's SQLite profiles (readers/rocm.py): rocprofv3's rocpd, rocmProfileData's .rpd, rocprof v1's results.db
+ROCM_FORMATS = ("rocpd-sqlite", "rpd-sqlite", "rocprof-sqlite")
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 
@@ -29,7 +31,7 @@ def identify(path: str) -> Input:
 
 
 def detect(path: str) -> str:
-    """'nsys-sqlite', 'rocpd-sqlite', 'rpd-sqlite' (ROCm: readers/rocm.py), 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
+    """'nsys-sqlite', 'rocpd-sqlite', 'rpd-sqlite', 'rocprof-sqlite' (ROCM_FORMATS), 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
     Recorder dumps, readers/flight_recorder.py), 'torch-memory-snapshot' (readers/memory_snapshot.py);
     InputError otherwise."""
     try:

@@ -15,7 +15,7 @@ import warnings
 from contextlib import nullcontext
 
 from ..errors import InputError
-from .detect import Input
+from .detect import ROCM_FORMATS, Input
 from .model import ProcessTrace
 from .worker import import_readers, read_file, worker_start
 
@@ -36,7 +36,7 @@ def map_files(inputs: list[Input], folder, jobs: int | None, nsys_exe: str | Non
     big = sum(i.size for i in inputs) > (64 << 20)
     if jobs == 1 and not big:
         return _share(inputs, [read_file], folder, nsys_exe, progress)
-    if all(i.format in ("nsys-sqlite", "rocpd-sqlite", "rpd-sqlite") for i in inputs):
+    if all(i.format in ("nsys-sqlite", *ROCM_FORMATS) for i in inputs):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
         # threads do as well as processes here, without a worker's start (~0.2 s).
         return _share(inputs, [read_file] * jobs, folder, nsys_exe, progress)

@@ -60,6 +60,14 @@ RPD = {
     "rocpd_copyapi": ("api_ptr_id", "size"),
     "rocpd_metadata": ("tag", "value"),
 }
+# rocprof v1 (ROCm 5-6 `rocprof`, its results.db): KERN (kernel dispatches, with --timestamp on or
+# --stats), OPS / COPY (kernels and copies of --hip-trace, by the HIP call's Index), HIP (the calls)
+V1 = {
+    "KERN": ("Index", "KernelName", "gpu-id", "queue-id", "pid", "tid", "BeginNs", "EndNs"),
+    "OPS": ("Index", "Name", "dev-id", "queue-id", "stream-id", "pid", "tid", "BeginNs", "EndNs"),
+    "COPY": ("Index", "Name", "dev-id", "queue-id", "stream-id", "pid", "tid", "BeginNs", "EndNs"),
+    "HIP": ("Index", "Name", "pid", "tid", "BeginNs", "EndNs"),
+}
 _RPD_REQUIRED = {"rocpd_op": ("gpuId", "queueId", "start", "end", "description_id", "opType_id"),
                  "rocpd_string": ("id", "string"), "rocpd_api": ("pid", "tid", "start", "end", "apiName_id", "args_id")}
 
@@ -76,7 +84,7 @@ MONOTONIC = ("times are the host's monotonic clock (ns since boot), as ROCm's pr
 
 
 def sniff(path: str) -> str | None:
-    """'rocpd-sqlite' or 'rpd-sqlite' when the SQLite file at `path` holds those tables, else None.
+    """'rocpd-sqlite', 'rpd-sqlite' or 'rocprof-sqlite' (rocprof v1's results.db) when the SQLite file at `path` holds those tables, else None.
     Its schema is read (read-only, immutable: nothing is written beside the file); a file SQLite
     cannot open is left to the reader that says so."""
     uri = "file:" + quote(os.fsencode(Path(path).resolve())) + "?mode=ro&immutable=1"
@@ -89,6 +97,8 @@ def sniff(path: str) -> str | None:
         return "rocpd-sqlite"
     if {"rocpd_op", "rocpd_api", "rocpd_string"} <= names:
         return "rpd-sqlite"
+    if ("OPS" in names or "KERN" in names) and "StringIds" not in names:
+        return "rocprof-sqlite"
     return None
 
 
@@ -104,6 +114,9 @@ def read(path: str, sink, key: str, fmt: str) -> list[ProcessTrace]:
             if fmt == "rocpd-sqlite":
                 cols = _load(con, path, _rocpd_tables)
                 return _rocpd(con, cols, path, sink, key)
+            if fmt == "rocprof-sqlite":
+                cols = _load(con, path, lambda names: {t: t for t in V1 if t in names})
+                return _rocprof_v1(con, cols, path, sink, key)
             cols = _load(con, path, lambda names: {t: t for t in RPD if t in names})
             return _rpd(con, cols, path, sink, key)
         except duckdb.Error as e:
@@ -112,7 +125,8 @@ def read(path: str, sink, key: str, fmt: str) -> list[ProcessTrace]:
         con.close()
 
 
-_WHAT = {"rocpd-sqlite": "rocpd database", "rpd-sqlite": "rocmProfileData .rpd file"}
+_WHAT = {"rocpd-sqlite": "rocpd database", "rpd-sqlite": "rocmProfileData .rpd file",
+         "rocprof-sqlite": "rocprof v1 results.db"}
 
 
 def _rocpd_tables(names) -> dict[str, list[str]]:
@@ -135,7 +149,7 @@ def _load(con, path, tables_of) -> dict[str, set[str]]:
 
     from .nsys import _ident, _valid_utf8
     uri = "file:" + quote(os.fsencode(Path(path).resolve())) + "?mode=ro&immutable=1"
-    wanted_cols = {**ROCPD, **RPD}
+    wanted_cols = {**ROCPD, **RPD, **V1}
     cols: dict[str, set[str]] = {}
     try:
         with adbc.connect(uri) as db, db.cursor() as cur:
@@ -412,3 +426,60 @@ def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     if not procs:
         warnings.append("no host calls in this rpd file")
     return _emit(con, rows, sink, key, path, "rpd-sqlite", version, warnings, lambda guid, proc: (proc, None), {})
+
+
+# --- rocprof v1 (results.db) ----------------------------------------------------------------------
+
+def _rocprof_v1(con, cols, path, sink, key) -> list[ProcessTrace]:
+    timed = lambda t: t in cols and {"BeginNs", "EndNs"} <= cols[t]  # noqa: E731
+    if not any(timed(t) for t in ("KERN", "OPS", "COPY")):
+        raise InputError(path, "rocprof v1 results.db has no timed KERN, OPS or COPY table (run rocprof with "
+                         "--timestamp on or --hip-trace; a --stats-only database has no times)")
+    for t in ("KERN", "OPS", "COPY", "HIP"):
+        need = ("KernelName",) if t == "KERN" else ("Name",)
+        if t in cols and timed(t) and (missing := [c for c in need if c not in cols[t]]):
+            raise InputError(path, f"rocprof v1 table {t} lacks column(s) {', '.join(missing)} (unsupported or damaged schema)")
+    copy = " ".join(f"WHEN {sql_string(k)} THEN {sql_string(v)}" for k, v in RPD_COPY.items())
+    parts = ["""SELECT NULL::VARCHAR AS guid, NULL::BIGINT AS proc, NULL::INTEGER AS device, NULL::BIGINT AS stream,
+                NULL::VARCHAR AS kind, NULL::VARCHAR AS name, NULL::VARCHAR AS short_name, NULL::BIGINT AS start_ns,
+                NULL::BIGINT AS end_ns, NULL::BIGINT AS correlation_id, NULL::BIGINT AS bytes, NULL::VARCHAR AS copy_kind
+             WHERE FALSE"""]
+    # --hip-trace writes each kernel to OPS (with its call's Index) and leaves KERN without times;
+    # a database with both holds each kernel twice: OPS is read, KERN is not
+    ops_rows = con.execute("SELECT count(*) FROM src.OPS").fetchone()[0] if timed("OPS") else 0
+    if ops_rows:
+        parts.append(f"""SELECT NULL, {_c(cols, 'OPS', 'pid', 'BIGINT')}, {_c(cols, 'OPS', 'dev-id', 'INTEGER')},
+            coalesce({_c(cols, 'OPS', 'stream-id', 'BIGINT')}, {_c(cols, 'OPS', 'queue-id', 'BIGINT')}), 'kernel',
+            trim(Name, '"'), NULL, TRY_CAST(BeginNs AS BIGINT), TRY_CAST(EndNs AS BIGINT),
+            {_c(cols, 'OPS', 'Index', 'BIGINT')}, NULL, NULL FROM src.OPS""")
+    elif timed("KERN"):
+        parts.append(f"""SELECT NULL, {_c(cols, 'KERN', 'pid', 'BIGINT')}, {_c(cols, 'KERN', 'gpu-id', 'INTEGER')},
+            {_c(cols, 'KERN', 'queue-id', 'BIGINT')}, 'kernel',
+            regexp_replace(trim(KernelName, '"'), ' \\[clone \\.kd\\]$', ''), NULL,
+            TRY_CAST(BeginNs AS BIGINT), TRY_CAST(EndNs AS BIGINT), NULL, NULL, NULL FROM src.KERN""")
+    if timed("COPY"):
+        parts.append(f"""SELECT NULL, {_c(cols, 'COPY', 'pid', 'BIGINT')}, {_c(cols, 'COPY', 'dev-id', 'INTEGER')},
+            coalesce({_c(cols, 'COPY', 'stream-id', 'BIGINT')}, {_c(cols, 'COPY', 'queue-id', 'BIGINT')}), 'memcpy',
+            'Memcpy ' || coalesce(CASE Name {copy} END, Name), Name, TRY_CAST(BeginNs AS BIGINT), TRY_CAST(EndNs AS BIGINT),
+            {_c(cols, 'COPY', 'Index', 'BIGINT')}, NULL, CASE Name {copy} END FROM src.COPY""")
+    con.execute("CREATE TEMP TABLE g AS " + " UNION ALL ".join(parts))
+    if timed("HIP"):
+        con.execute(f"""CREATE TEMP TABLE h AS
+            SELECT NULL::VARCHAR AS guid, {_c(cols, 'HIP', 'pid', 'BIGINT')} AS proc, {_c(cols, 'HIP', 'tid', 'BIGINT')} AS tid,
+                   'cuda_runtime' AS kind, Name AS name, TRY_CAST(BeginNs AS BIGINT) AS start_ns,
+                   TRY_CAST(EndNs AS BIGINT) AS end_ns, {_c(cols, 'HIP', 'Index', 'BIGINT')} AS correlation_id
+            FROM src.HIP""")
+    else:
+        con.execute("""CREATE TEMP TABLE h (guid VARCHAR, proc BIGINT, tid BIGINT, kind VARCHAR, name VARCHAR,
+                       start_ns BIGINT, end_ns BIGINT, correlation_id BIGINT)""")
+    con.execute("""CREATE TEMP TABLE rng (guid VARCHAR, proc BIGINT, tid BIGINT, domain VARCHAR, name VARCHAR,
+                   start_ns BIGINT, end_ns BIGINT, on_gpu BOOLEAN)""")
+    warnings: list[str] = [MONOTONIC]
+    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls")), warnings)
+    procs = con.execute("SELECT DISTINCT NULL::VARCHAR, proc FROM (SELECT proc FROM g UNION ALL SELECT proc FROM h) "
+                        "ORDER BY proc NULLS FIRST").fetchall()
+    if not procs:
+        warnings.append("no GPU work and no HIP calls in this results.db")
+        procs = [(None, None)]
+    return _emit(con, procs, sink, key, path, "rocprof-sqlite", "rocprof v1", warnings,
+                 lambda guid, proc: (proc, None), {})

@@ -16,7 +16,7 @@ import traceback
 from ..errors import InputError, OutputError, one_line
 from ..outputs import disk_problem
 from .compressed import BoundedReader
-from .detect import Input, identify
+from .detect import ROCM_FORMATS, Input, identify
 from .model import IpcSink, ProcessTrace
 from .stream import content_hash
 
@@ -45,7 +45,7 @@ def import_readers(formats) -> None:
         from . import kineto  # noqa: F401
     if set(formats) - {"kineto-json", "fr-pickle", "fr-json"}:
         from . import nsys  # noqa: F401
-    if set(formats) & {"rocpd-sqlite", "rpd-sqlite", "sqlite-gz", "sqlite-xz"}:
+    if set(formats) & {*ROCM_FORMATS, "sqlite-gz", "sqlite-xz"}:
         from . import rocm  # noqa: F401
 
 
@@ -107,7 +107,7 @@ def _read_file(inp: Input, folder, index, nsys_exe):
             with os.fdopen(fd, "wb") as out, BoundedReader(path, "gzip" if fmt == "sqlite-gz" else "xz") as src:
                 shutil.copyfileobj(src, out, 1 << 22)
             traces = _read_sqlite(scratch, sink, f"f{index}p", path)
-        elif fmt in ("rocpd-sqlite", "rpd-sqlite"):
+        elif fmt in ROCM_FORMATS:
             from . import rocm
             traces = rocm.read(path, sink, f"f{index}p", fmt)
         elif fmt == "nsys-sqlite":
