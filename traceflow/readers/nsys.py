@@ -91,12 +91,13 @@ def connect_sqlite(path: str, spill_dir: str | None = None) -> duckdb.DuckDBPyCo
         except adbc.Error as e:
             raise SqliteError(one_line(e) or type(e).__name__) from None
         con.execute("CREATE TABLE src._all_tables (name VARCHAR)")
-        con.executemany("INSERT INTO src._all_tables VALUES (?)", [[t] for t in tables])
+        if tables:  # executemany refuses an empty list: a file with no tables is refused below, by name
+            con.executemany("INSERT INTO src._all_tables VALUES (?)", [[t] for t in tables])
         for t in wanted:
             chunks = [part for (name, *_), part in zip(tasks, parts) if name == t]
             table = chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks, promote_options="permissive")
-            con.register(f"_sqlite_{t}", _valid_utf8(table))
-            con.execute(f"CREATE VIEW src.{_ident(t)} AS SELECT * FROM {_ident('_sqlite_' + t)}")
+            con.register(f"_sqlite_{t}", valid_utf8(table))
+            con.execute(f"CREATE VIEW src.{sql_ident(t)} AS SELECT * FROM {sql_ident('_sqlite_' + t)}")
     except BaseException:
         con.close()
         raise
@@ -111,7 +112,7 @@ def _row_ranges(cur, table: str) -> list[tuple[int | None, int | None]]:
     if table not in _BIG:
         return [(None, None)]
     try:
-        cur.execute(f"SELECT min(rowid), max(rowid) FROM {_ident(table)}")
+        cur.execute(f"SELECT min(rowid), max(rowid) FROM {sql_ident(table)}")
         lo, hi = cur.fetchone()
     except Exception:  # noqa: BLE001 - a WITHOUT ROWID table: read whole
         return [(None, None)]
@@ -123,11 +124,11 @@ def _row_ranges(cur, table: str) -> list[tuple[int | None, int | None]]:
 def _fetch(adbc, uri: str, table: str, columns: str, lo, hi) -> pa.Table:
     where = f" WHERE rowid >= {int(lo)} AND rowid < {int(hi)}" if lo is not None else ""
     with adbc.connect(uri) as db, db.cursor() as cur:
-        cur.execute(f"SELECT {columns} FROM {_ident(table)}{where}")
+        cur.execute(f"SELECT {columns} FROM {sql_ident(table)}{where}")
         return cur.fetch_arrow_table()
 
 
-def _ident(name: str) -> str:
+def sql_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -136,10 +137,10 @@ def _columns(cur, table: str) -> str:
         return "*"
     cur.execute(f"SELECT name FROM pragma_table_info('{table}')")
     have = [r[0] for r in cur.fetchall()]
-    return ", ".join(_ident(c) for c in have if c in _BIG[table]) or "*"
+    return ", ".join(sql_ident(c) for c in have if c in _BIG[table]) or "*"
 
 
-def _valid_utf8(table: pa.Table) -> pa.Table:
+def valid_utf8(table: pa.Table) -> pa.Table:
     """SQLite stores whatever bytes a program handed it as TEXT; DuckDB takes only valid UTF-8. A
     public export (pipit-perlmutter saxpy) has such strings. A column that fails the check is
     repaired with U+FFFD, as a decoder with errors='replace' would (only that column, in Python)."""
@@ -359,7 +360,7 @@ def _whole_ns_times(src: _Src) -> list[str]:
         whole = '(start IS NULL OR start = floor(start)) AND ("end" IS NULL OR "end" = floor("end"))'
         bad = src.con.execute(f"SELECT count(*) FROM src.{t} WHERE NOT ({whole})").fetchone()[0]
         src.con.execute(f"""CREATE OR REPLACE VIEW src.{t} AS SELECT * REPLACE (start::BIGINT AS start, "end"::BIGINT AS "end")
-                            FROM {_ident('_sqlite_' + t)} WHERE {whole}""")
+                            FROM {sql_ident('_sqlite_' + t)} WHERE {whole}""")
         if bad:
             notes.append(f"dropped {bad} rows of {t} whose start or end is not a whole number of ns (a REAL "
                          "in an INTEGER time column)")
@@ -368,7 +369,7 @@ def _whole_ns_times(src: _Src) -> list[str]:
 
 def _col(src: _Src, table: str, col: str, sql_type: str) -> str:
     """`col` cast to `sql_type` where `table` has it, else a typed NULL."""
-    return f"{_ident(col)}::{sql_type}" if src.has(table, col) else f"NULL::{sql_type}"
+    return f"{sql_ident(col)}::{sql_type}" if src.has(table, col) else f"NULL::{sql_type}"
 
 
 def _one_process(src: _Src) -> bool:

@@ -95,7 +95,7 @@ def sniff(path: str) -> str | None:
         return None
     if "rocpd_kernel_dispatch" in names or any(re.fullmatch("rocpd_kernel_dispatch" + GUID, n) for n in names):
         return "rocpd-sqlite"
-    if {"rocpd_op", "rocpd_api", "rocpd_string"} <= names:
+    if {"rocpd_op", "rocpd_api"} <= names:  # rocpd_string is required too: the reader says so when it is gone
         return "rpd-sqlite"
     if ("OPS" in names or "KERN" in names) and "StringIds" not in names:
         return "rocprof-sqlite"
@@ -147,7 +147,7 @@ def _load(con, path, tables_of) -> dict[str, set[str]]:
     each name's columns. SQLite opens the file read-only and immutable (no journal beside it)."""
     import adbc_driver_sqlite.dbapi as adbc
 
-    from .nsys import _ident, _valid_utf8
+    from .nsys import sql_ident, valid_utf8
     uri = "file:" + quote(os.fsencode(Path(path).resolve())) + "?mode=ro&immutable=1"
     wanted_cols = {**ROCPD, **RPD, **V1}
     cols: dict[str, set[str]] = {}
@@ -162,7 +162,7 @@ def _load(con, path, tables_of) -> dict[str, set[str]]:
                     declared = {c: typ for c, typ in cur.fetchall() if c in wanted_cols[name]}
                     if not declared:
                         continue
-                    cur.execute(f"SELECT {', '.join(map(_ident, declared))} FROM {_ident(t)}")
+                    cur.execute(f"SELECT {', '.join(map(sql_ident, declared))} FROM {sql_ident(t)}")
                     part = cur.fetch_arrow_table()
                     if not part.num_rows:  # ADBC types the columns of an empty table as int64: typed as declared
                         part = pa.table({c: pa.array([], pa.string() if "TEXT" in typ.upper() else pa.int64())
@@ -171,8 +171,8 @@ def _load(con, path, tables_of) -> dict[str, set[str]]:
                 if not parts:
                     continue
                 table = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
-                con.register(f"_sqlite_{name}", _valid_utf8(table))
-                con.execute(f"CREATE VIEW src.{_ident(name)} AS SELECT * FROM {_ident('_sqlite_' + name)}")
+                con.register(f"_sqlite_{name}", valid_utf8(table))
+                con.execute(f"CREATE VIEW src.{sql_ident(name)} AS SELECT * FROM {sql_ident('_sqlite_' + name)}")
                 cols[name] = set(table.column_names)
     except adbc.Error as e:
         raise InputError(path, f"not a readable SQLite file, or a damaged one ({one_line(e) or type(e).__name__})") from None
@@ -193,18 +193,23 @@ def _c(cols, table, col, typ, alias="") -> str:
     return f'{alias + "." if alias else ""}"{col}"::{typ}' if col in cols.get(table, ()) else f"NULL::{typ}"
 
 
-def _drop_bad(con, rels, warnings):
-    """A time that is not a whole number, an end before its start, a negative time: damage, dropped and counted."""
-    for rel, what in rels:
-        bad = "start_ns IS NULL OR end_ns IS NULL OR end_ns < start_ns OR start_ns < 0 OR end_ns > 4611686018427387904"
+def _drop_bad(con, rels, warnings, path, what):
+    """Every time column is INTEGER NOT NULL in these schemas: a missing or non-integer time (text, a
+    blob) is damage, refused. An end before its start or a negative time are dropped and counted
+    (as the nsys reader does)."""
+    for rel, rows in rels:
+        n = con.execute(f"SELECT count(*) FROM {rel} WHERE start_ns IS NULL OR end_ns IS NULL").fetchone()[0]
+        if n:
+            raise InputError(path, f"{what} has {n:,} {rows} whose start or end is missing or not an integer (damaged file)")
+        bad = "end_ns < start_ns OR start_ns < 0 OR end_ns > 4611686018427387904"
         n = con.execute(f"SELECT count(*) FROM {rel} WHERE {bad}").fetchone()[0]
         if n:
             con.execute(f"DELETE FROM {rel} WHERE {bad}")
-            warnings.append(f"dropped {n} {what} with no start or end, an end before their start, or a negative time")
+            warnings.append(f"dropped {n:,} {rows} with an end before their start or a negative time")
 
 
 def _times(alias) -> str:
-    """start/end as BIGINT ns; text in a time column (damage) becomes NULL, and the row is dropped (_drop_bad)."""
+    """start/end as BIGINT ns; text in a time column (damage) becomes NULL, refused by _drop_bad."""
     return f'TRY_CAST({alias}."start" AS BIGINT) AS start_ns, TRY_CAST({alias}."end" AS BIGINT) AS end_ns'
 
 
@@ -275,8 +280,13 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
         SELECT guid, proc, tid, 'roctx' AS domain, name, start_ns, end_ns, FALSE AS on_gpu
         FROM r0 WHERE category LIKE 'MARKER%'""")
     warnings: list[str] = [MONOTONIC]
+    n_copies = con.execute("SELECT count(*) FROM g WHERE kind = 'memcpy'").fetchone()[0]
+    n_calls = con.execute("SELECT count(*) FROM h WHERE name LIKE 'hipMemcpy%'").fetchone()[0]
+    if n_calls and not n_copies:  # rocprofv3 traces copies only with --memory-copy-trace (or --runtime-trace)
+        warnings.append(f"{n_calls:,} hipMemcpy calls but no memory copies recorded (rocprofv3 ran without "
+                        "--memory-copy-trace): the GPU's copy time is in no figure")
     _torch_ops(con)
-    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings)
+    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings, path, "rocpd database")
     procs = con.execute("""SELECT guid, proc FROM (SELECT guid, proc FROM g UNION SELECT guid, proc FROM h)
                            GROUP BY ALL ORDER BY guid NULLS FIRST, proc""").fetchall()
     info: dict = {}
@@ -417,7 +427,7 @@ def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
         SELECT NULL::VARCHAR AS guid, pid AS proc, tid, 'roctx' AS domain, args AS name, start_ns, end_ns, FALSE AS on_gpu
         FROM api WHERE name IN ('UserMarker', 'UserMarkerRange')""")
     _torch_ops(con)
-    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings)
+    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings, path, "rpd file")
     version = None
     if "rocpd_metadata" in cols:
         meta = dict(con.execute("SELECT tag, value FROM src.rocpd_metadata").fetchall())
@@ -475,7 +485,7 @@ def _rocprof_v1(con, cols, path, sink, key) -> list[ProcessTrace]:
     con.execute("""CREATE TEMP TABLE rng (guid VARCHAR, proc BIGINT, tid BIGINT, domain VARCHAR, name VARCHAR,
                    start_ns BIGINT, end_ns BIGINT, on_gpu BOOLEAN)""")
     warnings: list[str] = [MONOTONIC]
-    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls")), warnings)
+    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls")), warnings, path, "rocprof v1 results.db")
     procs = con.execute("SELECT DISTINCT NULL::VARCHAR, proc FROM (SELECT proc FROM g UNION ALL SELECT proc FROM h) "
                         "ORDER BY proc NULLS FIRST").fetchall()
     if not procs:
