@@ -6,6 +6,7 @@ the runtime calls by (pid, correlation), and the span; times as recorded (ns, th
 """
 from __future__ import annotations
 
+import csv
 import gzip
 import re
 import shutil
@@ -31,7 +32,9 @@ def _open(path: Path):
 
 
 def kind_of(path: Path) -> str | None:
-    """'rocpd' or 'rpd' by the file's tables; None for another file."""
+    """'rocpd', 'rpd' or 'rocprof' by the file's tables, 'csv' for a rocprofv3 CSV; None for another file."""
+    if path.name.endswith("kernel_trace.csv"):
+        return "csv"
     head = path.read_bytes()[:16]
     if not (head.startswith(b"SQLite format 3") or head[:2] == b"\x1f\x8b"):
         return None
@@ -121,5 +124,27 @@ def rocprof_raw(path: Path) -> dict:
     if "HIP" in tables:
         for p, t, a, b, i in c.execute('select pid, tid, BeginNs, EndNs, "Index" from HIP'):
             runtime[p, i] = (t, a, b)
+    span = [min((x[0] for x in gpu), default=None), max((x[1] for x in gpu), default=None)]
+    return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span, "kernel_ns": kernel_ns}
+
+
+def csv_raw(path: Path) -> dict:
+    """rocprofv3 CSV: the kernel trace, and the memory copy and HIP API traces beside it (same prefix)."""
+    prefix = path.name[: -len("kernel_trace.csv")]
+
+    def rows(name):
+        f = path.parent / (prefix + name)
+        return list(csv.DictReader(open(f, newline=""))) if f.is_file() else []
+    gpu, kernel_ns = [], 0
+    for r in rows("kernel_trace.csv"):
+        a, b = int(r["Start_Timestamp"]), int(r["End_Timestamp"])
+        gpu.append((a, b, r["Kernel_Name"], int(r["Correlation_Id"]) if r.get("Correlation_Id") else None))
+        kernel_ns += b - a
+    for r in rows("memory_copy_trace.csv"):
+        gpu.append((int(r["Start_Timestamp"]), int(r["End_Timestamp"]), "", int(r["Correlation_Id"])))
+    runtime = {}
+    for r in rows("hip_api_trace.csv"):
+        runtime[int(r["Process_Id"]), int(r["Correlation_Id"])] = (
+            int(r["Thread_Id"]), int(r["Start_Timestamp"]), int(r["End_Timestamp"]))
     span = [min((x[0] for x in gpu), default=None), max((x[1] for x in gpu), default=None)]
     return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span, "kernel_ns": kernel_ns}

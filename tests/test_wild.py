@@ -28,7 +28,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import WILD, WILD_MANIFEST, connect, wild_file
 from intervals import measure
-from rocm_raw import kind_of, rocpd_raw, rocprof_raw, rpd_raw
+from rocm_raw import csv_raw, kind_of, rocpd_raw, rocprof_raw, rpd_raw
 from test_step_attribution import check_conservation
 
 import traceflow
@@ -125,7 +125,7 @@ def nsys_raw(path: Path) -> dict:
 
 def raw(path: Path) -> dict:
     if (rocm := kind_of(path)) is not None:  # ROCm's SQLite profiles (tests/rocm_raw.py), by their tables
-        return {"rocpd": rocpd_raw, "rpd": rpd_raw, "rocprof": rocprof_raw}[rocm](path)
+        return {"rocpd": rocpd_raw, "rpd": rpd_raw, "rocprof": rocprof_raw, "csv": csv_raw}[rocm](path)
     return nsys_raw(path) if path.suffix == ".sqlite" else kineto_raw(path)
 
 

@@ -31,6 +31,9 @@ from .text import as_text
 
 SUFFIXES: tuple[str, ...] = (".sqlite", ".nsys-rep", ".qdrep", ".json", ".json.gz", ".sqlite.gz", ".sqlite.xz")
 SUFFIXES += (".pickle",)  # torch.cuda.memory._dump_snapshot (readers/memory_snapshot.py)
+# ROCm (readers/rocm.py, rocprof_csv.py): .rpd files and a rocprofv3 run's kernel traces (the rest of a
+# CSV run is read with its kernel trace); a .db is taken when its tables are ROCm's (_looks_like_trace)
+SUFFIXES += (".rpd", ".rpd.gz", "kernel_trace.csv")
 SNAPSHOT = "torch-memory-snapshot"
 
 
@@ -53,6 +56,11 @@ def _looks_like_trace(p: Path) -> bool:
     if p.name.endswith(".pickle"):  # an allocator snapshot, not any pickle beside the traces (detect.py)
         try:
             return identify(str(p)).format == SNAPSHOT
+        except InputError:
+            return False
+    if p.name.endswith(".db"):  # rocprofv3's <pid>_results.db, not any database beside the traces
+        try:
+            return identify(str(p)).format in ("rocpd-sqlite", "rpd-sqlite", "rocprof-sqlite")
         except InputError:
             return False
     if not p.name.endswith((".json", ".json.gz")):
@@ -85,7 +93,8 @@ def expand(files) -> list[str]:
         if stat.S_ISDIR(mode):
             found = sorted(str(x) for x in p.iterdir() if x.is_file() and _looks_like_trace(x))
             if not found:
-                raise InputError(p, "folder holds no .sqlite, .nsys-rep or .json[.gz] trace files nor Flight Recorder dumps")
+                raise InputError(p, "folder holds no .sqlite, .nsys-rep, .json[.gz], ROCm (.db, .rpd, kernel_trace.csv) trace files "
+                               "nor Flight Recorder dumps")
             out.extend(found)
         else:
             out.append(str(p))

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from ..errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# ROCm's SQLite profiles (readers/rocm.py): rocprofv3's rocpd, rocmProfileData's .rpd, rocprof v1's results.db
-ROCM_FORMATS = ("rocpd-sqlite", "rpd-sqlite", "rocprof-sqlite")
+# ROCm's SQLite profiles (readers/rocm.py): rocprofv3's rocpd, rocmProfileData's .rpd, rocprof v1's results.db;
+# and rocprofv3's CSV files (readers/rocprof_csv.py)
+ROCM_FORMATS = ("rocpd-sqlite", "rpd-sqlite", "rocprof-sqlite", "rocprof-csv")
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 
@@ -64,12 +65,16 @@ def detect(path: str) -> str:
     from .flight_recorder import sniff
     if (fr := sniff(head.lstrip(b"\xef\xbb\xbf"))) is not None:
         return fr
+    from .rocprof_csv import sniff as rocprof_csv
+    if rocprof_csv(head):
+        return "rocprof-csv"
     stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
     if stripped[:1] in (b"{", b"["):
         return "kineto-json"
     if not stripped:
         raise InputError(path, "file holds only whitespace")
-    raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), a ROCm rocpd / .rpd database, "
+    raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), a ROCm rocpd / .rpd / rocprof database "
+                     "or rocprofv3 CSV, "
                      "an .nsys-rep, a PyTorch profiler JSON trace (.json / .json.gz), nor a Flight Recorder dump")
 
 

@@ -193,7 +193,7 @@ def _c(cols, table, col, typ, alias="") -> str:
     return f'{alias + "." if alias else ""}"{col}"::{typ}' if col in cols.get(table, ()) else f"NULL::{typ}"
 
 
-def _drop_bad(con, rels, warnings, path, what):
+def drop_bad(con, rels, warnings, path, what):
     """Every time column is INTEGER NOT NULL in these schemas: a missing or non-integer time (text, a
     blob) is damage, refused. An end before its start or a negative time are dropped and counted
     (as the nsys reader does)."""
@@ -209,7 +209,7 @@ def _drop_bad(con, rels, warnings, path, what):
 
 
 def _times(alias) -> str:
-    """start/end as BIGINT ns; text in a time column (damage) becomes NULL, refused by _drop_bad."""
+    """start/end as BIGINT ns; text in a time column (damage) becomes NULL, refused by drop_bad."""
     return f'TRY_CAST({alias}."start" AS BIGINT) AS start_ns, TRY_CAST({alias}."end" AS BIGINT) AS end_ns'
 
 
@@ -285,8 +285,8 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     if n_calls and not n_copies:  # rocprofv3 traces copies only with --memory-copy-trace (or --runtime-trace)
         warnings.append(f"{n_calls:,} hipMemcpy calls but no memory copies recorded (rocprofv3 ran without "
                         "--memory-copy-trace): the GPU's copy time is in no figure")
-    _torch_ops(con)
-    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings, path, "rocpd database")
+    torch_ops(con)
+    drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings, path, "rocpd database")
     procs = con.execute("""SELECT guid, proc FROM (SELECT guid, proc FROM g UNION SELECT guid, proc FROM h)
                            GROUP BY ALL ORDER BY guid NULLS FIRST, proc""").fetchall()
     info: dict = {}
@@ -308,7 +308,7 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     if not procs:
         warnings.append("no GPU work and no HIP calls in this rocpd database")
         procs = [(None, None)]
-    return _emit(con, procs, sink, key, path, "rocpd-sqlite", version, warnings,
+    return emit(con, procs, sink, key, path, "rocpd-sqlite", version, warnings,
                  lambda guid, proc: info.get((guid, proc), (None, None)), names)
 
 
@@ -322,7 +322,7 @@ def _fam(alias: str) -> str:
 _TORCH_OP = r"^([A-Za-z_][A-Za-z0-9_]*::[A-Za-z0-9_.:]+)(?:$|, (?:seq|op_id|sizes) = )"
 
 
-def _torch_ops(con):
+def torch_ops(con):
     """roctx ranges that are PyTorch ops become CPU ops (host_ops kind cpu_op), as emit_nvtx ranges do
     in an nsys export: the derive step charges each kernel to the innermost one around its launch.
     Other ranges (a user's "step 3") stay annotations."""
@@ -332,7 +332,7 @@ def _torch_ops(con):
     con.execute(f"DELETE FROM rng WHERE regexp_matches(name, '{_TORCH_OP}')")
 
 
-def _emit(con, procs, sink, key, path, fmt, version, warnings, proc_info, gpu_names) -> list[ProcessTrace]:
+def emit(con, procs, sink, key, path, fmt, version, warnings, proc_info, gpu_names) -> list[ProcessTrace]:
     """Writes each process's rows (g, h, rng keyed by guid and proc) to the sink."""
     out = []
     for i, (guid, proc) in enumerate(procs):
@@ -426,8 +426,8 @@ def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     con.execute("""CREATE TEMP TABLE rng AS
         SELECT NULL::VARCHAR AS guid, pid AS proc, tid, 'roctx' AS domain, args AS name, start_ns, end_ns, FALSE AS on_gpu
         FROM api WHERE name IN ('UserMarker', 'UserMarkerRange')""")
-    _torch_ops(con)
-    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings, path, "rpd file")
+    torch_ops(con)
+    drop_bad(con, (("g", "GPU ops"), ("h", "host calls"), ("rng", "roctx ranges")), warnings, path, "rpd file")
     version = None
     if "rocpd_metadata" in cols:
         meta = dict(con.execute("SELECT tag, value FROM src.rocpd_metadata").fetchall())
@@ -435,7 +435,7 @@ def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     rows = [(None, p) for p in procs] or [(None, None)]
     if not procs:
         warnings.append("no host calls in this rpd file")
-    return _emit(con, rows, sink, key, path, "rpd-sqlite", version, warnings, lambda guid, proc: (proc, None), {})
+    return emit(con, rows, sink, key, path, "rpd-sqlite", version, warnings, lambda guid, proc: (proc, None), {})
 
 
 # --- rocprof v1 (results.db) ----------------------------------------------------------------------
@@ -485,11 +485,11 @@ def _rocprof_v1(con, cols, path, sink, key) -> list[ProcessTrace]:
     con.execute("""CREATE TEMP TABLE rng (guid VARCHAR, proc BIGINT, tid BIGINT, domain VARCHAR, name VARCHAR,
                    start_ns BIGINT, end_ns BIGINT, on_gpu BOOLEAN)""")
     warnings: list[str] = [MONOTONIC]
-    _drop_bad(con, (("g", "GPU ops"), ("h", "host calls")), warnings, path, "rocprof v1 results.db")
+    drop_bad(con, (("g", "GPU ops"), ("h", "host calls")), warnings, path, "rocprof v1 results.db")
     procs = con.execute("SELECT DISTINCT NULL::VARCHAR, proc FROM (SELECT proc FROM g UNION ALL SELECT proc FROM h) "
                         "ORDER BY proc NULLS FIRST").fetchall()
     if not procs:
         warnings.append("no GPU work and no HIP calls in this results.db")
         procs = [(None, None)]
-    return _emit(con, procs, sink, key, path, "rocprof-sqlite", "rocprof v1", warnings,
+    return emit(con, procs, sink, key, path, "rocprof-sqlite", "rocprof v1", warnings,
                  lambda guid, proc: (proc, None), {})

@@ -107,6 +107,9 @@ def _read_file(inp: Input, folder, index, nsys_exe):
             with os.fdopen(fd, "wb") as out, BoundedReader(path, "gzip" if fmt == "sqlite-gz" else "xz") as src:
                 shutil.copyfileobj(src, out, 1 << 22)
             traces = _read_sqlite(scratch, sink, f"f{index}p", path)
+        elif fmt == "rocprof-csv":
+            from . import rocprof_csv
+            traces = rocprof_csv.read(path, sink, f"f{index}p")
         elif fmt in ROCM_FORMATS:
             from . import rocm
             traces = rocm.read(path, sink, f"f{index}p", fmt)
