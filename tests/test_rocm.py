@@ -6,6 +6,7 @@ promise on damaged copies derived at test time (one line naming the file, exit 3
 """
 from __future__ import annotations
 
+import csv
 import gzip
 import re
 import shutil
@@ -35,7 +36,7 @@ def _plain(tmp_path: Path, e: dict, name: str) -> Path:
     return dst
 
 
-FORMATS = ["rocpd-sqlite", "rpd-sqlite", "rocprof-sqlite"]
+FORMATS = ["rocpd-sqlite", "rpd-sqlite", "rocprof-sqlite"]  # the SQLite ones; rocprofv3 CSV below
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -47,6 +48,12 @@ def test_detected_by_tables_not_by_name(fmt, tmp_path):
     g = tmp_path / "noname"
     shutil.copyfile(f, g)
     assert detect(str(g)) == fmt
+
+
+def test_rocprof_csv_detected_by_its_header(tmp_path):
+    f = tmp_path / "whatever.txt"
+    shutil.copyfile(wild_file(_entry("rocprof-csv")), f)
+    assert detect(str(f)) == "rocprof-csv"
 
 
 def test_rocpd_tables(tmp_path):
@@ -153,3 +160,68 @@ def test_truncated_gzip_rpd(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 3 and len(lines) == 1 and str(f) in lines[0], r.stderr
     assert not (tmp_path / "j.duckdb").exists()
+
+
+# --- rocprofv3 CSV -------------------------------------------------------------------------------
+
+def _csv_copy(tmp_path: Path, n: int = 1) -> Path:
+    f = tmp_path / "4242_kernel_trace.csv"
+    shutil.copyfile(wild_file(_entry("rocprof-csv", n)), f)
+    return f
+
+
+def _rewrite(f: Path, edit):
+    rows = list(csv.reader(open(f, newline="")))
+    rows = edit(rows)
+    with open(f, "w", newline="") as out:
+        csv.writer(out).writerows(rows)
+
+
+def _drop_col(rows, name="Kernel_Name"):
+    i = rows[0].index(name)
+    return [r[:i] + r[i + 1:] for r in rows if r]
+
+
+def _text_time(rows):
+    i = rows[0].index("Start_Timestamp")
+    return [rows[0]] + [r[:i] + ["soon"] + r[i + 1:] for r in rows[1:] if r]
+
+
+CSV_DAMAGE = {
+    "truncated": (lambda f: f.write_bytes(f.read_bytes()[: f.stat().st_size * 2 // 3]), ("truncated", "lacks column")),
+    "no column": (lambda f: _rewrite(f, _drop_col), ("lacks column(s) Kernel_Name",)),
+    "text time": (lambda f: _rewrite(f, _text_time), ("not an integer",)),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(CSV_DAMAGE))
+def test_damaged_rocprof_csv_one_line_exit_3(damage, tmp_path):
+    """A kernel trace cut mid-row, without its Kernel_Name column, or with text for times: one line
+    naming the file, exit 3, nothing written. (The header keeps its quotes when rewritten: csv writes
+    them only where needed, so the file is still recognised by its columns, not by its quoting.)"""
+    f = _csv_copy(tmp_path)
+    edit, needles = CSV_DAMAGE[damage]
+    edit(f)
+    out = tmp_path / "j.duckdb"
+    r = run_cli("ingest", f, "-o", out)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1 and str(f) in lines[0], (r.returncode, r.stderr)
+    assert any(n in lines[0] for n in needles), lines[0]
+    assert not out.exists()
+
+
+def test_csv_run_read_together_and_a_part_alone_refused(tmp_path):
+    """A kernel trace takes the API trace beside it (same prefix): its rows are the run's host calls.
+    Given alone while the kernel trace is beside it, the API trace is refused, naming the kernel trace.
+    (The API file is rocprofiler-sdk's documented HIP runtime trace sample, put beside a kernel trace
+    of another run: this checks what is read together, not the links.)"""
+    kernels = _csv_copy(tmp_path)
+    hip = tmp_path / "4242_hip_api_trace.csv"
+    shutil.copyfile(wild_file(next(e for e in WILD_MANIFEST if e["file"].endswith("hip_runtime_trace.csv"))), hip)
+    n_calls = sum(1 for r in csv.DictReader(open(hip)) if r["Domain"].startswith("HIP"))
+    traceflow.ingest([str(kernels)], str(tmp_path / "j.duckdb"))
+    db = connect(tmp_path / "j.duckdb")
+    assert db.execute("select count(*), any_value(pid) from host_ops where kind = 'cuda_runtime'").fetchone() == (n_calls, 4242)
+    r = run_cli("ingest", hip, "-o", tmp_path / "k.duckdb")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1 and str(kernels) in lines[0], r.stderr

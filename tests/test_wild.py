@@ -37,7 +37,8 @@ from traceflow.cli import main
 MANIFEST = WILD_MANIFEST
 JOBS: dict[str, list[dict]] = collections.defaultdict(list)
 for _e in MANIFEST:
-    JOBS[_e["job"]].append(_e)
+    if _e["expect"] != "part":  # a file read with another (a rocprofv3 CSV run's API trace): tests/test_rocm.py
+        JOBS[_e["job"]].append(_e)
 
 needs_wild = pytest.mark.skipif(not WILD.is_dir(), reason=f"wild corpus not found at {WILD} (set TRACEFLOW_WILD; "
                                 "tests/wild/manifest.json names every file and where it comes from)")

@@ -22,26 +22,31 @@ from .rocm import MONOTONIC, ROCPD_COPY, drop_bad, emit, torch_ops
 KERNEL = "kernel_trace.csv"
 SIBLINGS = ("memory_copy_trace.csv", "hip_api_trace.csv", "marker_api_trace.csv", "rccl_api_trace.csv",
             "hsa_api_trace.csv")
-# the header that names each kind of file (its first columns)
-KERNEL_HEAD = ('"Kind","Agent_Id"', '"Guid","Kind","Agent_Id"')
-API_HEAD = ('"Domain","Function"', '"Guid","Domain","Function"')
+# the header that names each kind of file (its first columns, quoted or not; rocpd2csv adds Guid)
+KERNEL_HEAD = (["Kind", "Agent_Id"], ["Guid", "Kind", "Agent_Id"])
+API_HEAD = (["Domain", "Function"], ["Guid", "Domain", "Function"])
 REQUIRED = {"kernel": ("Kernel_Name", "Start_Timestamp", "End_Timestamp"),
             "copy": ("Start_Timestamp", "End_Timestamp"),
             "api": ("Domain", "Function", "Start_Timestamp", "End_Timestamp")}
 
 
-def sniff(head: bytes) -> bool:
-    """A rocprofv3 CSV: its header line starts with the columns rocprofv3 writes."""
+def _columns(head: bytes) -> list[str]:
     line = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", "replace")
-    return line.startswith(KERNEL_HEAD + API_HEAD)
+    return [c.strip().strip('"') for c in line.rstrip("\r").split(",")]
 
 
-def _kind(name: str, header: str) -> str:
+def sniff(head: bytes) -> bool:
+    """A rocprofv3 CSV: its header starts with the columns rocprofv3 writes."""
+    cols = _columns(head)
+    return any(cols[:len(h)] == h for h in KERNEL_HEAD + API_HEAD)
+
+
+def _kind(name: str, cols: list[str]) -> str:
     if name.endswith(KERNEL):
         return "kernel"
-    if name.endswith("memory_copy_trace.csv") or '"Direction"' in header:
+    if name.endswith("memory_copy_trace.csv") or "Direction" in cols:
         return "copy"
-    return "api" if header.startswith(API_HEAD) else "kernel"
+    return "api" if any(cols[:len(h)] == h for h in API_HEAD) else "kernel"
 
 
 def read(path: str, sink, key: str) -> list[ProcessTrace]:
@@ -83,12 +88,11 @@ def _read_csv(f: Path) -> tuple[str, pa.Table]:
         if not sniff(head):
             raise InputError(f, "not a rocprofv3 CSV (its header is not one rocprofv3 writes)")
         # every column as text: a damaged value must not change a whole column's type; DuckDB casts
-        header = head.split(b"\n", 1)[0].decode("utf-8", "replace")
-        table = pcsv.read_csv(f, convert_options=pcsv.ConvertOptions(column_types={
-            c.strip().strip('"'): pa.string() for c in header.split(",")}))
+        cols = _columns(head)
+        table = pcsv.read_csv(f, convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in cols}))
     except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as e:
         raise InputError(f, f"corrupt or truncated rocprofv3 CSV ({one_line(e)})") from None
-    return _kind(f.name, header), table
+    return _kind(f.name, cols), table
 
 
 def _pid(files) -> int | None:
