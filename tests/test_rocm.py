@@ -225,3 +225,30 @@ def test_csv_run_read_together_and_a_part_alone_refused(tmp_path):
     r = run_cli("ingest", hip, "-o", tmp_path / "k.duckdb")
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 3 and len(lines) == 1 and str(kernels) in lines[0], r.stderr
+
+
+def test_merged_rocpd_database_gives_one_trace_per_process(tmp_path):
+    """A merged rocpd database (the guid tables of several processes in one file, as `rocpd merge`
+    writes them) is split into one trace per process, each with the rows of its own guid. Derived
+    here from two real single-process databases."""
+    from traceflow.readers.worker import read_file
+    a, b = (wild_file(e) for e in [_entry("rocpd-sqlite", 0), _entry("rocpd-sqlite", 1)])
+    merged = tmp_path / "merged.db"
+    shutil.copyfile(a, merged)
+    c = sqlite3.connect(merged)
+    c.execute("attach database ? as other", (f"file:{b}?mode=ro",))
+    for (name, sql) in c.execute("select name, sql from other.sqlite_master where type = 'table' and name like 'rocpd_%'").fetchall():
+        c.execute(sql)
+        c.execute(f'insert into main."{name}" select * from other."{name}"')
+    c.commit()
+    counts = []
+    for f in (a, b):
+        raw = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
+        counts.append(raw.execute("select count(*) from rocpd_kernel_dispatch").fetchone()[0])
+    out = tmp_path / "sink"
+    out.mkdir()
+    traces = read_file(str(merged), str(out), 0)
+    assert len(traces) == 2 and all(t.n_processes == 2 for t in traces)
+    assert sorted(t.counts["gpu_ops"] for t in traces) == sorted(counts)
+    assert len({t.pid for t in traces}) == 2 or len({t.hostname for t in traces}) == 2
+    assert all((out / f"{t.key}.gpu_ops.arrow").exists() for t in traces)
