@@ -184,7 +184,7 @@ SWEEPS = {
     "test_real_gpu_traces_peaks_equal_the_sweep",
     "test_wild_trace", "test_each_recorded_fault_gives_its_desync_row_and_sentence", "test_bad_dumps_one_line_exit_3",
     "test_torch_fr_trace_as_oracle", "test_the_first_finding_names_the_injected_fault", "test_damaged_rocm_files_one_line_exit_3",
-    "test_damaged_rocprof_csv_one_line_exit_3",
+    "test_damaged_rocprof_csv_one_line_exit_3", "test_postmortem_on_each_rocm_format",
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
 }
 

@@ -252,3 +252,16 @@ def test_merged_rocpd_database_gives_one_trace_per_process(tmp_path):
     assert sorted(t.counts["gpu_ops"] for t in traces) == sorted(counts)
     assert len({t.pid for t in traces}) == 2 or len({t.hostname for t in traces}) == 2
     assert all((out / f"{t.key}.gpu_ops.arrow").exists() for t in traces)
+
+
+@pytest.mark.parametrize("fmt", [*FORMATS, "rocprof-csv"])
+def test_postmortem_on_each_rocm_format(fmt, tmp_path):
+    """`traceflow postmortem` on a real file of each format: exit 0, its three outputs, a verdict that
+    names what these traces cannot give (no CPU ops or no launch calls, no steps) and no traceback."""
+    f = wild_file(_entry(fmt))
+    out = tmp_path / "pm"
+    r = run_cli("postmortem", f, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in out.iterdir()} >= {"report.html", "job.perfetto-trace", "job.duckdb"}
+    assert "Not computable from these traces" in r.stdout and "no step annotation" in r.stdout, r.stdout
+    assert "Traceback" not in r.stderr and "monotonic clock" in r.stderr
