@@ -265,3 +265,17 @@ def test_postmortem_on_each_rocm_format(fmt, tmp_path):
     assert {p.name for p in out.iterdir()} >= {"report.html", "job.perfetto-trace", "job.duckdb"}
     assert "Not computable from these traces" in r.stdout and "no step annotation" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr and "monotonic clock" in r.stderr
+
+
+def test_rocpd_rank_from_the_recorded_environment(tmp_path):
+    """rocprofv3 records each process's environment: a launcher's RANK / WORLD_SIZE there is the
+    trace's rank (the real file's environment, with torchrun's two variables added)."""
+    f = _plain(tmp_path, _entry("rocpd-sqlite"), "trace.db")
+    c = sqlite3.connect(f)
+    t = _table(c, "rocpd_info_process")
+    c.execute(f"""update "{t}" set environment = json_set(environment, '$.RANK', '3', '$.WORLD_SIZE', '8')""")
+    c.commit()
+    c.close()
+    traceflow.ingest([str(f)], str(tmp_path / "j.duckdb"))
+    db = connect(tmp_path / "j.duckdb")
+    assert db.execute("select rank, world_size, rank_source from traces").fetchone() == (3, 8, "environment (RANK)")

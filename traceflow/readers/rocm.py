@@ -44,7 +44,7 @@ ROCPD = {
     "event": ("guid", "id", "category_id", "stack_id", "correlation_id"),
     "string": ("guid", "id", "string"),
     "info_agent": ("guid", "id", "type", "type_index", "product_name", "name"),
-    "info_process": ("guid", "id", "nid", "pid", "command"),
+    "info_process": ("guid", "id", "nid", "pid", "command", "environment"),
     "info_thread": ("guid", "id", "tid"),
     "info_kernel_symbol": ("guid", "id", "kernel_name", "display_name"),
     "info_node": ("guid", "id", "hostname"),
@@ -290,12 +290,16 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     procs = con.execute("""SELECT guid, proc FROM (SELECT guid, proc FROM g UNION SELECT guid, proc FROM h)
                            GROUP BY ALL ORDER BY guid NULLS FIRST, proc""").fetchall()
     info: dict = {}
+    ranks: dict = {}
     if "info_process" in cols and {"id", "pid"} <= cols["info_process"]:
         gcol = "guid" if "guid" in cols["info_process"] else "NULL"
         host = ("(SELECT any_value(N.hostname) FROM src.info_node N WHERE N.id = P.nid" + on("N", "P") + ")"
                 if "info_node" in cols and "nid" in cols["info_process"] else "NULL")
-        for guid, pid_row, pid, hostname in con.execute(f"SELECT {gcol}, P.id, P.pid, {host} FROM src.info_process P").fetchall():
+        env = "P.environment" if "environment" in cols["info_process"] else "NULL"
+        for guid, pid_row, pid, hostname, environ in con.execute(
+                f"SELECT {gcol}, P.id, P.pid, {host}, {env} FROM src.info_process P").fetchall():
             info[(guid, pid_row)] = (pid, hostname)
+            ranks[(guid, pid_row)] = launcher_rank(environ)
     names = {}
     if agents and "product_name" in cols["info_agent"]:
         gcol = "guid" if "guid" in cols["info_agent"] else "NULL"
@@ -308,8 +312,36 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     if not procs:
         warnings.append("no GPU work and no HIP calls in this rocpd database")
         procs = [(None, None)]
-    return emit(con, procs, sink, key, path, "rocpd-sqlite", version, warnings,
-                 lambda guid, proc: info.get((guid, proc), (None, None)), names)
+    traces = emit(con, procs, sink, key, path, "rocpd-sqlite", version, warnings,
+                  lambda guid, proc: info.get((guid, proc), (None, None)), names)
+    for t, (guid, proc) in zip(traces, procs):
+        t.rank_hint, t.rank_hint_source, t.world_size = ranks.get((guid, proc)) or (None, None, None)
+    return traces
+
+
+# the launchers' variables that name a process's rank and the job's size, in the order they are trusted
+# (torchrun, Open MPI, MPICH / PMIx, Slurm's srun)
+RANK_VARS = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+             ("PMIX_RANK", None), ("SLURM_PROCID", "SLURM_NTASKS"))
+
+
+def launcher_rank(environ) -> tuple[int, str, int | None] | None:
+    """(rank, where it came from, world size) from the process's environment as rocprofv3 recorded it
+    (rocpd_info_process.environment, a JSON object); None when it names none. One row per process:
+    parsed here, not per event."""
+    import json
+    try:
+        env = json.loads(environ) if isinstance(environ, (str, bytes)) else None
+    except ValueError:
+        return None
+    if not isinstance(env, dict):
+        return None
+    for var, size_var in RANK_VARS:
+        value = str(env.get(var, "")).strip()
+        if value.isdigit():
+            size = str(env.get(size_var, "")).strip() if size_var else ""
+            return int(value), f"environment ({var})", int(size) if size.isdigit() else None
+    return None
 
 
 def _fam(alias: str) -> str:
