@@ -103,7 +103,7 @@ def sniff(path: str) -> str | None:
 
 
 def read(path: str, sink, key: str, fmt: str) -> list[ProcessTrace]:
-    """The map step for a rocpd database or an .rpd file (`fmt` as detect() named it)."""
+    """The map step for a rocpd database, an .rpd file or a rocprof v1 results.db (`fmt` as detect() named it)."""
     con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
     try:
         con.execute("SET threads = 1")
