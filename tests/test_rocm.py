@@ -279,3 +279,18 @@ def test_rocpd_rank_from_the_recorded_environment(tmp_path):
     traceflow.ingest([str(f)], str(tmp_path / "j.duckdb"))
     db = connect(tmp_path / "j.duckdb")
     assert db.execute("select rank, world_size, rank_source from traces").fetchone() == (3, 8, "environment (RANK)")
+
+
+def test_a_folder_gives_its_rocm_traces(tmp_path):
+    """A folder stands for its ROCm traces: a rocpd .db (not another SQLite .db beside it), an .rpd
+    and a CSV run's kernel trace (not the API trace read with it)."""
+    from traceflow.pipeline import expand
+    shutil.copyfile(wild_file(_entry("rocpd-sqlite")), tmp_path / "28_results.db")
+    shutil.copyfile(wild_file(_entry("rpd-sqlite")), tmp_path / "run.rpd")
+    shutil.copyfile(wild_file(_entry("rocprof-csv")), tmp_path / "7_kernel_trace.csv")
+    shutil.copyfile(wild_file(next(e for e in WILD_MANIFEST if e["expect"] == "part")), tmp_path / "7_hip_api_trace.csv")
+    other = sqlite3.connect(tmp_path / "notes.db")
+    other.execute("create table notes (t text)")
+    other.commit()
+    other.close()
+    assert [Path(p).name for p in expand([str(tmp_path)])] == ["28_results.db", "7_kernel_trace.csv", "run.rpd"]
