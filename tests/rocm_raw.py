@@ -22,13 +22,17 @@ RPD_KERNEL = {"KernelExecution", "Task"}
 
 
 def _open(path: Path):
-    """sqlite3 on the file, a .gz decompressed into a temporary copy first."""
-    if path.read_bytes()[:2] == b"\x1f\x8b":
-        tmp = tempfile.NamedTemporaryFile(suffix=".sqlite", delete=False)
-        with gzip.open(path) as src, tmp:
-            shutil.copyfileobj(src, tmp)
-        path = Path(tmp.name)
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    """sqlite3 on the file; a .gz is decompressed into a temporary copy, loaded into memory, removed."""
+    if path.read_bytes()[:2] != b"\x1f\x8b":
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d) / "plain.sqlite"
+        with gzip.open(path) as src, open(tmp, "wb") as out:
+            shutil.copyfileobj(src, out)
+        disk, mem = sqlite3.connect(tmp), sqlite3.connect(":memory:")
+        disk.backup(mem)
+        disk.close()
+    return mem
 
 
 def kind_of(path: Path) -> str | None:
