@@ -231,13 +231,12 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
     gpu_index = lambda a, col: (f"(SELECT any_value(A.type_index) FROM src.info_agent A WHERE A.id = {a}.{col}"  # noqa: E731
                                 f"{on('A', a)} AND A.type = 'GPU')::INTEGER" if agents else "NULL::INTEGER")
     sym = "coalesce(S.display_name, S.kernel_name)" if "display_name" in cols["info_kernel_symbol"] else "S.kernel_name"
-    short = "S.kernel_name" if "kernel_name" in cols["info_kernel_symbol"] else "NULL"
     kd = cols["kernel_dispatch"]
     parts = [f"""
         SELECT {_c(cols, 'kernel_dispatch', 'guid', 'VARCHAR', 'K')} AS guid, K.pid::BIGINT AS proc,
                {gpu_index('K', 'agent_id') if 'agent_id' in kd else 'NULL::INTEGER'} AS device,
                {_c(cols, 'kernel_dispatch', 'stream_id', 'BIGINT', 'K')} AS stream, 'kernel' AS kind,
-               {sym} AS name, {short} AS short_name, {_times('K')},
+               {sym} AS name, NULL::VARCHAR AS short_name, {_times('K')},
                {corr} AS correlation_id, NULL::BIGINT AS bytes, NULL::VARCHAR AS copy_kind
         FROM src.kernel_dispatch K LEFT JOIN src.info_kernel_symbol S ON S.id = K.kernel_id{on('S', 'K')}
         {ev_join('K')}"""]
@@ -249,7 +248,7 @@ def _rocpd(con, cols, path, sink, key) -> list[ProcessTrace]:
         parts.append(f"""
         SELECT {_c(cols, 'memory_copy', 'guid', 'VARCHAR', 'M')}, M.pid::BIGINT, {dev},
                {_c(cols, 'memory_copy', 'stream_id', 'BIGINT', 'M')}, 'memcpy',
-               'Memcpy ' || coalesce(CASE N.string {case} END, N.string, 'Unknown'), N.string,
+               'Memcpy ' || coalesce(CASE N.string {case} END, N.string, 'Unknown'), CASE N.string {case} END,
                {_times('M')}, {corr}, {_c(cols, 'memory_copy', 'size', 'BIGINT', 'M')},
                coalesce(CASE N.string {case} END, 'Unknown')
         FROM src.memory_copy M LEFT JOIN strings N ON N.id = M.name_id{on('N', 'M')} {ev_join('M')}""")
@@ -422,7 +421,7 @@ def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
                     WHEN (CASE optype {copy} END) IS NOT NULL THEN 'memcpy' END AS kind,
                CASE WHEN optype IN ({kernel}) THEN description WHEN optype IN ({fill}) THEN 'Memset'
                     ELSE 'Memcpy ' || coalesce(CASE optype {copy} END, '') END AS name,
-               optype AS short_name, start_ns, end_ns, api_id AS correlation_id,
+               CASE optype {copy} END AS short_name, start_ns, end_ns, api_id AS correlation_id,
                CASE WHEN optype NOT IN ({kernel}) THEN size END AS bytes, CASE optype {copy} END AS copy_kind
         FROM o""")
     warnings: list[str] = [MONOTONIC]
@@ -502,7 +501,8 @@ def _rocprof_v1(con, cols, path, sink, key) -> list[ProcessTrace]:
     if timed("COPY"):
         parts.append(f"""SELECT NULL, {_c(cols, 'COPY', 'pid', 'BIGINT')}, {_c(cols, 'COPY', 'dev-id', 'INTEGER')},
             coalesce({_c(cols, 'COPY', 'stream-id', 'BIGINT')}, {_c(cols, 'COPY', 'queue-id', 'BIGINT')}), 'memcpy',
-            'Memcpy ' || coalesce(CASE Name {copy} END, Name), Name, TRY_CAST(BeginNs AS BIGINT), TRY_CAST(EndNs AS BIGINT),
+            'Memcpy ' || coalesce(CASE Name {copy} END, Name), CASE Name {copy} END, TRY_CAST(BeginNs AS BIGINT),
+            TRY_CAST(EndNs AS BIGINT),
             {_c(cols, 'COPY', 'Index', 'BIGINT')}, NULL, CASE Name {copy} END FROM src.COPY""")
     con.execute("CREATE TEMP TABLE g AS " + " UNION ALL ".join(parts))
     if timed("HIP"):

@@ -127,7 +127,7 @@ def _map(con, parts, path, sink, key, pid) -> list[ProcessTrace]:
         sql.append(_union(parts["copy"], lambda t: (
             f"NULL, NULL, coalesce({agent(t, 'Destination_Agent_Id')}, {agent(t, 'Source_Agent_Id')}), "
             f"{col(t, 'Stream_Id')}, 'memcpy', 'Memcpy ' || coalesce(CASE {col(t, 'Direction', 'VARCHAR')} {case} END, 'Unknown'), "
-            f"{col(t, 'Direction', 'VARCHAR')}, {col(t, 'Start_Timestamp')}, {col(t, 'End_Timestamp')}, "
+            f"CASE {col(t, 'Direction', 'VARCHAR')} {case} END, {col(t, 'Start_Timestamp')}, {col(t, 'End_Timestamp')}, "
             f"{col(t, 'Correlation_Id')}, {col(t, 'Bytes')}, coalesce(CASE {col(t, 'Direction', 'VARCHAR')} {case} END, 'Unknown')")))
     con.execute("CREATE TEMP TABLE g AS " + " UNION ALL ".join(sql))
     api = ("SELECT NULL::VARCHAR AS guid, NULL::BIGINT AS proc, NULL::BIGINT AS tid, NULL::VARCHAR AS domain, "
