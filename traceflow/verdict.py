@@ -118,6 +118,7 @@ def _generic(r: dict, con) -> str:
 
 # What the time of a class (and cause) is, in words; and what shortens it.
 _HOST_CAUSE = {  # host_time's causes (docs/host-time.md)
+    "jit_compile": "compiling or loading GPU code at run time (NVRTC, a module load)",
     "launch": "launching GPU work (the launch API calls)",
     "sync": "blocking calls waiting for the GPU (synchronize, .item(), a copy to pageable memory)",
     "allocator": "allocator calls (cudaMalloc / cudaFree: the caching allocator going to the driver)",
@@ -128,6 +129,7 @@ _HOST_CAUSE = {  # host_time's causes (docs/host-time.md)
     "unattributed": "host work outside the steps' host ranges",
 }
 _ADVICE = {
+    "jit_compile": "compile once before the measured steps (warm up) or cache the compiled code",
     "compute": "faster kernels (fusion, lower precision, better shapes) are what shortens the step",
     "communication": "overlap it with compute (DDP bucketing, FSDP prefetch) or move fewer bytes",
     "peer wait": "the ranks whose traces are missing set the pace",
@@ -142,6 +144,8 @@ _ADVICE = {
 
 
 def _what(cls: str | None, cause: str | None) -> str:
+    if cls == "host" and cause and cause.endswith(" pageable"):  # sync.cause: a copy staged through pageable memory
+        return f"blocking in {cause} copies (the driver stages pageable host memory)"
     if cls == "host":
         return _HOST_CAUSE.get(cause or "", "host work")
     if cls == "memory copies":
@@ -152,7 +156,7 @@ def _what(cls: str | None, cause: str | None) -> str:
 
 
 def _advice(cls: str | None, cause: str | None) -> str:
-    if cls == "memory copies" and cause and "pageable" in cause:
+    if cls in ("memory copies", "host") and cause and "pageable" in cause:
         return "pin the host buffers (pin_memory=True) and copy with non_blocking=True"
     if cls == "memory copies":
         return "keep the data on the GPU or overlap the copies with compute"
