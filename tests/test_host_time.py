@@ -481,3 +481,29 @@ def test_a_pageable_copy_is_its_own_cause_not_a_sync(ingested):
     got = dict(con.execute("SELECT cause, count(*) FROM sync WHERE cause <> 'sync' GROUP BY cause").fetchall())
     assert got == dict(raw) and got.get("HtoD pageable", 0) >= 3
     assert con.execute("SELECT count(*) FROM sync WHERE cause = 'sync' AND reason = 'pageable memcpy'").fetchone()[0] == 0
+
+
+def test_program_stack_tells_openmp_offload_from_pytorch_and_cuda(tmp_path):
+    """Issue 41: advice must fit the program's stack (an OpenACC / OpenMP program is not told to try
+    torch.compile). program_stack on real captures: the sc23 OpenMP offload tutorial (wild corpus,
+    NVHPC's `nvkernel_<function>_F<file>L<line>_<n>` kernels, every one of them per sqlite3) is openmp; a
+    CUDA C n-body code is cuda; the bundled PyTorch Kineto job is pytorch on both ranks."""
+    import sqlite3
+
+    from conftest import WILD_MANIFEST, wild_file
+    omp = wild_file(next(e for e in WILD_MANIFEST if e["file"] == "sc23-openmp/report3.sqlite"))
+    cuda = wild_file(next(e for e in WILD_MANIFEST if e["file"] == "threebody/report1.sqlite"))
+    c = sqlite3.connect(f"file:{omp}?mode=ro", uri=True)
+    kernels = {n for (n,) in c.execute("SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName")}
+    assert kernels and all(re.match(r"^nvkernel_\w+_F\d+L\d+_\d+$", k) for k in kernels)
+    c = sqlite3.connect(f"file:{cuda}?mode=ro", uri=True)
+    assert not any(re.search(r"at::native|^nvkernel_|__omp_offloading|_\d+_gpu$", n) for (n,) in c.execute(
+        "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"))
+    got = {}
+    for name, files in (("omp", [omp]), ("cuda", [cuda]), ("torch", sorted((BUNDLED / "ddp2_flops/stall").glob("rank-*.json.gz")))):
+        traceflow.ingest([str(f) for f in files], str(tmp_path / f"{name}.duckdb"))
+        with connect(tmp_path / f"{name}.duckdb") as con:
+            got[name] = con.execute("SELECT rank, stack, evidence FROM program_stack ORDER BY rank").fetchall()
+    assert [(r, s) for r, s, _ in got["omp"]] == [(0, "openmp")] and got["omp"][0][2] in kernels
+    assert [(r, s) for r, s, _ in got["cuda"]] == [(0, "cuda")]
+    assert [(r, s) for r, s, _ in got["torch"]] == [(0, "pytorch"), (1, "pytorch")]

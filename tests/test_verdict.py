@@ -363,6 +363,24 @@ def test_wild_copy_bound_two_gpu_capture(tmp_path):
     assert abs(first["share_pct"] - sum(raw) / len(raw)) < 3, (first["share_pct"], raw)
 
 
+def test_copy_bound_sentence_splits_the_directions(tmp_path):
+    """Issue 41: a copy-bound sentence gave all copy time the biggest copy's direction. The sc23 OpenMP
+    tutorial (wild corpus, report3) copies pageable memory both ways: the verdict now says each
+    direction's time per step, equal to sqlite3's sum of the raw copies of that copyKind (one step,
+    the copies serial on the path), where it said "HtoD pageable memory copies, 26207.5 ms"."""
+    path = _wild("sc23-openmp/report3.sqlite")
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    raw = dict(con.execute('SELECT copyKind, sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind').fetchall())
+    con.close()
+    assert set(raw) == {1, 2} and min(raw.values()) > 0.4 * sum(raw.values())
+    out = tmp_path / "job.duckdb"
+    traceflow.ingest([str(path)], str(out))
+    with traceflow.open(str(out)) as job:
+        text = job.verdict()
+    want = f"HtoD pageable {raw[1] / 1e6:.1f} ms + DtoH pageable {raw[2] / 1e6:.1f} ms"
+    assert want in text, (want, text)
+
+
 def test_wild_compute_bound_kineto(tmp_path):
     """TraceLens' MI300 Qwen inference: compute kernels cover 91 % of the GPU window: compute-bound."""
     qwen = _wild("tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
