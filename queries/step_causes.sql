@@ -18,7 +18,7 @@
 --   class          compute | communication | memory copies | host | peer wait | idle (the kind of fix)
 --   cause          within the class: compute kernels; NCCL kernels; HtoD pageable | HtoD pinned |
 --                  DtoH pageable | DtoH pinned | DtoD | memset | ... (copies by direction and host
---                  memory); for the host, the path's launch and sync segments, and its other host
+--                  memory; um_migration: unified-memory page migrations, not copies); for the host, the path's launch and sync segments, and its other host
 --                  stretches split by host_time's causes (docs/host-time.md): jit_compile | launch |
 --                  sync | allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
 --                  they fall outside the rank's steps; a sync segment that is an async copy staged
@@ -70,7 +70,7 @@ WITH seg AS (
     GROUP BY s.step, s.ordinal
 ), copies AS (
     SELECT op_id, kind, copy_kind, bytes, name ILIKE '%pageable%' AS pageable, name ILIKE '%pinned%' AS pinned
-    FROM gpu_ops WHERE kind IN ('memcpy', 'memset') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
+    FROM gpu_ops WHERE kind IN ('memcpy', 'memset', 'um_migration') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
 ), calls AS (
     SELECT op_id, kind, name FROM host_ops WHERE op_id IN (SELECT op_id FROM seg WHERE kind IN ('host_cpu', 'host_sync'))
 ), named AS (
@@ -80,6 +80,7 @@ WITH seg AS (
                        WHEN 'idle' THEN 'idle' ELSE 'host' END AS class,
            CASE WHEN s.kind = 'gpu_compute' THEN 'kernels'
                 WHEN s.kind = 'gpu_memory' AND m.kind = 'memset' THEN 'memset'
+                WHEN s.kind = 'gpu_memory' AND m.kind = 'um_migration' THEN 'um_migration'  -- not a copy
                 WHEN s.kind = 'gpu_memory' THEN coalesce(m.copy_kind, 'copy')
                      || CASE WHEN m.pageable THEN ' pageable' WHEN m.pinned THEN ' pinned' ELSE '' END
                 WHEN s.kind = 'launch' THEN 'launch'

@@ -331,3 +331,33 @@ def test_recipe_without_nsys_exits_3(tmp_path):
     r = run_cli("recipe", "cuda_gpu_kern_sum", fixture_files("h100/nsys/graphs")[0], "-o", tmp_path / "j.duckdb",
                 env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 3 and "nsys" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unified_memory_migrations_are_not_copies(tmp_path):
+    """Issue 41: unified-memory page migrations read as copies (copy-bound, "pin the buffer"). nsys
+    labels them CUDA_MEMCPY_KIND_UVM_* in copyKind. Derived from pipit's real saxpy export (which holds
+    pageable HtoD and DtoH copies): its DtoH rows relabelled UVM DtoH, as a managed-memory run's
+    migrations are recorded. They load as kind um_migration (as many as sqlite3 counts), the HtoD copies
+    stay memcpy, and no copy cause, sync row or pageable advice comes from the migrations."""
+    import shutil
+    src = fixture_files("public/pipit-perlmutter/saxpy-mpi-cuda_nsys_perlmutter0.sqlite")[0]
+    f = tmp_path / "rank0.sqlite"
+    shutil.copy(src, f)
+    c = sqlite3.connect(f)
+    has_enum = c.execute("SELECT count(*) FROM sqlite_master WHERE name = 'ENUM_CUDA_MEMCPY_OPER'").fetchone()[0]
+    uvm = c.execute("SELECT id FROM ENUM_CUDA_MEMCPY_OPER WHERE name = 'CUDA_MEMCPY_KIND_UVM_DTOH'").fetchone()[0] if has_enum else 12
+    n = c.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = ? WHERE copyKind = 2", [uvm]).rowcount
+    htod = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1").fetchone()[0]
+    c.commit()
+    c.close()
+    assert n > 0 and htod > 0
+    r = run_cli("ingest", f, "-o", tmp_path / "x.duckdb")
+    assert r.returncode == 0, r.stderr
+    db = connect(tmp_path / "x.duckdb")
+    kinds = dict(db.execute("SELECT kind, count(*) FROM gpu_ops WHERE kind IN ('memcpy', 'um_migration') GROUP BY kind").fetchall())
+    assert kinds == {"memcpy": htod, "um_migration": n}
+    assert db.execute("SELECT count(*) FROM gpu_ops WHERE kind = 'memcpy' AND copy_kind = 'DtoH'").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM step_causes WHERE cause LIKE 'DtoH%'").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM sync WHERE gpu_op LIKE '%migration%'").fetchone()[0] == 0
+    causes = {c for (c,) in db.execute("SELECT DISTINCT cause FROM step_causes WHERE class = 'memory copies'").fetchall()}
+    assert causes <= {"HtoD pageable", "um_migration", "memset"}, causes
