@@ -691,3 +691,15 @@ def test_wild_trimmed_kineto_says_which_launches_are_missing(tmp_path):
     said = [s for s in _verdict_of([str(path)], tmp_path / "w.duckdb") if s.startswith(CANNOT)]
     assert missing >= 0.1 * n_gpu and len(said) == 1, (missing, n_gpu, said)
     assert f"launch latency for {missing:,} GPU ops ({100 * missing / n_gpu:.0f}%) — the launch call is not in the trace" in said[0]
+
+
+def test_nvtx_payload_dicts_never_reach_text_raw():
+    """Issue 41: a verdict quoted a raw NVTX payload, `{'mod': 'torch', 'op': 'randn', 'args': []}`. Every
+    name the verdict shows goes through short_name, which reads such a dict as its op (no trace in the
+    corpora carries one: the payload is the issue's own text). Names that are not dict literals pass
+    as before; nothing is evaluated beyond literals."""
+    from traceflow.text import short_name
+    assert short_name("{'mod': 'torch', 'op': 'randn', 'args': []}") == "torch.randn"
+    assert short_name('{"op": "matmul"}') == "matmul"
+    assert short_name("{__import__('os').getpid()}") == "{__import__('os').getpid()}"
+    assert short_name("forward") == "forward" and short_name("void f<int>(int)") == "f<…>"

@@ -172,7 +172,7 @@ def _step_outlier(r: dict, con) -> str:
     if r["class"] == "host" and r["evidence_ns"]:
         # a Kineto step range as the host's activity says only that no op was running
         inside = r["activity"] and not r["activity"].startswith("ProfilerStep#")
-        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if inside else "")
+        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {short_name(r['activity'])})" if inside else "")
         if r["note"]:  # sync_extra: a blocking call made in this step only emptied the GPU's queue first
             calls = " and ".join(f"an extra {n}" for n in r["note"].split(", "))
             s += (f"; it made {calls} in that step (beyond its usual count), which empties the GPU's queue: the host "
