@@ -507,3 +507,41 @@ def test_program_stack_tells_openmp_offload_from_pytorch_and_cuda(tmp_path):
     assert [(r, s) for r, s, _ in got["omp"]] == [(0, "openmp")] and got["omp"][0][2] in kernels
     assert [(r, s) for r, s, _ in got["cuda"]] == [(0, "cuda")]
     assert [(r, s) for r, s, _ in got["torch"]] == [(0, "pytorch"), (1, "pytorch")]
+
+
+def test_a_call_names_a_host_stretch_only_where_it_fills_most_of_it(ingested):
+    """Issue 41: a 1,439 ms stretch of host time was credited to cuEventRecord, whose calls total 0.92 ms.
+    On h100 nsys ddp4_sync_stall, every host row of step_causes split by host_time's causes (not the
+    path's own launch / sync segments) named by a CUDA or OS call is one that call's own time (sqlite3 over the raw export: the calls of that name on the rank's threads inside
+    the step's NVTX range) fills at least half of; the 9.7 us of cuda_other in rank 3's step 4 that
+    was named clock_nanosleep (a sleep that does not cover it) is named by nothing."""
+    import sqlite3
+
+    from conftest import FIX
+    folder = FIX / "h100/nsys/ddp4_sync_stall"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found (../shared is absent)")
+    con = connect(ingested("h100/nsys/ddp4_sync_stall"))
+    rows = con.execute("""SELECT step, rank, cause, path_ns, top_name FROM step_causes
+                          WHERE class = 'host' AND top_name IS NOT NULL""").fetchall()
+    checked = 0
+    for rank in sorted({r[1] for r in rows}):
+        c = sqlite3.connect(f"file:{folder / f'rank{rank}.sqlite'}?mode=ro", uri=True)
+        names = dict(c.execute("SELECT id, value FROM StringIds"))
+        steps = {int(m.group(1)): (s, e) for s, e, t in c.execute(
+            'SELECT n.start, n."end", coalesce(n.text, si.value) FROM NVTX_EVENTS n LEFT JOIN StringIds si ON si.id = n.textId')
+            if (m := re.match(r"^step (\d+)$", t or ""))}
+        calls: dict[tuple[int, str], int] = defaultdict(int)
+        for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
+            for s, e, n in c.execute(f'SELECT start, "end", nameId FROM {table}'):
+                st = next((k for k, (lo, hi) in steps.items() if lo <= s < hi), None)
+                if st is not None:
+                    calls[(st, re.sub(r"_v\d+$", "", names.get(n, "")))] += e - s
+        for step, r, cause, path_ns, top in rows:
+            # (launch and sync rows are also the path's own launch / sync segments, named by their call)
+            if r == rank and cause in CAUSES and cause not in ("launch", "sync") and (step, top) in calls:
+                assert 2 * calls[(step, top)] >= path_ns, (step, rank, cause, path_ns, top, calls[(step, top)])
+                checked += 1
+    assert checked > 0
+    assert con.execute("""SELECT count(*) FROM step_causes WHERE step = 4 AND rank = 3 AND class = 'host'
+                          AND cause = 'cuda_other' AND top_name IS NULL""").fetchone()[0] == 1
