@@ -1,5 +1,5 @@
 -- program_stack (pack `program-stack`): what each rank's program is written in, from what its trace
--- holds, so that advice fits it: no OpenACC or OpenMP offload program is told to try torch.compile.
+-- holds. Advice fits it: no OpenACC or OpenMP offload program is told to try torch.compile.
 --
 -- Inputs: traces (the file's format), gpu_ops (kernel names), host_ops (CUDA / HIP calls, CPU ops),
 --   ranges (NVTX / user annotations).

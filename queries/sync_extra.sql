@@ -25,10 +25,10 @@
 --                     through pageable memory (pin the buffer, not "remove the sync") (VARCHAR)
 --
 -- sync_extra_peers (pack `sync-extra-peers`): the blocking calls a rank makes more often per step than
--- its peers do: the same count in every step is invisible to sync_extra (its own usual count), yet a
+-- its peers do. The same count in every step is invisible to sync_extra (its own usual count), yet a
 -- rank that blocks in cudaDeviceSynchronize every step where its peers make no such call is a cause its
 -- peers are not (h100 ddp4_sync_stall rank 1: `loss.item()` after every micro-step, two
--- cudaStreamSynchronize per step, blocked 383.5 ms per step on nsys, where the other ranks make none).
+-- cudaStreamSynchronize per step, blocked 377.3 ms per step on nsys, where the other ranks make none).
 -- Counts per step, not blocked time, pick the rows: on the same job ranks 0, 2 and 3 block 214-318 ms
 -- per step in the 8 cudaEventSynchronize every rank makes, waiting for rank 1; blocking longer in
 -- a call the peers make too is waiting, not a cause. Only where two or more ranks have steps.
