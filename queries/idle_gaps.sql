@@ -24,8 +24,8 @@
 --   host_tid         the host thread looked at: the one that launched next_op, else the rank's main thread
 --   host_activity    what that thread was doing at the gap's midpoint (for gaps of at least the
 --                    threshold): the innermost (shortest) host call running there (CPU op, CUDA
---                    call, OS runtime call such as clock_nanosleep), else the innermost NVTX /
---                    annotation range there; NULL if neither
+--                    call, OS runtime call such as clock_nanosleep) that fills at least half of the
+--                    gap, else the innermost NVTX / annotation range there; NULL if neither
 --
 -- idle_gaps_summary (pack `idle-gaps-summary`): per rank, step and cause, the idle gaps together.
 --   n_gaps    how many gaps
@@ -62,7 +62,7 @@ WITH params AS (
     LEFT JOIN main_thread mt ON mt.rank = gp.rank
     WHERE gp.start_ns IS NOT NULL AND gp.end_ns > gp.start_ns
 ), pts AS (
-    SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid FROM g
+    SELECT rank, step, start_ns, host_tid, start_ns + dur_ns // 2 AS mid, end_ns, dur_ns FROM g
     WHERE dur_ns >= (SELECT launch_thr FROM params)
 ), threads AS (
     -- only the threads asked about: NCCL's helper threads alone hold millions of OS calls
@@ -84,12 +84,16 @@ WITH params AS (
     -- one before. So probing those two buckets at every level finds every span covering mid with
     -- equality (hash) joins: an interval join costs points x spans per thread here, and an as-of
     -- join by start misses an outer call when the latest-starting one ended before mid.
-    SELECT p.rank, p.step, p.start_ns, p.host_tid, p.mid, l.lvl, (p.mid >> l.lvl) - b.back AS bucket
+    SELECT p.rank, p.step, p.start_ns, p.end_ns, p.dur_ns, p.host_tid, p.mid, l.lvl, (p.mid >> l.lvl) - b.back AS bucket
     FROM pts p, range(0, 63) l(lvl), (VALUES (0), (1)) b(back)
 ), covering AS (
-    -- innermost = shortest covering span (calls nest on a thread); ties broken for a stable answer
+    -- innermost = shortest covering span (calls nest on a thread); ties broken for a stable answer.
+    -- A call names the gap only where it fills at least half of it: a 1,439 ms stretch was credited to
+    -- a cuEventRecord running at its midpoint (its calls: 0.92 ms); else the call around it, or the range
     SELECT p.rank, p.step, p.start_ns,
-           arg_min(s.op_id, (s.end_ns - s.start_ns, -s.start_ns, -s.op_id)) FILTER (WHERE s.op_id IS NOT NULL) AS op_id,
+           arg_min(s.op_id, (s.end_ns - s.start_ns, -s.start_ns, -s.op_id))
+               FILTER (WHERE s.op_id IS NOT NULL
+                       AND 2 * (least(s.end_ns, p.end_ns) - greatest(s.start_ns, p.start_ns)) >= p.dur_ns) AS op_id,
            arg_min(s.range_name, (s.end_ns - s.start_ns, -s.start_ns, s.range_name)) FILTER (WHERE s.op_id IS NULL) AS range_name
     FROM probes p JOIN levelled s ON s.rank = p.rank AND s.tid = p.host_tid AND s.lvl = p.lvl
                                  AND s.start_ns >> s.lvl = p.bucket

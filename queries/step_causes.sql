@@ -18,14 +18,18 @@
 --   class          compute | communication | memory copies | host | peer wait | idle (the kind of fix)
 --   cause          within the class: compute kernels; NCCL kernels; HtoD pageable | HtoD pinned |
 --                  DtoH pageable | DtoH pinned | DtoD | memset | ... (copies by direction and host
---                  memory); for the host, the path's launch and sync segments, and its other host
---                  stretches split by host_time's causes (docs/host-time.md): launch | sync |
---                  allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
---                  they fall outside the rank's steps; missing peer (peer wait); nothing recorded (idle)
+--                  memory; um_migration: unified-memory page migrations, not copies); for the host, the path's launch and sync segments, and its other host
+--                  stretches split by host_time's causes (docs/host-time.md): jit_compile | launch |
+--                  sync | allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
+--                  they fall outside the rank's steps; a sync segment that is an async copy staged
+--                  through pageable memory is that copy's cause (`HtoD pageable`, sync.cause: pin it);
+--                  missing peer (peer wait); nothing recorded (idle)
 --   path_ns        time on the step's critical path (ns, BIGINT)
 --   segments       how many path segments (BIGINT); a collective's stretch beside compute is a segment of
 --                  compute too (its name NULL: the kernels beside it are not on the path)
---   top_name       the longest segment's op (kernel, call, or what the host was inside)
+--   top_name       the longest segment's op (kernel, call, or what the host was inside); for host time
+--                  split by host_time's causes, the op only where its own time fills most of the
+--                  piece, else (no_op) the named host range holding most of it, else NULL
 --   bytes          bytes moved by the copies on the path (memory copies only; NULL otherwise)
 --   step_wall_ns   the step's critical path length: its span across ranks (ns, BIGINT)
 --   share_pct      path_ns / step_wall_ns (percent)
@@ -40,14 +44,22 @@ CREATE OR REPLACE TABLE step_causes AS
 WITH seg AS (
     SELECT c.step, c.ordinal, c.rank, c.kind, c.name, c.dur_ns, c.op_id, c.start_ns, c.end_ns
     FROM critical_path c
-), host_split AS (
+), host_piece AS (
     -- a host_cpu stretch of the path split by what the rank's host timeline was doing (host_time):
     -- a 40 ms sleep inside a record_function range is no_op, a Python loop around tiny ops cpu_op
-    SELECT h.step, h.rank, h.name, t.cause,
-           sum(least(h.end_ns, t.end_ns) - greatest(h.start_ns, t.start_ns)) AS ns
+    SELECT h.step, h.rank, h.name, h.op_id, h.start_ns AS seg_start, t.cause, t.range_name,
+           greatest(h.start_ns, t.start_ns) AS a, least(h.end_ns, t.end_ns) AS b
     FROM seg h JOIN host_time_spans t ON t.rank = h.rank AND t.start_ns < h.end_ns AND t.end_ns > h.start_ns
     WHERE h.kind = 'host_cpu'
-    GROUP BY h.step, h.rank, h.name, h.start_ns, t.cause
+), host_split AS (
+    -- The stretch's op names a piece only where the op's own time fills most of it: a 1,439 ms
+    -- stretch was credited to the cuEventRecord calls ending it, which took 0.92 ms; otherwise no_op
+    -- time is named by the host range holding most of it (host_time_spans.range_name), else nothing.
+    SELECT p.step, p.rank, p.name, p.cause, sum(p.b - p.a) AS ns,
+           CASE WHEN 2 * sum(greatest(0, least(p.b, o.end_ns) - greatest(p.a, o.start_ns))) > sum(p.b - p.a) THEN p.name
+                WHEN p.cause = 'no_op' THEN arg_max(p.range_name, p.b - p.a) END AS shown
+    FROM host_piece p LEFT JOIN host_ops o ON o.op_id = p.op_id
+    GROUP BY p.step, p.rank, p.name, p.seg_start, p.cause
 ), host_covered AS (
     SELECT step, rank, name, sum(ns) AS ns FROM host_split GROUP BY step, rank, name
 ), comm_exposed AS (
@@ -58,7 +70,7 @@ WITH seg AS (
     GROUP BY s.step, s.ordinal
 ), copies AS (
     SELECT op_id, kind, copy_kind, bytes, name ILIKE '%pageable%' AS pageable, name ILIKE '%pinned%' AS pinned
-    FROM gpu_ops WHERE kind IN ('memcpy', 'memset') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
+    FROM gpu_ops WHERE kind IN ('memcpy', 'memset', 'um_migration') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
 ), calls AS (
     SELECT op_id, kind, name FROM host_ops WHERE op_id IN (SELECT op_id FROM seg WHERE kind IN ('host_cpu', 'host_sync'))
 ), named AS (
@@ -68,10 +80,13 @@ WITH seg AS (
                        WHEN 'idle' THEN 'idle' ELSE 'host' END AS class,
            CASE WHEN s.kind = 'gpu_compute' THEN 'kernels'
                 WHEN s.kind = 'gpu_memory' AND m.kind = 'memset' THEN 'memset'
+                WHEN s.kind = 'gpu_memory' AND m.kind = 'um_migration' THEN 'um_migration'  -- not a copy
                 WHEN s.kind = 'gpu_memory' THEN coalesce(m.copy_kind, 'copy')
                      || CASE WHEN m.pageable THEN ' pageable' WHEN m.pinned THEN ' pinned' ELSE '' END
                 WHEN s.kind = 'launch' THEN 'launch'
-                WHEN s.kind = 'host_sync' OR s.op_id IN (SELECT op_id FROM sync) THEN 'sync'
+                -- a copy staged through pageable memory is its own cause (pin it), not a sync
+                WHEN s.kind = 'host_sync' OR s.op_id IN (SELECT op_id FROM sync)
+                     THEN coalesce((SELECT y.cause FROM sync y WHERE y.op_id = s.op_id), 'sync')
                 WHEN s.kind = 'peer_wait' THEN 'missing peer'
                 ELSE 'nothing recorded' END AS cause,
            CASE WHEN s.kind = 'gpu_memory' THEN m.bytes END AS bytes
@@ -87,11 +102,11 @@ WITH seg AS (
     FROM seg s LEFT JOIN comm_exposed x USING (step, ordinal)
     WHERE s.kind = 'gpu_comm' AND s.dur_ns > coalesce(x.ns, 0)
     UNION ALL
-    SELECT step, rank, ns, name, 'host', cause, NULL FROM host_split
+    SELECT step, rank, ns, shown, 'host', cause, NULL FROM host_split
     UNION ALL
     -- what host_time does not cover (outside the rank's step ranges): named by the call on the path
     SELECT s.step, s.rank, s.dur_ns - coalesce(c.ns, 0), s.name, 'host',
-           CASE WHEN s.op_id IN (SELECT op_id FROM sync) THEN 'sync'
+           CASE WHEN s.op_id IN (SELECT op_id FROM sync) THEN (SELECT y.cause FROM sync y WHERE y.op_id = s.op_id)
                 WHEN regexp_matches(h.name, '(?i)^(cuda|hip)(Malloc|Free|HostAlloc|HostRegister|MallocHost|FreeHost)|^cuMem(Alloc|Free|HostAlloc|Create|Release|Map|Unmap)|^hipMem')
                      THEN 'allocator'
                 WHEN h.kind IN ('cuda_runtime', 'cuda_driver') THEN 'cuda_other'

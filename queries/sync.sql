@@ -11,6 +11,9 @@
 --   blocked_ns        end_ns - start_ns: time the host thread spent inside it
 --   reason            'synchronize' | 'sync memcpy' | 'pageable memcpy'
 --   gpu_op            the GPU op the call launched, when it launched one (memcpy)
+--   cause             what to fix: 'sync', or for a copy staged through pageable memory its direction
+--                     and 'pageable' ('HtoD pageable', 'DtoH pageable': pin the host buffer, not "remove
+--                     the sync"; a 256 MiB pageable HtoD copy blocks 33-59 ms per step on h100 launch_bound)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
 -- sync shows first: rank, step, name, blocked_ns, reason, gpu_op
 -- requires: gpu_ops, host_ops, steps
@@ -36,7 +39,10 @@ WITH calls AS (
     FROM calls c LEFT JOIN pageable p USING (trace_id, correlation_id)
 )
 SELECT j.rank, CASE WHEN j.start_ns < s.end_ns THEN s.step END AS step, j.tid, j.name, j.start_ns, j.end_ns,
-       j.end_ns - j.start_ns AS blocked_ns, j.why AS reason, j.gpu_op, j.op_id
+       j.end_ns - j.start_ns AS blocked_ns, j.why AS reason, j.gpu_op, j.op_id,
+       CASE WHEN j.why = 'pageable memcpy'
+            THEN coalesce(nullif(regexp_extract(j.gpu_op, '(HtoD|DtoH|DtoD|HtoH|PtoP)', 1), ''), 'copy') || ' pageable'
+            ELSE 'sync' END AS cause
 FROM j ASOF LEFT JOIN steps s ON j.rank = s.rank AND j.start_ns >= s.start_ns
 WHERE j.why IS NOT NULL
 ORDER BY j.rank, j.start_ns;

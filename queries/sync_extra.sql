@@ -21,7 +21,29 @@
 --   blocked_ns        its time blocked (BIGINT)
 --   n                 calls of the name in the step (BIGINT)
 --   usual             the rank's median count of the name per step (DOUBLE)
+--   cause             the call's cause in sync: 'sync', or '<direction> pageable' for an async copy staged
+--                     through pageable memory (pin the buffer, not "remove the sync") (VARCHAR)
+--
+-- sync_extra_peers (pack `sync-extra-peers`): the blocking calls a rank makes more often per step than
+-- its peers do. The same count in every step is invisible to sync_extra (its own usual count), yet a
+-- rank that blocks in cudaDeviceSynchronize every step where its peers make no such call is a cause its
+-- peers are not (h100 ddp4_sync_stall rank 1: `loss.item()` after every micro-step, two
+-- cudaStreamSynchronize per step, blocked 377.3 ms per step on nsys, where the other ranks make none).
+-- Counts per step, not blocked time, pick the rows: on the same job ranks 0, 2 and 3 block 214-318 ms
+-- per step in the 8 cudaEventSynchronize every rank makes, waiting for rank 1; blocking longer in
+-- a call the peers make too is waiting, not a cause. Only where two or more ranks have steps.
+-- One row per rank and call name it makes at least one more time per step than its peers (median):
+--   rank, name        the call (INTEGER, VARCHAR)
+--   cause             'sync' or '<direction> pageable', as in sync_extra (VARCHAR)
+--   steps             the rank's steps (BIGINT)
+--   steps_with        those holding more calls of the name than the peers' median count (BIGINT)
+--   per_step          the rank's median count of the call per step (a step without one counts 0) (DOUBLE)
+--   peers_per_step    the median over the other ranks of their median count (DOUBLE)
+--   blocked_ns        the rank's median time blocked in the call per step (ns, BIGINT)
+--   peers_blocked_ns  the median over the other ranks of theirs (ns, BIGINT)
+--   peers             the other ranks (INTEGER[])
 -- sync_extra shows first: rank, step, name, blocked_ns, n, usual
+-- sync_extra_peers shows first: rank, name, cause, per_step, peers_per_step, blocked_ns, peers_blocked_ns
 -- requires: cp_host_nodes, gpu_ops, host_time, sync
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -56,5 +78,34 @@ WITH per AS (
            row_number() OVER (PARTITION BY c.rank, c.step, c.name ORDER BY m.more DESC, c.blocked_ns DESC, c.start_ns) AS i
     FROM calls c JOIN extra e USING (rank, step, name) JOIN wmore m USING (rank, step, name, waited)
 )
-SELECT rank, step, name, op_id, start_ns, end_ns, blocked_ns, n, usual FROM ranked WHERE i <= k
-ORDER BY rank, step, start_ns;
+SELECT r.rank, r.step, r.name, r.op_id, r.start_ns, r.end_ns, r.blocked_ns, r.n, r.usual, s.cause
+FROM ranked r JOIN sync s USING (op_id) WHERE r.i <= r.k
+ORDER BY r.rank, r.step, r.start_ns;
+
+CREATE OR REPLACE TABLE sync_extra_peers AS
+WITH steps AS (
+    SELECT DISTINCT rank, step FROM host_time
+), names AS (  -- a call name's cause on the rank: its pageable copy blocking longest where it makes one
+    SELECT rank, name, coalesce(arg_max(cause, blocked_ns) FILTER (WHERE cause <> 'sync'), 'sync') AS cause
+    FROM sync WHERE step IS NOT NULL GROUP BY ALL
+), grid AS (  -- every step of every rank, for every call name any rank makes (0 where none)
+    SELECT st.rank, st.step, nm.name, count(s.op_id) AS n, coalesce(sum(s.blocked_ns), 0) AS blocked_ns
+    FROM steps st CROSS JOIN (SELECT DISTINCT name FROM names) nm
+    LEFT JOIN sync s ON s.rank = st.rank AND s.step = st.step AND s.name = nm.name
+    GROUP BY ALL
+), per_rank AS (
+    SELECT rank, name, count(*) AS steps, median(n)::DOUBLE AS per_step, median(blocked_ns)::BIGINT AS blocked_ns
+    FROM grid GROUP BY ALL
+), vs AS (
+    SELECT r.rank, r.name, any_value(r.steps) AS steps, any_value(r.per_step) AS per_step, any_value(r.blocked_ns) AS blocked_ns,
+           median(o.per_step)::DOUBLE AS peers_per_step, median(o.blocked_ns)::BIGINT AS peers_blocked_ns,
+           list(o.rank ORDER BY o.rank) AS peers
+    FROM per_rank r JOIN per_rank o ON o.name = r.name AND o.rank <> r.rank
+    GROUP BY r.rank, r.name
+)
+SELECT v.rank, v.name, coalesce(n.cause, 'sync') AS cause, v.steps,
+       (SELECT count(*) FROM grid g WHERE g.rank = v.rank AND g.name = v.name AND g.n > v.peers_per_step) AS steps_with,
+       v.per_step, v.peers_per_step, v.blocked_ns, v.peers_blocked_ns, v.peers
+FROM vs v LEFT JOIN names n USING (rank, name)
+WHERE v.per_step - v.peers_per_step >= 1
+ORDER BY v.blocked_ns - v.peers_blocked_ns DESC, v.rank, v.name;

@@ -128,6 +128,7 @@ SLOW_TESTS = {
     "test_record_real_trace_with_torch_and_ingest": "records a trace with torch",
     "test_nsys_and_kineto_recordings_agree": "both recordings of a job, ingested",
     "test_mixed_formats_in_one_ingest": "eight files of two formats",
+    "test_kineto_of_one_run_and_nsys_of_another_are_refused": "four files of two runs, ingested twice",
     "test_compressed_exports_read_like_the_plain_file": "compresses nsys exports",
     "test_source_hash_is_the_files_blake2b": "hashes every shared fixture",
     "test_a_bomb_of_valid_events_is_refused_by_default": "writes a trace of millions of events",

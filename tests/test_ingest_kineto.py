@@ -147,9 +147,21 @@ def test_trace_without_distributed_info_takes_rank_from_name(tmp_path):
 
 def test_mixed_formats_in_one_ingest(tmp_path):
     pytest.importorskip("duckdb")
-    # two recordings of the same job, 25 s apart: rank 0 from nsys, rank 1 from Kineto
+    # two recordings of the same job, 25 s apart: rank 0 from nsys, rank 1 from Kineto. As recorded they
+    # are two runs (refused: their windows do not overlap); with the Kineto clock moved into the nsys
+    # window (as one run recorded by both profilers would be), one job of two formats.
+    import sqlite3
     nsys = fixture_files("h100/nsys/ddp4_sync_stall")[0]
     kt = str(BUNDLED / "ddp4_sync_stall" / "rank-1.pt.trace.json.gz")
+    r = run_cli("ingest", nsys, kt, "-o", tmp_path / "m.duckdb")
+    assert r.returncode == 3 and "different jobs or runs" in r.stderr, r.stderr
+    c = sqlite3.connect(f"file:{nsys}?mode=ro", uri=True)
+    mid = c.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone()[0] + \
+        c.execute("select (min(start) + max(end)) / 2 from CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    k = json.loads(gzip.open(kt).read())
+    k["baseTimeNanoseconds"] = mid - int(min(e["ts"] for e in k["traceEvents"] if "ts" in e) * 1000)
+    kt = tmp_path / "rank-1.pt.trace.json"
+    kt.write_text(json.dumps(k))
     r = run_cli("ingest", nsys, kt, "-o", tmp_path / "m.duckdb")
     assert r.returncode == 0, r.stderr
     db = connect(tmp_path / "m.duckdb")

@@ -94,6 +94,39 @@ def test_files_of_different_jobs_are_refused(tmp_path):
     assert not (tmp_path / "x.duckdb").exists()
 
 
+def _raw_windows_ns(kineto: str, nsys: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Each file's GPU window in Unix ns, read with json/sqlite3: Kineto base + ts, nsys epoch + start."""
+    import gzip
+    import json
+    k = json.loads(gzip.open(kineto).read())
+    base = int(k.get("baseTimeNanoseconds", 0))
+    ev = [e for e in k["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    kw = (base + int(min(e["ts"] for e in ev) * 1000), base + int(max((e["ts"] + e["dur"]) for e in ev) * 1000))
+    c = sqlite3.connect(f"file:{nsys}?mode=ro", uri=True)
+    epoch = c.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    lo, hi = c.execute("select min(start), max(end) from CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    return kw, (epoch + lo, epoch + hi)
+
+
+def test_kineto_of_one_run_and_nsys_of_another_are_refused(tmp_path):
+    """Issue 41 item 5: the shared ddp4_sync_stall job was recorded twice, once per profiler: Kineto
+    files of one run and nsys files of the next have the same world size and start seconds apart, and
+    were read as one job (median step 12,902.6 ms). Their GPU windows do not overlap: one line, exit 3."""
+    kineto = fixture_files("h100/kineto/ddp4_sync_stall")[:2]
+    nsys = fixture_files("h100/nsys/ddp4_sync_stall")[2:]
+    kw, nw = _raw_windows_ns(kineto[0], nsys[0])
+    assert kw[1] < nw[0] and nw[0] - kw[1] < 60 * 10**9  # disjoint, yet under the old 60 s rule
+    out = tmp_path / "x.duckdb"
+    out.write_bytes(b"mine")
+    r = run_cli("ingest", *kineto, *nsys, "-o", out, "--force")
+    assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "different jobs or runs" in r.stderr and "do not overlap" in r.stderr and any(n in r.stderr for n in nsys)
+    assert out.read_bytes() == b"mine" and "Traceback" not in r.stderr
+    # the files of one run stay one job
+    r = run_cli("ingest", *kineto, "-o", tmp_path / "one.duckdb")
+    assert r.returncode == 0, r.stderr
+
+
 def test_every_schema_version_is_read(ingested):
     versions = set()
     for rel in NSYS_FIXTURES:
@@ -298,3 +331,33 @@ def test_recipe_without_nsys_exits_3(tmp_path):
     r = run_cli("recipe", "cuda_gpu_kern_sum", fixture_files("h100/nsys/graphs")[0], "-o", tmp_path / "j.duckdb",
                 env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 3 and "nsys" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unified_memory_migrations_are_not_copies(tmp_path):
+    """Issue 41: unified-memory page migrations read as copies (copy-bound, "pin the buffer"). nsys
+    labels them CUDA_MEMCPY_KIND_UVM_* in copyKind. Derived from pipit's real saxpy export (which holds
+    pageable HtoD and DtoH copies): its DtoH rows relabelled UVM DtoH, as a managed-memory run's
+    migrations are recorded. They load as kind um_migration (as many as sqlite3 counts), the HtoD copies
+    stay memcpy, and no copy cause, sync row or pageable advice comes from the migrations."""
+    import shutil
+    src = fixture_files("public/pipit-perlmutter/saxpy-mpi-cuda_nsys_perlmutter0.sqlite")[0]
+    f = tmp_path / "rank0.sqlite"
+    shutil.copy(src, f)
+    c = sqlite3.connect(f)
+    has_enum = c.execute("SELECT count(*) FROM sqlite_master WHERE name = 'ENUM_CUDA_MEMCPY_OPER'").fetchone()[0]
+    uvm = c.execute("SELECT id FROM ENUM_CUDA_MEMCPY_OPER WHERE name = 'CUDA_MEMCPY_KIND_UVM_DTOH'").fetchone()[0] if has_enum else 12
+    n = c.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = ? WHERE copyKind = 2", [uvm]).rowcount
+    htod = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1").fetchone()[0]
+    c.commit()
+    c.close()
+    assert n > 0 and htod > 0
+    r = run_cli("ingest", f, "-o", tmp_path / "x.duckdb")
+    assert r.returncode == 0, r.stderr
+    db = connect(tmp_path / "x.duckdb")
+    kinds = dict(db.execute("SELECT kind, count(*) FROM gpu_ops WHERE kind IN ('memcpy', 'um_migration') GROUP BY kind").fetchall())
+    assert kinds == {"memcpy": htod, "um_migration": n}
+    assert db.execute("SELECT count(*) FROM gpu_ops WHERE kind = 'memcpy' AND copy_kind = 'DtoH'").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM step_causes WHERE cause LIKE 'DtoH%'").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM sync WHERE gpu_op LIKE '%migration%'").fetchone()[0] == 0
+    causes = {c for (c,) in db.execute("SELECT DISTINCT cause FROM step_causes WHERE class = 'memory copies'").fetchall()}
+    assert causes <= {"HtoD pageable", "um_migration", "memset"}, causes

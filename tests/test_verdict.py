@@ -363,6 +363,24 @@ def test_wild_copy_bound_two_gpu_capture(tmp_path):
     assert abs(first["share_pct"] - sum(raw) / len(raw)) < 3, (first["share_pct"], raw)
 
 
+def test_copy_bound_sentence_splits_the_directions(tmp_path):
+    """Issue 41: a copy-bound sentence gave all copy time the biggest copy's direction. The sc23 OpenMP
+    tutorial (wild corpus, report3) copies pageable memory both ways: the verdict now says each
+    direction's time per step, equal to sqlite3's sum of the raw copies of that copyKind (one step,
+    the copies serial on the path), where it said "HtoD pageable memory copies, 26207.5 ms"."""
+    path = _wild("sc23-openmp/report3.sqlite")
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    raw = dict(con.execute('SELECT copyKind, sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind').fetchall())
+    con.close()
+    assert set(raw) == {1, 2} and min(raw.values()) > 0.4 * sum(raw.values())
+    out = tmp_path / "job.duckdb"
+    traceflow.ingest([str(path)], str(out))
+    with traceflow.open(str(out)) as job:
+        text = job.verdict()
+    want = f"HtoD pageable {raw[1] / 1e6:.1f} ms + DtoH pageable {raw[2] / 1e6:.1f} ms"
+    assert want in text, (want, text)
+
+
 def test_wild_compute_bound_kineto(tmp_path):
     """TraceLens' MI300 Qwen inference: compute kernels cover 91 % of the GPU window: compute-bound."""
     qwen = _wild("tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
@@ -673,3 +691,15 @@ def test_wild_trimmed_kineto_says_which_launches_are_missing(tmp_path):
     said = [s for s in _verdict_of([str(path)], tmp_path / "w.duckdb") if s.startswith(CANNOT)]
     assert missing >= 0.1 * n_gpu and len(said) == 1, (missing, n_gpu, said)
     assert f"launch latency for {missing:,} GPU ops ({100 * missing / n_gpu:.0f}%) — the launch call is not in the trace" in said[0]
+
+
+def test_nvtx_payload_dicts_never_reach_text_raw():
+    """Issue 41: a verdict quoted a raw NVTX payload, `{'mod': 'torch', 'op': 'randn', 'args': []}`. Every
+    name the verdict shows goes through short_name, which reads such a dict as its op (no trace in the
+    corpora carries one: the payload is the issue's own text). Names that are not dict literals pass
+    as before; nothing is evaluated beyond literals."""
+    from traceflow.text import short_name
+    assert short_name("{'mod': 'torch', 'op': 'randn', 'args': []}") == "torch.randn"
+    assert short_name('{"op": "matmul"}') == "matmul"
+    assert short_name("{__import__('os').getpid()}") == "{__import__('os').getpid()}"
+    assert short_name("forward") == "forward" and short_name("void f<int>(int)") == "f<…>"

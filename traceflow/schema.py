@@ -165,6 +165,7 @@ DOCS = {
         "device": "the GPU index", "short_name": "the profiler's short kernel name, when it records one",
         "correlation_id": "links the op to the host call that launched it (same trace)",
         "collective": "AllReduce | AllGather | ReduceScatter | Broadcast | SendRecv | ... for NCCL kernels",
+        "kind": "kernel | memcpy | memset | um_migration (an nsys unified-memory page migration: not a copy)",
         "copy_kind": "HtoD | DtoH | DtoD | ... for copies", "graph_id": "the CUDA graph it ran in, if any",
         "api_name": "the launch call (cudaLaunchKernel, ...); NULL when the launch is outside the trace",
         "api_start_ns": "when the launch call started (ns since epoch)", "api_end_ns": "when it returned (ns since epoch)",

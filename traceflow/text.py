@@ -84,12 +84,36 @@ def _is_signature(s: str) -> bool:
     return "::" in s or "<" in s or s.startswith("void ")
 
 
+def payload_name(name: str) -> str | None:
+    """A readable name for an NVTX / annotation payload that is a dict written as text (issue 41: a
+    verdict quoted `{'mod': 'torch', 'op': 'randn', 'args': []}`): its module and op joined with a
+    dot (`torch.randn`), else its other plain values; None where the text is not such a dict."""
+    import ast
+    if not (name.startswith("{") and name.endswith("}")) or len(name) > 4096:
+        return None
+    try:
+        d = ast.literal_eval(name)  # literals only: never runs code
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
+    if not isinstance(d, dict) or not d:
+        return None
+    plain = {str(k): v for k, v in d.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+    head = [str(plain[k]) for k in ("mod", "module", "namespace") if k in plain][:1]
+    op = [str(plain[k]) for k in ("op", "name", "func", "function", "fn") if k in plain][:1]
+    if op:
+        return ".".join(head + op)
+    return ", ".join(f"{k} {v}" for k, v in plain.items()) or None
+
+
 def short_name(name) -> str:
     """A kernel's C++ name as a person reads it: the qualified base name, template arguments and
     parameters elided (`void at::native::vectorized_elementwise_kernel<(int)8, ...>(int, T2, T3)` ->
     `at::native::vectorized_elementwise_kernel<…>`). The full name stays in the database, in
     --format json/csv and on hover in the report. Plain names (ncclDevKernel_..., cuDNN's) pass through.
-    Two kernels can share a short name: `short_names` tells them apart."""
+    Two kernels can share a short name: `short_names` tells them apart. A dict payload written as text
+    reads as its op (payload_name)."""
+    if (p := payload_name(str(name).strip())) is not None:
+        return p
     s = _ANONYMOUS.sub("", str(name))
     if not _is_signature(s):
         return s  # not a C++ signature: `Memcpy HtoD (Pageable -> Device)`, `ncclKernel_...`

@@ -118,6 +118,7 @@ def _generic(r: dict, con) -> str:
 
 # What the time of a class (and cause) is, in words; and what shortens it.
 _HOST_CAUSE = {  # host_time's causes (docs/host-time.md)
+    "jit_compile": "compiling or loading GPU code at run time (NVRTC, a module load)",
     "launch": "launching GPU work (the launch API calls)",
     "sync": "blocking calls waiting for the GPU (synchronize, .item(), a copy to pageable memory)",
     "allocator": "allocator calls (cudaMalloc / cudaFree: the caching allocator going to the driver)",
@@ -128,6 +129,7 @@ _HOST_CAUSE = {  # host_time's causes (docs/host-time.md)
     "unattributed": "host work outside the steps' host ranges",
 }
 _ADVICE = {
+    "jit_compile": "compile once before the measured steps (warm up) or cache the compiled code",
     "compute": "faster kernels (fusion, lower precision, better shapes) are what shortens the step",
     "communication": "overlap it with compute (DDP bucketing, FSDP prefetch) or move fewer bytes",
     "peer wait": "the ranks whose traces are missing set the pace",
@@ -142,6 +144,8 @@ _ADVICE = {
 
 
 def _what(cls: str | None, cause: str | None) -> str:
+    if cls == "host" and cause and cause.endswith(" pageable"):  # sync.cause: a copy staged through pageable memory
+        return f"blocking in {cause} copies (the driver stages pageable host memory)"
     if cls == "host":
         return _HOST_CAUSE.get(cause or "", "host work")
     if cls == "memory copies":
@@ -152,7 +156,7 @@ def _what(cls: str | None, cause: str | None) -> str:
 
 
 def _advice(cls: str | None, cause: str | None) -> str:
-    if cls == "memory copies" and cause and "pageable" in cause:
+    if cls in ("memory copies", "host") and cause and "pageable" in cause:
         return "pin the host buffers (pin_memory=True) and copy with non_blocking=True"
     if cls == "memory copies":
         return "keep the data on the GPU or overlap the copies with compute"
@@ -168,7 +172,7 @@ def _step_outlier(r: dict, con) -> str:
     if r["class"] == "host" and r["evidence_ns"]:
         # a Kineto step range as the host's activity says only that no op was running
         inside = r["activity"] and not r["activity"].startswith("ProfilerStep#")
-        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {r['activity']})" if inside else "")
+        s += f"; its GPU sat idle {_ms(r['evidence_ns'])} waiting for it" + (f" (the host in {short_name(r['activity'])})" if inside else "")
         if r["note"]:  # sync_extra: a blocking call made in this step only emptied the GPU's queue first
             calls = " and ".join(f"an extra {n}" for n in r["note"].split(", "))
             s += (f"; it made {calls} in that step (beyond its usual count), which empties the GPU's queue: the host "
@@ -204,9 +208,27 @@ _BOUND = {"compute": "Compute-bound", "communication": "Communication-bound", "m
           "host": "Host-bound", "peer wait": "Waiting on missing peers", "idle": "Idle"}
 
 
+# Copy time on the analysed steps' critical paths by cause (direction, host memory), per step: the
+# dominant row names only its biggest cause (sc23's OpenMP tutorial: 13,380.2 ms HtoD + 12,827.3 ms DtoH
+# pageable per step was told as 26,207.5 ms of HtoD pageable copies).
+_COPY_SPLIT_SQL = """SELECT cause, sum(path_ns) / (SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup) AS ns
+                     FROM step_causes WHERE class = 'memory copies'
+                     AND step IN (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)
+                     GROUP BY cause ORDER BY ns DESC, cause"""
+
+
+def _copy_split(con, total_ns) -> str | None:
+    """The copy time per step by cause ("HtoD pageable 13380.2 ms + DtoH pageable 12827.3 ms"), where a
+    second cause holds at least 5 % of it; else None (the row's one cause says it)."""
+    rows = [(c, ns) for c, ns in con.execute(_COPY_SPLIT_SQL).fetchall() if ns and total_ns and ns >= 0.05 * total_ns]
+    return " + ".join(f"{c} {_ms(ns)}" for c, ns in rows) if len(rows) > 1 else None
+
+
 @sentence("dominant")
 def _dominant(r: dict, con) -> str:
     what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'])}"
+    if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
+        what = f"memory copies ({split})"
     s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
     if r["low_pct"] is not None and r["high_pct"] is not None and r["high_pct"] - r["low_pct"] >= 1:
         s += f" ({_pct(r['low_pct'])}–{_pct(r['high_pct'])} per step)"

@@ -284,7 +284,7 @@ class StepGraph:
 
     def stall_cuts(self) -> dict[int, list[tuple[float, float, str]]]:
         """Each rank's abnormal host time in this step: for each host cause that is neither a launch
-        nor a sync (no_op, cpu_op, data_loading, allocator, cuda_other), its time in the step beyond
+        nor a sync (no_op, cpu_op, data_loading, allocator, cuda_other, jit_compile), its time in the step beyond
         the rank's median over its steps (host_time) where it is abnormal (beyond the median by more
         than OUTLIER_MADS scaled median absolute deviations: a robust outlier bound, so that a step a
         little above the median keeps its time), cut from the cause's longest stretches in the
@@ -344,7 +344,7 @@ class StepGraph:
         return f
 
 OUTLIER_MADS = 3 * 1.4826  # 3 standard deviations of a normal spread, estimated from the MAD
-STALL_CAUSES = ("no_op", "cpu_op", "data_loading", "allocator", "cuda_other")  # host work, not waits nor launches
+STALL_CAUSES = ("no_op", "cpu_op", "data_loading", "allocator", "cuda_other", "jit_compile")  # host work, not waits nor launches
 MIN_STALL_SHARE = 0.01  # an excess under 1 % of the rank's median step is not a stall worth naming (0.1 ms on long4)
 # Per rank, step and host cause: its time beyond the rank's median over its steps, where abnormal.
 # Parameters: the causes, OUTLIER_MADS.

@@ -120,7 +120,7 @@ WITH launch AS (
 ), ops AS (
     SELECT g.rowid AS rid, g.trace_id, g.rank, g.correlation_id, g.start_ns, g.end_ns,
         CASE WHEN c.name IS NOT NULL THEN 'communication'
-             WHEN g.kind IN ('memcpy', 'memset') THEN 'memory'
+             WHEN g.kind IN ('memcpy', 'memset', 'um_migration') THEN 'memory'  -- (page migrations move data too)
              ELSE 'compute' END AS category,
         coalesce(g.collective, c.op) AS collective,
         coalesce(g.copy_kind, nullif(regexp_extract(g.name, '^Memcpy ([A-Za-z]+)', 1), '')) AS copy_kind

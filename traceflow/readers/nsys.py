@@ -197,6 +197,15 @@ def _enum_map(src: _Src, table: str, fallback: dict, short: bool = False) -> dic
     return mapping
 
 
+def _uvm_copy_kinds(src: _Src) -> set[int]:
+    """The copyKind ids of unified-memory migrations: the export's ENUM names them (CUDA_MEMCPY_KIND_UVM_*),
+    else CUPTI's values 11-13."""
+    if src.has("ENUM_CUDA_MEMCPY_OPER"):
+        return {int(i) for i, name in src.con.execute("SELECT id, name FROM src.ENUM_CUDA_MEMCPY_OPER").fetchall()
+                if "UVM" in str(name)}
+    return {11, 12, 13}
+
+
 def _case(col: str, mapping: dict) -> str:
     whens = " ".join(f"WHEN {int(k)} THEN {sql_string(str(v))}" for k, v in mapping.items())
     return f"(CASE {col} {whens} ELSE 'Unknown' END)"
@@ -422,8 +431,16 @@ def _gpu_ops(src: _Src, base: int):
         label = (f"'Memcpy ' || {ck} || ' (' || {_case('srcKind', mem)} || ' -> ' || {_case('dstKind', mem)} || ')'"
                  if has_sd else f"'Memcpy ' || {ck}")
         g2 = "graphNodeId" if src.has("CUPTI_ACTIVITY_KIND_MEMCPY", "graphNodeId") else "NULL"
+        # Unified-memory page migrations (copyKind CUDA_MEMCPY_KIND_UVM_*) are the driver moving managed
+        # pages on demand, not copies a program issued: kind um_migration (docs/host-time.md), so that
+        # no copy figure or "pin the buffer" advice counts them
+        uvm = sorted(_uvm_copy_kinds(src))
+        kind = (f"CASE WHEN copyKind IN ({', '.join(map(str, uvm))}) THEN 'um_migration' ELSE 'memcpy' END"
+                if uvm and src.has(M, "copyKind") else "'memcpy'")
+        if uvm and src.has(M, "copyKind"):
+            label = f"CASE WHEN copyKind IN ({', '.join(map(str, uvm))}) THEN 'Unified memory migration ' || {ck} ELSE {label} END"
         parts.append(f"""
-        SELECT {pid(M)}, {_col(src, M, "deviceId", "INTEGER")}, {_col(src, M, "streamId", "BIGINT")}, 'memcpy',
+        SELECT {pid(M)}, {_col(src, M, "deviceId", "INTEGER")}, {_col(src, M, "streamId", "BIGINT")}, {kind},
                {label}, {ck}, start + {base}, "end" + {base}, {_col(src, M, "correlationId", "BIGINT")},
                {_col(src, M, "bytes", "BIGINT")}, {ck}, {g2}::BIGINT
         FROM src.CUPTI_ACTIVITY_KIND_MEMCPY""")
