@@ -119,6 +119,7 @@ SLOW_MODULES = {
     "test_corpus.py": "the bad-input corpus, 115 damaged files (make fuzz runs the full one)",
     "test_robustness.py": "kill -9 loops, concurrent writers, mutation fuzzing",
     "test_whatif_pairs.py": "replays the long4 benchmark's fixed and faulty runs",
+    "test_mcp.py": "MCP servers over stdio, each a process ingesting or opening a job, driven by the SDK's client",
     "test_flight_recorder.py": "records real gloo hangs with torch (~12 s of CPU, 30 s of wall), 2,048 derived dumps, torch's fr_trace",
 }
 SLOW_TESTS = {

@@ -477,8 +477,9 @@ def mcp_cmd(inputs, output, others, force):
       traceflow mcp runs/rank-*.pt.trace.json.gz
       traceflow mcp after.duckdb --compare before.duckdb
     """
-    import importlib.util
-    if importlib.util.find_spec("mcp") is None:
+    try:
+        import mcp  # noqa: F401 - the extra's SDK, imported by this command only
+    except ImportError:
         _fail("traceflow mcp needs the MCP SDK: pip install 'traceflow[mcp]'", EXIT_INPUT)
     from .mcp_server import run
     run(list(inputs), output, list(others), force=force, warn=lambda line: say(line, err=True))
