@@ -175,7 +175,7 @@ class Job:
             ("what these traces cannot give", "SELECT evidence AS figure, note AS why, ranks, share_pct, n "
              "FROM findings WHERE kind = 'cannot_answer' ORDER BY evidence"),
         ]
-        out = []
+        out: list[dict[str, Any]] = []
         for what, sql in facts:
             rel = self.con.execute(sql)
             cols = [d[0] for d in rel.description]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import threading
 from typing import Any
 
@@ -26,7 +27,7 @@ from .job import diff as job_diff
 
 MAX_CHARS = 40_000     # a reply's bound: 10,000 tokens at 4 characters a token
 MAX_TEXT = 1_000       # a text value longer than this is cut, with a marker saying how much
-MAX_LIST = 64          # likewise a list value (a finding's ranks, a path's kinds)
+MAX_LIST = 64          # likewise a list value in a row (a finding's ranks, a range())
 PAGE = 50              # rows per page by default
 MAX_PAGE = 500
 QUERY_SECONDS = 10.0   # one query's time bound
@@ -43,6 +44,8 @@ def cut(value: Any) -> Any:
         return value[:MAX_TEXT] + f"…[cut: {len(value) - MAX_TEXT:,} more characters]"
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, (list, tuple)) and all(isinstance(v, dict) for v in value):
+        return [cut(v) for v in value]  # a reply's own rows (tables, facts): bounded by its size, not cut here
     if isinstance(value, (list, tuple)):
         items = [cut(v) for v in value[:MAX_LIST]]
         return items + ([f"…[cut: {len(value) - MAX_LIST:,} more items]"] if len(value) > MAX_LIST else [])
@@ -97,9 +100,9 @@ def paged(head: dict, page: dict, limit: int) -> str:
     base = {**head, **{k: page[k] for k in ("sql", "columns") if page.get(k) is not None},
             "total_rows": total, "offset": offset}
     room = MAX_CHARS - len(dumps(cut(base))) - 200
-    rows = []
+    rows: list = []
     for r in page["rows"][:limit]:
-        r = cut(r if isinstance(r, dict) else list(r))
+        r = cut(r) if isinstance(r, dict) else [cut(v) for v in r]  # cells cut, never the row's columns
         room -= len(dumps(r)) + 1
         if room < 0 and rows:
             break
@@ -246,7 +249,7 @@ def _one_line_errors(fn):
             return fn(*args, **kwargs)
         except (UsageError, InputError) as e:
             raise ToolError(one_line(e, 500)) from None
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any failure is a tool error in one line; the server goes on
             if type(e).__name__ == "PermissionException":
                 raise ToolError("refused: traceflow reads only the job's database and its own shard folder") from None
             raise ToolError(f"internal error ({type(e).__name__}: {one_line(e, 200)})") from None
@@ -309,7 +312,7 @@ def run(inputs: list[str], output: str | None = None, others: list[str] | None =
             job = stack.enter_context(open_job(inputs[0]))
         else:
             paths = input_files(inputs)
-            db = output or str(stack.enter_context(scratch_folder()) / "job.duckdb")
+            db = output or os.path.join(stack.enter_context(scratch_folder()), "job.duckdb")
             job = stack.enter_context(ingest(paths, db, force=force))
             for w in job.warnings:
                 (warn or (lambda _: None))(f"traceflow: warning: {w}")
