@@ -40,18 +40,24 @@ to check it. Rows come a page at a time: pass next_cursor back as cursor for the
 
 def cut(value: Any) -> Any:
     """A value fit for a reply: long text and long lists cut with a marker, NaN as null."""
-    if isinstance(value, str) and len(value) > MAX_TEXT:
+    if isinstance(value, str) and len(value) > MAX_TEXT and not _marked(value[MAX_TEXT:]):
         return value[:MAX_TEXT] + f"…[cut: {len(value) - MAX_TEXT:,} more characters]"
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, (list, tuple)) and all(isinstance(v, dict) for v in value):
         return [cut(v) for v in value]  # a reply's own rows (tables, facts): bounded by its size, not cut here
+    if isinstance(value, (list, tuple)) and value and isinstance(value[-1], str) and _marked(value[-1]):
+        return [cut(v) for v in value]  # cut already
     if isinstance(value, (list, tuple)):
         items = [cut(v) for v in value[:MAX_LIST]]
         return items + ([f"…[cut: {len(value) - MAX_LIST:,} more items]"] if len(value) > MAX_LIST else [])
     if isinstance(value, dict):
         return {k: cut(v) for k, v in value.items()}
     return value
+
+
+def _marked(text: str) -> bool:
+    return text.startswith("…[cut: ")
 
 
 def dumps(obj: Any) -> str:

@@ -62,6 +62,8 @@ def _generator(name: str, rest: list[tuple[str, str]]) -> str | None:
             args.append([])
             continue
         args[-1].append(word if kind == "numeric_const" or word == "-" else "?")
+    if name in ("repeat", "repeat_row"):
+        args = args[-1:]  # repeat(value, count): only the count bounds it
     try:
         nums = [float("".join(a)) for a in args]
     except ValueError:
@@ -73,7 +75,7 @@ def _generator(name: str, rest: list[tuple[str, str]]) -> str | None:
         lo, hi, step = (0.0, nums[0], 1.0) if len(nums) == 1 else (nums[0], nums[1], nums[2] if len(nums) > 2 else 1.0)
         count = abs((hi - lo) / step) if step else float("inf")
     if count > MAX_GENERATED:
-        return f"{name}() would make {count:.3g} rows, more than the bound of {MAX_GENERATED:,}: refused"
+        return f"{name}() would make {count:.3g} rows (or characters), more than the bound of {MAX_GENERATED:,}: refused"
     return None
 
 
