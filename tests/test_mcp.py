@@ -456,9 +456,24 @@ def oracle_copy_time(key, rank):
     return [("num", sum(b - a for a, b in _ops(d, lambda e: e["cat"] == "gpu_memcpy")), 0)]
 
 
-def _longest_gap(d, step) -> int:
+def _gap(d, step) -> tuple[int, int]:
+    """The longest stretch of the rank's step window with nothing on its GPU."""
     lo, hi = _windows(d)[step]
-    return max((b - a for a, b in gaps(union(_ops(d)), lo, hi)), default=0)
+    return max(gaps(union(_ops(d)), lo, hi), key=lambda g: g[1] - g[0], default=(0, 0))
+
+
+def _longest_gap(d, step) -> int:
+    a, b = _gap(d, step)
+    return b - a
+
+
+def _call_before(d, t: int) -> str:
+    """The CUDA runtime call of the rank's host that returned last before GPU time t: what
+    emptied the queue when a gap follows a synchronising call."""
+    base = int(d.get("baseTimeNanoseconds") or 0)
+    calls = [(_ns(e["ts"], base) + _ns(e["dur"], 0), e["name"]) for e in d["traceEvents"]
+             if e.get("ph") == "X" and e.get("cat") == "cuda_runtime"]
+    return max((c for c in calls if c[0] <= t + 1_000_000), default=(0, ""))[1]
 
 
 def oracle_longest_gap(key, rank, step):
@@ -466,10 +481,12 @@ def oracle_longest_gap(key, rank, step):
 
 
 def oracle_held_up(key, step):
-    """The rank whose GPU sat idle longest in the step: its finding names it and the gap."""
+    """The rank whose GPU sat idle longest in the step: its finding names it, the gap, and why: the
+    runtime call that returned as the gap began (a synchronize emptied the queue before the stall)."""
     by_rank = {r: _longest_gap(d, step) for r, d in raw_ranks(key).items() if step in _windows(d)}
     rank = max(by_rank, key=lambda r: by_rank[r])
-    return [("text", f'"rank":{rank},"step":{step}', 0), ("num", by_rank[rank], 0)]
+    why = _call_before(raw_ranks(key)[rank], _gap(raw_ranks(key)[rank], step)[0])
+    return [("text", f'"rank":{rank},"step":{step}', 0), ("num", by_rank[rank], 0), ("text", why, 0)]
 
 
 def oracle_copies_gain(key, step):
