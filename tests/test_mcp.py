@@ -300,7 +300,8 @@ def _scratch(tmp: Path) -> list[Path]:
 
 def test_trace_files_are_ingested_once_and_the_database_goes_with_the_server(tmp_path):
     """Given trace files, the server ingests them into a scratch folder; a finished client, a second
-    client beside it, and a client killed with SIGKILL each leave no folder and no process behind."""
+    client beside it, and a client killed with SIGKILL each leave no folder and no process behind;
+    a server killed with SIGKILL leaves a folder the next one removes."""
     import psutil
     files = job_files("ddp2-clean")
     env = {"TMPDIR": str(tmp_path)}
@@ -333,6 +334,22 @@ session({files!r}, hang, env={env!r})
     client.wait()
     gone, alive = psutil.wait_procs(servers, timeout=30)
     assert alive == []
+    assert _scratch(tmp_path) == []
+
+    # the server itself killed (SIGKILL: no code of its own runs): its folder stays until the next
+    # traceflow starts, which removes it (outputs.scratch_folder's lock is free)
+    server = subprocess.Popen([sys.executable, "-m", "traceflow.cli", "mcp", *files], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **env}, cwd=str(ROOT))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the ingest is done: one folder (the readers' went), the database in it
+        found = _scratch(tmp_path)
+        if len(found) == 1 and (found[0] / "job.duckdb").is_file():
+            break
+        time.sleep(0.2)
+    server.kill()
+    server.wait()
+    assert len(_scratch(tmp_path)) == 1
+    assert not session(files, [("job_at_a_glance", {})], env=env)[0][0]
     assert _scratch(tmp_path) == []
 
 
