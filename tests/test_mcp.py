@@ -181,8 +181,9 @@ def test_every_tool_agrees_with_the_cli(key, db_of, tmp_path):
     assert all(s["measured_ns"] == measured[s["step"]] for s in whatif["steps"])
     cli_diff = cli_json("diff", db, other)
     assert diff["sentences"] == cli_diff["sentences"] and diff["pairs"] == cli_diff["pairs"]
-    for name, t in diff["tables"].items():
-        assert t["total_rows"] == len(cli_diff[name]) and same_rows(t["first_rows"], cli_diff[name][:5])
+    for name, t in diff["tables"].items():  # rows that tie on the diff's order (a run against itself) come in any order
+        assert t["total_rows"] == len(cli_diff[name])
+        assert all(any(same_rows([r], [c]) for c in cli_diff[name]) for r in t["first_rows"]), name
 
 
 def test_every_figure_reruns_through_the_sql_tool(db_of):
