@@ -15,6 +15,7 @@ JOBS = {
     "straggler": ("shared", ["h100/kineto/ddp4_straggler"]),
     "graphs": ("shared", ["h100/kineto/graphs"]),
     "launch-bound": ("shared", ["h100/kineto/launch_bound"]),
+    "nsys-ddp4": ("shared", ["h100/nsys/ddp4_sync_stall"]),
     "hta-sampled": ("wild", ["hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz"]),
     "qwen": ("wild", ["tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"]),
 }
@@ -78,6 +79,10 @@ QUESTIONS = [
     _q("launch-bound", "what is the longest GPU idle gap in step 4?",
        [("run_analysis", {"name": "idle-gaps", "rank": 0, "step": 4, "limit": 1})], "longest_gap", rank=0, step=4),
     _q("launch-bound", "how much GPU time went to memory copies?", _copy_time(0), "copy_time", rank=0),
+    # the same 4-rank job recorded by Nsight Systems (the oracle reads its SQLite exports)
+    _q("nsys-ddp4", "which ranks does this job have?", _GLANCE, "ranks"),
+    _q("nsys-ddp4", "how many GPU ops did rank 2 run?", _GLANCE, "gpu_ops", rank=2),
+    _q("nsys-ddp4", "how much GPU time went to memory copies on rank 1?", _copy_time(1), "copy_time", rank=1),
     # the wild corpus: public traces
     _q("hta-sampled", "which ranks does this job have?", _GLANCE, "ranks"),
     _q("hta-sampled", "how many GPU ops did rank 1 run?", _GLANCE, "gpu_ops", rank=1),
