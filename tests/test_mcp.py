@@ -60,7 +60,10 @@ def ok(reply: tuple[bool, str]) -> dict:
     err, text = reply
     assert not err, text
     assert len(text) <= BOUND
-    return json.loads(text)
+    out = json.loads(text)
+    if "returned" in out:  # a page says what it holds
+        assert len(out["rows"]) == out["returned"] and out["returned"] + out["remaining"] + out["offset"] == out["total_rows"]
+    return out
 
 
 def rows_of(reply: dict) -> list[dict]:
@@ -233,10 +236,14 @@ def test_replies_are_bounded_and_paged(db_of):
         assert "…[cut: 99,000 more characters]" in wide["rows"][0][0] and "…[cut: 9,936 more items]" in wide["rows"][0][1]
     session([db], script)
     for err, text in session([db], [("sql", {"query": "select * from gpu_ops", "limit": 500}), ("job_at_a_glance", {}),
+                                    ("sql", {"query": "select op_id from gpu_ops order by op_id", "limit": 500}),
                                     ("findings", {"limit": 100}), ("list_analyses", {}), ("describe_table", {}),
                                     ("run_analysis", {"name": "idle-gaps", "limit": 500}), ("critical_path", {"step": 4, "limit": 500}),
                                     ("whatif", {})]):
         assert not err and len(text) <= BOUND, text[:200]
+        ok((err, text))  # a page holds the rows it says it holds
+    narrow = ok(session([db], [("sql", {"query": "select op_id from gpu_ops order by op_id", "limit": 500})])[0])
+    assert narrow["returned"] == 500 and len(narrow["rows"]) == 500  # small rows: the whole page fits
 
 
 # --- hostile calls ------------------------------------------------------------------------------------

@@ -44,8 +44,8 @@ def cut(value: Any) -> Any:
         return value[:MAX_TEXT] + f"…[cut: {len(value) - MAX_TEXT:,} more characters]"
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, (list, tuple)) and all(isinstance(v, dict) for v in value):
-        return [cut(v) for v in value]  # a reply's own rows (tables, facts): bounded by its size, not cut here
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (dict, list, tuple)) for v in value):
+        return [cut(v) for v in value]  # a reply's own rows (a page, tables, facts): bounded by its size, not cut here
     if isinstance(value, (list, tuple)) and value and isinstance(value[-1], str) and _marked(value[-1]):
         return [cut(v) for v in value]  # cut already
     if isinstance(value, (list, tuple)):
