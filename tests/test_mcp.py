@@ -246,6 +246,18 @@ def test_replies_are_bounded_and_paged(db_of):
     assert narrow["returned"] == 500 and len(narrow["rows"]) == 500  # small rows: the whole page fits
 
 
+def test_a_reply_too_big_is_cut_to_the_bound_with_markers():
+    """The last resort of the bound (a what-if of hundreds of steps, a diff's long sentences): the
+    longest values halved until the reply fits, each cut marked; rows of a page are never cut by count."""
+    from traceflow.mcp_server import MAX_CHARS, cut, reply
+    steps = [{"step": i, "measured_ns": 10**9 + i, "critical_path": {"longest": [{"name": "k" * 300}] * 5}} for i in range(400)]
+    text = reply({"tool": "whatif", "steps": steps, "sentences": ["s" * 50_000]})
+    assert len(text) <= MAX_CHARS == BOUND
+    out = json.loads(text)
+    assert "…[cut: " in text and out["steps"][0]["measured_ns"] == 10**9
+    assert len(cut([[1, 2]] * 500)) == 500 and len(cut(list(range(500)))) == 65
+
+
 # --- hostile calls ------------------------------------------------------------------------------------
 
 HOSTILE = [
