@@ -172,6 +172,14 @@ SLOW_TESTS = {
     "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
     "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
+    # traceflow mcp: real servers over stdio driven by the SDK's client, on ingested jobs (test_mcp.py)
+    "test_every_tool_agrees_with_the_cli": "MCP server and the CLI on two ingested jobs",
+    "test_every_figure_reruns_through_the_sql_tool": "an MCP server on an ingested job",
+    "test_replies_are_bounded_and_paged": "MCP servers on an ingested job",
+    "test_hostile_calls_are_one_line_errors_and_the_server_lives": "an MCP server, one call stopped by its 10 s bound",
+    "test_trace_files_are_ingested_once_and_the_database_goes_with_the_server": "three MCP servers, each ingesting",
+    "test_output_keeps_the_database": "an MCP server ingesting",
+    "test_question_set": "an MCP server per job of the question set, and the raw files read by the oracle",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

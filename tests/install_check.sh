@@ -45,6 +45,9 @@ if "$work/venv/bin/traceflow" ingest "$OLDPWD"/fixtures/ddp4_sync_stall/rank-0.p
   echo "install-check: --cluster ran without the cluster extra"; exit 1
 fi
 grep -q "traceflow\[cluster\]" "$work/cluster.err" || { cat "$work/cluster.err"; exit 1; }
+# the MCP SDK is an extra too: `traceflow mcp` without it says how to get it, in one line, exit 3
+"$work/venv/bin/traceflow" mcp "$work/pm-kineto/job.duckdb" 2>"$work/mcp.err" </dev/null && { echo "install-check: mcp ran without the mcp extra"; exit 1; }
+[ $? -eq 3 ] && grep -q "traceflow\[mcp\]" "$work/mcp.err" || { cat "$work/mcp.err"; exit 1; }
 nsys="$OLDPWD/$SHARED/fixtures/h100/nsys/ddp4_sync_stall"
 case "$SHARED" in /*) nsys="$SHARED/fixtures/h100/nsys/ddp4_sync_stall";; esac
 if [ -d "$nsys" ]; then

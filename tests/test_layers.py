@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "traceflow"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # leaves every layer may use: errors, text, DuckDB helpers, the tables' declarations, safe file writing
     ("base", ("errors", "text", "duck", "schema", "rank_tables", "db_format", "machine", "job_name", "outputs", "interrupts", "sqlmodules",
-              "comments", "torch")),
+              "comments", "torch", "sql_bounds")),
     ("readers", ("readers",)),                     # a file -> Arrow (pure; worker processes import only this)
     ("load", ("load", "shard_views", "fr_load")),  # Arrow (or a cluster's Parquet shards, Flight Recorder dumps) -> tables
     ("derive", ("derive", "hardware", "invariants")),  # derived tables, clock alignment, device peaks, absurd input
@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ingest", ("pipeline", "rank_task", "cluster", "recipes")),  # runs read -> load -> derive -> analyses
     ("outputs", ("report", "perfetto", "perfetto_packets", "compare", "scaling_study")),  # pages and traces written
     ("job", ("job", "postmortem", "traceflow")),   # the public surface: traceflow.open(...) -> Job
-    ("cli", ("cli", "terminal", "__main__")),  # the command: one call into the Job per command
+    ("cli", ("cli", "terminal", "__main__", "mcp_server")),  # the command: one call into the Job per command; the MCP server beside it
 ]
 
 
@@ -187,6 +187,12 @@ def test_the_command_calls_only_the_job():
             if isinstance(n, (ast.Module, ast.FunctionDef)) and n.body and isinstance(n.body[0], ast.Expr)}
     strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
     assert [s for s in strings if re.search(r"\bSELECT\b|\bFROM\s+\w+\s+(WHERE|ORDER|GROUP)\b", s, re.I)] == []
+
+
+def test_the_mcp_server_calls_only_the_job():
+    """The MCP server (traceflow mcp) is a thin layer beside the command: the Job and the leaves."""
+    edges, _ = graph()
+    assert {LAYERS[layer_of(m)][0] for m in edges["traceflow.mcp_server"]} <= {"base", "job"}
 
 
 def test_the_checker_sees_what_it_must(tmp_path):

@@ -459,6 +459,32 @@ def scaling_cmd(runs, mode, fmt, output, force):
         say(f"wrote {s.write_html(output, force=force)}")
 
 
+@main.command("mcp")
+@click.argument("inputs", nargs=-1, required=True, type=_PATH)
+@click.option("-o", "--output", help="Keep the ingested database here (default: a temporary one, removed when the server ends).")
+@click.option("--compare", "others", multiple=True, type=_PATH, metavar="RUN",
+              help="A run (database, or trace files / folder) the diff tool may compare with (repeatable); no other path is opened.")
+@click.option("--force", is_flag=True, help="Replace -o even if traceflow did not write it.")
+def mcp_cmd(inputs, output, others, force):
+    """Serve a job to an assistant: a Model Context Protocol server over stdio (docs/mcp.md).
+
+    INPUTS: a traceflow database, or the trace files `postmortem` takes (ingested first, once).
+    Read-only; every figure in a reply comes with the SQL that produced it.
+
+    \b
+    Examples:
+      traceflow mcp job.duckdb
+      traceflow mcp runs/rank-*.pt.trace.json.gz
+      traceflow mcp after.duckdb --compare before.duckdb
+    """
+    try:
+        import mcp  # noqa: F401 - the extra's SDK, imported by this command only
+    except ImportError:
+        _fail("traceflow mcp needs the MCP SDK: pip install 'traceflow[mcp]'", EXIT_INPUT)
+    from .mcp_server import run
+    run(list(inputs), output, list(others), force=force, warn=lambda line: say(line, err=True))
+
+
 @main.command()
 @click.argument("name")
 @click.argument("files", nargs=-1, required=True, type=_PATH)

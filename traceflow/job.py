@@ -101,6 +101,10 @@ class Job:
     # the verbs
     def relation(self, pack: str, rank: int | None = None, step: int | None = None) -> duckdb.DuckDBPyRelation:
         """A query pack's table, filtered by rank / step, as a lazy DuckDB relation."""
+        return relation(self.con, self.pack_sql(pack, rank, step))
+
+    def pack_sql(self, pack: str, rank: int | None = None, step: int | None = None) -> str:
+        """The SELECT that `relation` runs for a pack: the query behind its rows, to re-run through `sql`."""
         from . import packs
         table = packs.table_of(pack)
         if table is None:
@@ -108,7 +112,7 @@ class Job:
         cols = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
         where = _filters(rank, step, cols)
         order = packs.DEFAULT_ORDER.get(table)
-        return relation(self.con, f"SELECT * FROM {table}{where}" + (f" ORDER BY {order}" if order else ""))
+        return f"SELECT * FROM {table}{where}" + (f" ORDER BY {order}" if order else "")
 
     def query(self, pack: str, rank: int | None = None, step: int | None = None) -> pl.DataFrame:
         """A query pack's table as a polars DataFrame (`traceflow query DB --list` names the packs)."""
@@ -130,9 +134,108 @@ class Job:
         except duckdb.Error as e:
             raise UsageError(f"SQL error: {one_line(e)}") from None
 
+    def page(self, text: str, offset: int = 0, limit: int = 50, seconds: float = 10.0) -> dict:
+        """One page of a read-only query's rows, bounded: a query that would scan without bound is
+        refused (sql_bounds.unbounded) and one that runs past `seconds` stopped, each a UsageError
+        with the reason. Returns {sql, columns, rows (tuples), total, offset}; a statement without
+        rows (SET, a temp table) gives columns None."""
+        from .sql_bounds import interrupt_after, unbounded
+        _check_sql(self.con, text)
+        if why := unbounded(text):
+            raise UsageError(why)
+        with interrupt_after(self.con, seconds) as stopped:
+            try:
+                rel = relation(self.con, text)
+                if rel is None:
+                    return {"sql": text, "columns": None, "rows": [], "total": 0, "offset": 0}
+                total = rel.aggregate("count(*)").fetchone()[0]
+                rows = rel.limit(max(0, int(limit)), max(0, int(offset))).fetchall()
+            except duckdb.Error as e:
+                if stopped.is_set():
+                    raise UsageError(f"stopped after {seconds:g} s, the bound on one query: narrow it (a filter, "
+                                     "an aggregate, fewer joins)") from None
+                raise UsageError(f"SQL error: {one_line(e)}") from None
+        return {"sql": text, "columns": list(rel.columns), "rows": rows, "total": total, "offset": max(0, int(offset))}
+
+    def glance(self) -> list[dict]:
+        """The job at a glance, as facts: {"what", "sql", "rows"}, each `rows` what its `sql` returns
+        (re-run it through `sql` for the same rows): ranks and their profilers, GPUs, steps, GPU ops,
+        warnings, what the traces cannot give, and the verdict's headline with its first finding."""
+        facts = [
+            ("ranks and their profilers", "SELECT rank, source_format AS profiler, profiler_version, hostname, device_name, "
+             "world_size FROM traces ORDER BY rank"),
+            ("GPUs", "SELECT rank, device, gpu_uuid, bus_id, hostname FROM gpu_devices ORDER BY rank, device"),
+            ("steps (GPU window across ranks; a warm-up step is left out of the comparisons)",
+             "SELECT step, wall_ns, warmup FROM findings_steps ORDER BY step"),
+            ("median step time (the verdict's)", "SELECT round(median(wall_ns)) AS median_step_ns, count(*) AS steps "
+             "FROM findings_steps WHERE NOT warmup OR (SELECT bool_and(warmup) FROM findings_steps)"),
+            ("GPU ops per rank", "SELECT rank, count(*) AS gpu_ops, sum(end_ns - start_ns) AS gpu_busy_ns "
+             "FROM gpu_ops GROUP BY rank ORDER BY rank"),
+            ("warnings from ingest", "SELECT rank, unnest(warnings) AS warning FROM traces ORDER BY rank"),
+            ("what these traces cannot give", "SELECT evidence AS figure, note AS why, ranks, share_pct, n "
+             "FROM findings WHERE kind = 'cannot_answer' ORDER BY evidence"),
+        ]
+        out: list[dict[str, Any]] = []
+        for what, sql in facts:
+            rel = self.con.execute(sql)
+            cols = [d[0] for d in rel.description]
+            out.append({"what": what, "sql": sql, "rows": [dict(zip(cols, r)) for r in rel.fetchall()]})
+        f = self.findings()
+        first = self.finding_rows()[:1]
+        out.append({"what": "headline (the verdict's first sentences; the first finding's row below it)",
+                    "sentences": f["sentences"][:3], "sql": first[0]["sql"] if first else None,
+                    "rows": first})
+        return out
+
+    def finding_rows(self) -> list[dict]:
+        """The verdict's findings as rows, most important first: every column of the findings tables
+        (verdict.FINDING_TABLES), the row's `sentence`, and `sql`: a SELECT that returns the row."""
+        from .verdict import FINDING_TABLES
+        union = " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in FINDING_TABLES)
+        out = []
+        for row in self.findings()["findings"]:
+            keys = [k for k in ("kind", "rank", "step", "class", "cause", "evidence") if k in row]
+            where = " AND ".join(f'"{k}" IS NOT DISTINCT FROM {_literal(row[k])}' for k in keys)
+            out.append({**row, "sql": f"SELECT * FROM ({union}) WHERE {where}"})
+        return out
+
+    def describe(self, table: str | None = None) -> dict:
+        """A table or view: its meaning, and each column's type, unit and meaning (the COMMENT ONs the
+        packs' headers wrote, comments.py); without `table`, the tables with the first sentence of
+        each. Helper tables (schema tf_internal) are described too. A name the job lacks: UsageError."""
+        listing = ("SELECT table_name, schema_name, comment FROM duckdb_tables() WHERE database_name = current_database() "
+                   "UNION ALL SELECT view_name, schema_name, comment FROM duckdb_views() "
+                   "WHERE database_name = current_database() AND NOT internal ORDER BY 2, 1")
+        tables = self.con.execute(listing).fetchall()
+        if table is None:
+            return {"sql": listing, "tables": [{"table": t, "schema": s, "meaning": (c or "").split(". ")[0]}
+                                               for t, s, c in tables]}
+        match = [(t, s, c) for t, s, c in tables if t == table or f"{s}.{t}" == table]
+        if not match:
+            raise UsageError(f"no table or view named {table!r}; describe_table without a name lists them")
+        name, schema, comment = match[0]
+        sql = ("SELECT column_name, data_type, comment FROM duckdb_columns() WHERE database_name = current_database() "
+               f"AND schema_name = {_literal(schema)} AND table_name = {_literal(name)} ORDER BY column_index")
+        cols = [{"column": c, "type": t, "unit": _unit(c, m), "meaning": m} for c, t, m in self.con.execute(sql).fetchall()]
+        return {"table": name, "schema": schema, "meaning": comment, "sql": sql, "columns": cols}
+
     def critical_path(self, step: int | None = None) -> pl.DataFrame:
         """The critical path's segments in time order (all steps, or one)."""
         return self.query("critical-path", step=step)
+
+    def critical_path_summary(self, step: int) -> dict:
+        """One step's critical path by kind and rank: {"sql", "rows"}, the rows what the sql returns."""
+        sql = ("SELECT kind, rank, sum(dur_ns) AS path_ns, count(*) AS segments, "
+               "round(100.0 * sum(dur_ns) / sum(sum(dur_ns)) OVER (), 1) AS share_pct "
+               f"FROM critical_path WHERE step = {int(step)} GROUP BY kind, rank ORDER BY path_ns DESC, kind, rank")
+        rel = self.con.execute(sql)
+        cols = [d[0] for d in rel.description]
+        return {"sql": sql, "rows": [dict(zip(cols, r)) for r in rel.fetchall()]}
+
+    def step_time_sql(self) -> str:
+        """The SELECT giving each step's measured time (the GPU window across ranks, ns): what the
+        verdict and the what-if call a step's time."""
+        return "SELECT step, wall_ns AS measured_ns FROM findings_steps ORDER BY step"
 
     @property
     def name(self) -> str:
@@ -365,3 +468,26 @@ def _filters(rank, step, columns):
             raise UsageError("this pack has no step column; drop --step")
         where.append(f"step = {int(step)}")
     return (" WHERE " + " AND ".join(where)) if where else ""
+
+
+def _literal(v) -> str:
+    """A value as an SQL literal, for a WHERE clause that finds a row again."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return sql_string(str(v))
+
+
+def _unit(column: str, meaning: str | None) -> str | None:
+    """A column's unit: its name's suffix (_ns, _pct, bytes), else the unit its comment states first
+    in parentheses ("(ns, BIGINT)")."""
+    import re
+    for suffix, unit in (("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_pct", "percent"), ("bytes", "bytes"),
+                         ("_gbps", "GB/s"), ("_tflops", "TFLOP/s"), ("flops", "FLOP")):
+        if column.endswith(suffix) or column == suffix.lstrip("_"):
+            return unit
+    m = re.search(r"\((ns|us|ms|bytes|percent|%|GB/s|TFLOP/s)", meaning or "")
+    return m.group(1) if m else None
