@@ -78,14 +78,19 @@ def kineto_raw(path: Path) -> dict:
     d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     base = int(d.get("baseTimeNanoseconds") or 0)
     gpu, runtime, cpu, steps, span = [], {}, set(), set(), [None, None]
+    # TraceLens's fused file: each event's args.rank names its rank (its GPU ops and steps, per rank)
+    by_rank: dict = collections.defaultdict(lambda: {"gpu": [], "steps": set()})
     for e in d["traceEvents"]:
         if not isinstance(e, dict) or e.get("ph") != "X" or not _usable(e):
             continue
         a, b = base + _ns(e["ts"]), base + _ns(e["ts"]) + _ns(e.get("dur", 0))
         span = [a if span[0] is None else min(span[0], a), b if span[1] is None else max(span[1], b)]
         cat, args = e.get("cat"), e.get("args") if isinstance(e.get("args"), dict) else {}
+        rank = args.get("rank")
         if cat in GPU_CATS:
             gpu.append((a, b, str(e.get("name")), args.get("correlation")))
+            if rank is not None:
+                by_rank[rank]["gpu"].append((a, b))
         elif cat in ("cuda_runtime", "cuda_driver", "Runtime"):
             runtime[None, args.get("correlation")] = (e.get("tid"), a, b)
         elif cat in ("cpu_op", "Operator"):
@@ -93,7 +98,9 @@ def kineto_raw(path: Path) -> dict:
         m = re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name")))
         if m and cat != "gpu_user_annotation":
             steps.add(int(m.group(1)))
-    return {"gpu": gpu, "runtime": runtime, "cpu": cpu, "steps": steps, "span": span}
+            if rank is not None:
+                by_rank[rank]["steps"].add(int(m.group(1)))
+    return {"gpu": gpu, "runtime": runtime, "cpu": cpu, "steps": steps, "span": span, "by_rank": dict(by_rank)}
 
 
 def nsys_raw(path: Path) -> dict:
@@ -154,6 +161,16 @@ def test_wild_trace(job, tmp_path):
         # counts
         n_db = db.execute(f"select count(*) from gpu_ops where trace_id in ({q})").fetchone()[0]
         assert n_db == len(r["gpu"]), (f.name, n_db, len(r["gpu"]), res.warnings)
+        # a fused file: one process per args.rank, each with its own GPU ops, busy time and steps
+        by_rank = r.get("by_rank") or {}
+        if by_rank:
+            assert sorted(t[1] for t in mine) == sorted(by_rank), (f.name, [t[1] for t in mine])
+            for rank, rr in by_rank.items():
+                n, busy, steps = db.execute(f"""select (select count(*) from gpu_ops where rank = {rank}),
+                                               (select sum(busy_ns) from step_breakdown where rank = {rank}),
+                                               (select count(*) from steps where rank = {rank})""").fetchone()
+                assert (n, busy or 0) == (len(rr["gpu"]), measure(rr["gpu"])), (f.name, rank)
+                assert not rr["steps"] or steps == len(rr["steps"]), (f.name, rank, steps, rr["steps"])
         # conservation against the raw file (one process per file; a file of several is checked as a whole)
         if len(mine) == 1:
             busy = db.execute(f"select sum(busy_ns) from step_breakdown where rank = {mine[0][1]}").fetchone()[0] or 0
@@ -166,7 +183,7 @@ def test_wild_trace(job, tmp_path):
                                and category = 'communication' and regexp_matches(name, '(?i)(deep_ep|dpsk::ep)::(internode|intranode)')""").fetchone()[0]
         assert ep_db == sum(b - a for a, b, n, _ in r["gpu"] if DEEPEP.search(n)), f.name
         # steps
-        if r["steps"]:
+        if r["steps"] and not by_rank:
             got = db.execute(f"select count(*) from steps where rank in (select rank from traces where trace_id in ({q}))").fetchone()[0]
             assert got == len(r["steps"]), (f.name, got, sorted(r["steps"]))
         # no window longer than the capture
@@ -231,3 +248,39 @@ def test_an_accelerator_not_read_is_not_called_cpu_only(name, tmp_path):
         assert "CPU-only" not in r.stderr and "No GPU work was recorded" not in r.stdout
     else:
         assert "CPU-only" in r.stderr
+
+
+FUSED = [e for e in MANIFEST if e.get("derived_from")]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", FUSED, ids=lambda e: e["file"])
+def test_fused_file_reads_as_its_ranks(entry, tmp_path):
+    """TraceLens's fused file (TraceFuse: every event's args.rank names its rank) is read as its ranks:
+    rank k's GPU op count, busy union, kernel time and communication time equal a plain reading of the
+    per-rank file TraceFuse took as rank k, and rank k states its rank (args.rank), not file order."""
+    path = _file(entry)
+    sources = [_file(next(x for x in MANIFEST if x["file"] == f)) for f in entry["derived_from"]]
+    db_path = tmp_path / "f.duckdb"
+    traceflow.ingest([str(path)], str(db_path))
+    db = connect(db_path)
+    got = dict(db.execute("select rank, rank_source from traces").fetchall())
+    assert got == {k: "args.rank" for k in range(len(sources))}, got
+    for rank, src in enumerate(sources):
+        r = kineto_raw(src)
+        kernels = [(_ns(e["ts"]), _ns(e["dur"])) for e in _events(src) if e.get("ph") == "X"
+                   and e.get("cat") in ("kernel", "Kernel") and _usable(e)]
+        n, busy, kernel, comm = db.execute(f"""select count(*), (select sum(busy_ns) from step_breakdown where rank = {rank}),
+            coalesce(sum(end_ns - start_ns) filter (where kind = 'kernel'), 0),
+            coalesce(sum(end_ns - start_ns) filter (where category = 'communication'
+                     and regexp_matches(name, '(?i)^\\s*(void\\s+)?(nccl|rccl)')), 0)
+            from gpu_ops where rank = {rank}""").fetchone()
+        assert n == len(r["gpu"]) and n > 0, (rank, n, len(r["gpu"]))
+        assert busy == measure([(a, b) for a, b, _, _ in r["gpu"]]), rank
+        assert kernel == sum(d for _, d in kernels), rank
+        assert comm == sum(b - a for a, b, name, _ in r["gpu"] if NCCL.match(name)), rank
+
+
+def _events(path: Path) -> list:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["traceEvents"]

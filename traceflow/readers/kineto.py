@@ -48,6 +48,7 @@ class Args(kineto_memory.MemoryArgs):  # with the fields of [memory] events
     dtype: str | None = None
     name: Num = None            # process_name / thread_name metadata
     flops: Num = None
+    rank: Num = None            # TraceLens's fused file: the rank each event came from (_ByRank)
     # kept as JSON text, undecoded (a Raw cannot be in a union with None: empty means absent)
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
@@ -80,6 +81,7 @@ class StrictArgs(kineto_memory.StrictMemoryArgs, frozen=True, gc=False):
     dtype: str | None = None
     name: Num = None
     flops: int | None = None
+    rank: int | None = None
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
@@ -185,7 +187,7 @@ def _read(path, sink, key):
         raw, stream = open_stream(path)
     except OSError as e:
         raise InputError(path, f"cannot open ({e.strerror})") from None
-    conv = _Converter(path)
+    conv = _ByRank(path)
     dropped = 0
     chunks = ReadAhead(stream, BATCH_BYTES)
     try:
@@ -258,15 +260,16 @@ def _read(path, sink, key):
             # the time base comes after the events (a trace re-serialised with its keys in another
             # order): the batches already written were timed without it. Half of a public MI300 trace
             # sat 56 years from the other half, its launch latencies overflowing INT64 when summed.
-            sink.shift_times(key, int(late) - conv.base)
+            conv.shift_times(sink, key, int(late) - conv.base)
         conv.set_meta(meta_tail)
         conv.add(meta_tail.traceEvents, sink, key)
         digest = raw.hexdigest()  # the read-ahead thread is done: it has handed over the end of the stream
     finally:
         chunks.close()
-    trace = conv.finish(sink, key, dropped)
-    trace.source_hash = digest
-    return [trace]
+    traces = conv.finish(sink, key, dropped)
+    for t in traces:
+        t.source_hash = digest
+    return traces
 
 
 def _decode_meta(path, text: bytes) -> Meta:
@@ -340,6 +343,103 @@ def _int_or_none(v):
     if isinstance(v, str) and v.lstrip("-").isdigit():
         return int(v)
     return None
+
+
+# A fused file naming more ranks than this is damaged, not a job: each rank holds open Arrow streams.
+MAX_FUSED_RANKS = 4096
+_FUSED_HOST = re.compile(r"RANK (\d+) - CPU")
+
+
+class _ByRank:
+    """One file, one process per rank: TraceLens's TraceFuse merges per-rank traces into one file and
+    writes `args.rank` on every event (and adds rank x 10^k to pids and correlation ids, so they stay
+    apart). Events naming a rank go to that rank's converter (key `<key>r<rank>`); a file without
+    `args.rank` goes, whole, to one converter under `key`, as before. TraceFuse drops each rank's
+    process_name rows and writes its own, "RANK N - CPU" / "RANK N - GPU", without args.rank: the CPU
+    one names rank N's host pid."""
+
+    def __init__(self, path):
+        self.path = path
+        self.plain = _Converter(path)
+        self.ranks: dict[int, _Converter] = {}
+        self.metas: list[Meta] = []
+        self.plain_used = False
+
+    @property
+    def base(self):
+        return self.plain.base
+
+    @property
+    def n(self):
+        total = dict(self.plain.n)
+        for c in self.ranks.values():
+            for k, v in c.n.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def set_meta(self, m: Meta):
+        self.metas.append(m)
+        for c in (self.plain, *self.ranks.values()):
+            c.set_meta(m)
+
+    def _rank(self, r: int) -> _Converter:
+        c = self.ranks.get(r)
+        if c is None:
+            if len(self.ranks) >= MAX_FUSED_RANKS:
+                raise InputError(self.path, f"events name more than {MAX_FUSED_RANKS:,} ranks in args.rank: "
+                                 "not a fused trace of one job")
+            c = self.ranks[r] = _Converter(self.path)
+            for m in self.metas:
+                c.set_meta(m)
+        return c
+
+    def add(self, events: list, sink, key):
+        if not events:
+            return
+        args = list(map(_get["args"], events))
+        for i in _where(is_, args, None):
+            args[i] = _NO_ARGS
+        ranks = list(map(_get["rank"], args))
+        if not self.ranks and all(map(is_, ranks, repeat(None))):
+            self.plain_used = True
+            self.plain.add(events, sink, key)
+            return
+        ranks = [_int_or_none(r) for r in ranks] if not isinstance(events[0], StrictEvent) else ranks
+        code = np.array([-1 if r is None else r for r in ranks], np.int64)
+        for r in np.unique(code[code >= 0]).tolist():
+            self._rank(r).add(list(compress(events, code == r)), sink, f"{key}r{r}")
+        rest = list(compress(events, code < 0))
+        if not rest:
+            return
+        for e in rest:
+            if e.ph == "M" and e.name == "process_name" and e.args is not None and isinstance(e.pid, int):
+                m = _FUSED_HOST.fullmatch(str(e.args.name))
+                if m and int(m.group(1)) in self.ranks:
+                    self.ranks[int(m.group(1))].host_pids.setdefault(e.pid, e.args.name)
+        if any(e.ph != "M" for e in rest):
+            self.plain_used = True
+            self.plain.add(rest, sink, key)
+
+    def shift_times(self, sink, key, delta_ns: int):
+        sink.shift_times(key, delta_ns)
+        for r in self.ranks:
+            sink.shift_times(f"{key}r{r}", delta_ns)
+
+    def finish(self, sink, key, dropped) -> list[ProcessTrace]:
+        if not self.ranks:
+            return [self.plain.finish(sink, key, dropped)]
+        out = []
+        for r in sorted(self.ranks):
+            t = self.ranks[r].finish(sink, f"{key}r{r}", dropped if not out else 0)
+            t.rank_hint, t.rank_hint_source, t.n_processes = r, "args.rank", len(self.ranks)
+            out.append(t)
+        if self.plain_used:  # events without args.rank beside ranked ones: a process of their own
+            t = self.plain.finish(sink, key, 0)
+            t.warnings.append(f"{sum(self.plain.n.values()):,} events carry no args.rank in a file whose other "
+                              "events do (a fused trace): read as a process of their own")
+            t.n_processes = len(self.ranks) + 1
+            out.append(t)
+        return out
 
 
 class _Converter:
@@ -574,7 +674,7 @@ def _comm(pg):
 
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "external_id",
-                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops",
+                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops", "rank",
                                     "input_dims", "input_types", "concrete")}
 
 
