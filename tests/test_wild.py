@@ -80,12 +80,22 @@ def kineto_raw(path: Path) -> dict:
     gpu, runtime, cpu, steps, span = [], {}, set(), set(), [None, None]
     # TraceLens's fused file: each event's args.rank names its rank (its GPU ops and steps, per rank)
     by_rank: dict = collections.defaultdict(lambda: {"gpu": [], "steps": set()})
+    xla = _xla_lines(d["traceEvents"])
     for e in d["traceEvents"]:
         if not isinstance(e, dict) or e.get("ph") != "X" or not _usable(e):
             continue
         a, b = base + _ns(e["ts"]), base + _ns(e["ts"]) + _ns(e.get("dur", 0))
         span = [a if span[0] is None else min(span[0], a), b if span[1] is None else max(span[1], b)]
         cat, args = e.get("cat"), e.get("args") if isinstance(e.get("args"), dict) else {}
+        if xla is not None:  # a JAX / XLA trace: the process and thread say what a row is, not its cat
+            line = xla.get((e.get("pid"), e.get("tid")))
+            if line == "gpu":
+                gpu.append((a, b, str(e.get("name")), e.get("bind_id")))
+            elif line == "host" and cat == "gpu_launch":
+                runtime[None, e.get("bind_id")] = (e.get("tid"), a, b)
+            elif line == "host":
+                cpu.add((str(e.get("tid")), str(e.get("name")), a, b))
+            continue
         rank = args.get("rank")
         if cat in GPU_CATS:
             gpu.append((a, b, str(e.get("name")), args.get("correlation")))
@@ -101,6 +111,29 @@ def kineto_raw(path: Path) -> dict:
             if rank is not None:
                 by_rank[rank]["steps"].add(int(m.group(1)))
     return {"gpu": gpu, "runtime": runtime, "cpu": cpu, "steps": steps, "span": span, "by_rank": dict(by_rank)}
+
+
+def _xla_lines(events: list) -> dict | None:
+    """A JAX / XLA trace viewer file (process `/device:GPU:N` or TPU:N, `/host:CPU`): (pid, tid) ->
+    'gpu' (a `Stream #N` thread; on a device without streams, a TPU, its `XLA Ops`) or 'host'; None
+    for any other trace."""
+    procs = {e.get("pid"): str(e["args"].get("name")) for e in events if isinstance(e, dict) and e.get("ph") == "M"
+             and e.get("name") == "process_name" and isinstance(e.get("args"), dict)}
+    devices = {p for p, n in procs.items() if re.search(r"/device:(GPU|TPU):\d+$", n)}
+    if not devices:
+        return None
+    hosts = {p for p, n in procs.items() if n.endswith("/host:CPU")}
+    threads = {(e.get("pid"), e.get("tid")): str(e["args"].get("name")) for e in events if isinstance(e, dict)
+               and e.get("ph") == "M" and e.get("name") == "thread_name" and isinstance(e.get("args"), dict)}
+    streams = {p for (p, _), n in threads.items() if p in devices and n.startswith("Stream #")}
+    out: dict = {}
+    for (p, t), n in threads.items():
+        if p in devices and (n.startswith("Stream #") or (n.startswith("XLA Ops") and p not in streams)):
+            out[p, t] = "gpu"
+    for e in events:
+        if isinstance(e, dict) and e.get("pid") in hosts:
+            out[e.get("pid"), e.get("tid")] = "host"
+    return out
 
 
 def nsys_raw(path: Path) -> dict:
@@ -284,3 +317,44 @@ def test_fused_file_reads_as_its_ranks(entry, tmp_path):
 def _events(path: Path) -> list:
     raw = path.read_bytes()
     return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["traceEvents"]
+
+
+# issue 46: the formats read since the corpus began (a fused file, JAX / XLA trace viewer JSON)
+NEW_FORMATS = [e for e in MANIFEST if e.get("source") in ("tracelens-fused", "xla")]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NEW_FORMATS, ids=lambda e: e["file"])
+def test_postmortem_runs_on_each_new_format(entry, tmp_path):
+    """`traceflow postmortem` on a real file of each new format: exit 0, its three outputs written, and
+    the database's GPU op count the raw file's (the plain reader above)."""
+    path = _file(entry)
+    out = tmp_path / "pm"
+    r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in out.iterdir()} >= {"report.html", "job.perfetto-trace", "job.duckdb"}
+    db = connect(out / "job.duckdb")
+    fmt = "xla-json" if entry["source"] == "xla" else "kineto-json"
+    assert {f for (f,) in db.execute("select distinct source_format from traces").fetchall()} == {fmt}
+    assert db.execute("select count(*) from gpu_ops").fetchone()[0] == len(kineto_raw(path)["gpu"]) > 0
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NEW_FORMATS[:1] + [e for e in NEW_FORMATS if e["source"] == "xla"][:1],
+                         ids=lambda e: e["source"])
+def test_damaged_new_formats_one_line_exit_3(entry, tmp_path):
+    """A damaged copy of a real file of each new format (cut mid-stream; its gzip cut; its JSON cut
+    inside the events): one line naming the file, exit 3, nothing written."""
+    raw = gzip.decompress(_file(entry).read_bytes())
+    cases = {"cut.json.gz": _file(entry).read_bytes()[: len(_file(entry).read_bytes()) // 2],
+             "cut.json": raw[: len(raw) // 2], "nul.json": raw[: len(raw) // 3] + b"\x00" * 64}
+    for name, data in cases.items():
+        bad = tmp_path / name
+        bad.write_bytes(data)
+        out = tmp_path / f"out-{name}"
+        r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(bad), "-o", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 3 and len(lines) == 1 and str(bad) in lines[0], (name, r.returncode, r.stderr)
+        assert not out.exists(), name

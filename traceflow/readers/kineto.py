@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError, one_line
-from . import kineto_memory
+from . import kineto_memory, xla_trace
 from .compressed import BoundedReader
 from .model import ProcessTrace
 from .stream import HashedFile, ReadAhead
@@ -64,6 +64,7 @@ class Event(msgspec.Struct):
     ts: float | None = None
     dur: float | None = None
     args: Args | None = None
+    bind_id: Num = None         # XLA traces: the flow id a launch call and its kernel share (xla_trace.py)
 
 
 # The types nearly every trace has. A batch that decodes with them is turned into columns by C
@@ -99,6 +100,7 @@ class StrictEvent(msgspec.Struct, gc=False):
     ts: float = math.nan
     dur: float = math.nan           # a complete event without a duration has no end: dropped, counted
     args: StrictArgs | None = _NO_STRICT_ARGS
+    bind_id: int | None = None
 
 
 class Meta(msgspec.Struct):
@@ -428,7 +430,7 @@ class _ByRank:
     def finish(self, sink, key, dropped) -> list[ProcessTrace]:
         if not self.ranks:
             return [self.plain.finish(sink, key, dropped)]
-        out = []
+        out: list[ProcessTrace] = []
         for r in sorted(self.ranks):
             t = self.ranks[r].finish(sink, f"{key}r{r}", dropped if not out else 0)
             t.rank_hint, t.rank_hint_source, t.n_processes = r, "args.rank", len(self.ranks)
@@ -462,6 +464,7 @@ class _Converter:
         self.notes: set[str] = set()
         self.devices = None
         self.unread: dict[str, int] = {}  # complete events of categories no table takes, per category
+        self.layout = xla_trace.Layout()  # an XLA trace's devices and lines; empty for Kineto's
 
     def set_meta(self, m: Meta):
         if m.baseTimeNanoseconds is not None:
@@ -494,9 +497,13 @@ class _Converter:
         ph = list(map(_get["ph"], events))
         for i in _where(eq, ph, "M"):
             e = events[i]
-            if e.name == "process_name" and e.args is not None and e.args is not _NO_STRICT_ARGS \
-                    and isinstance(e.pid, int):
+            if e.args is None or e.args is _NO_STRICT_ARGS or not isinstance(e.pid, int):
+                continue
+            if e.name == "process_name":
                 self.host_pids.setdefault(e.pid, e.args.name)
+                self.layout.process(e.pid, str(e.args.name))
+            elif e.name == "thread_name" and isinstance(e.tid, int):
+                self.layout.thread(e.pid, e.tid, str(e.args.name))
         mem, bad = kineto_memory.columns(events, ph, self.base, _ints, _ns, _where)
         if mem is not None:
             self.bad_time += bad
@@ -507,6 +514,8 @@ class _Converter:
         if not xs:
             return
         col = _strict_columns(xs) if isinstance(xs[0], StrictEvent) else _loose_columns(xs)
+        if self.layout.xla:
+            self.layout.remap(col)
         code = pc.index_in(col["cat"], value_set=_CAT_VALUES).fill_null(-1).to_numpy()
         table = np.where(code >= 0, _CAT_TABLE[code], -1)
         if (code < 0).any():  # counted per distinct category: said when nothing else is on the device
@@ -632,15 +641,18 @@ class _Converter:
             self.n.setdefault("devices", 0)
             self._write(sink, key, "devices", self.devices)
         pid = None
-        if self.host_pids:
+        if self.host_pids and not self.layout.xla:
             # Kineto names GPU "processes" by device index; the host process has a real pid.
             real = [p for p in self.host_pids if p > 64] or list(self.host_pids)
             pid = real[0]
+        xla = self.layout
         return ProcessTrace(
-            source_path=self.path, source_format="kineto-json", profiler_version=self.version,
-            hostname=self.hostname, pid=pid, device_name=self.device_name, rank_hint=self.rank,
+            source_path=self.path, source_format="xla-json" if xla.xla else "kineto-json",
+            profiler_version=self.version, hostname=self.hostname or xla.hostname, pid=pid,
+            device_name=self.device_name, rank_hint=self.rank,
             rank_hint_source="distributedInfo" if self.rank is not None else None,
-            world_size=self.world_size, warnings=warnings, key=key, counts=dict(self.n))
+            world_size=self.world_size, warnings=warnings, key=key, counts=dict(self.n),
+            devices=tuple(sorted(set(xla.devices.values()))))
 
 
 _NO_ARGS = Args()
@@ -674,7 +686,7 @@ def _comm(pg):
 
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "external_id",
-                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops", "rank",
+                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops", "rank", "bind_id",
                                     "input_dims", "input_types", "concrete")}
 
 
@@ -753,6 +765,7 @@ def _strict_columns(evs: list) -> dict:
         "collective": pa.array(coll, pa.string()),
         "comm": pa.array(comm, pa.string()),
         "flops": pa.array(list(map(_get["flops"], args)), pa.int64()),
+        "bind_id": pa.array(list(map(_get["bind_id"], evs)), pa.int64()),
         "input_dims": _raw_text(list(map(_get["input_dims"], args))),
         "input_types": _raw_text(list(map(_get["input_types"], args))),
         "concrete_inputs": _raw_text(list(map(_get["concrete"], args)), _is_conv(names)),
@@ -786,6 +799,7 @@ def _loose_columns(evs: list) -> dict:
         "collective": pa.array([_collective(a.collective) for a in args], pa.string()),
         "comm": pa.array([_comm(a.pg_name) for a in args], pa.string()),
         "flops": pa.array([_int_or_none(a.flops) for a in args], pa.int64()),
+        "bind_id": pa.array([_int_or_none(e.bind_id) for e in evs], pa.int64()),
         "input_dims": _raw_text([a.input_dims for a in args]),
         "input_types": _raw_text([a.input_types for a in args]),
         "concrete_inputs": _raw_text([a.concrete for a in args], _is_conv(names)),
