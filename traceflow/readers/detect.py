@@ -12,6 +12,13 @@ from ..errors import InputError
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
+PARQUET_MAGIC = b"PAR1"
+ARROW_MAGIC = b"ARROW1"
+ZIP_MAGIC = b"PK\x03\x04"
+# Nsight Systems exports traceflow does not read, and what to pass instead (docs/formats.md): its
+# parquetdir / arrowdir / arrow exports hold the SQLite export's tables, one file each; no public export
+# of one has been found to test a reader on, so they are refused with the command that gives the SQLite.
+NSYS_SQLITE_HINT = "pass the report's SQLite export instead: `nsys export --type sqlite --output REPORT.sqlite REPORT.nsys-rep`"
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,12 @@ def detect(path: str) -> str:
         raise InputError(path, "empty file (0 bytes)")
     if head.startswith(SQLITE_MAGIC):
         return "nsys-sqlite"
+    if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_MAGIC):
+        what = "a Parquet file" if head.startswith(PARQUET_MAGIC) else "an Arrow file"
+        raise InputError(path, f"{what} (one table of an nsys parquetdir / arrowdir export?): traceflow does not read "
+                         f"those; {NSYS_SQLITE_HINT}")
+    if head.startswith(ZIP_MAGIC):
+        raise InputError(path, _zip_problem(path))
     if head[:1] == b"\x80" and b"segments" in head:  # readers/memory_snapshot.py
         return "torch-memory-snapshot"
     if path.endswith((".nsys-rep", ".qdrep")):
@@ -66,8 +79,24 @@ def detect(path: str) -> str:
         return "kineto-json"
     if not stripped:
         raise InputError(path, "file holds only whitespace")
-    raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), "
-                     "an .nsys-rep, a PyTorch profiler JSON trace (.json / .json.gz), nor a Flight Recorder dump")
+    raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), an .nsys-rep, a "
+                     "Chrome-trace JSON (PyTorch profiler, JAX / XLA trace viewer; .json / .json.gz), nor a Flight "
+                     "Recorder dump")
+
+
+def _zip_problem(path: str) -> str:
+    """What a zip archive is, for its one-line refusal: an nsys-jax archive (NVIDIA JAX-Toolbox: a
+    .nsys-rep beside its analysis scripts) names the report inside; any other zip says it is one."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as z:
+            reports = [n for n in z.namelist() if n.endswith((".nsys-rep", ".qdrep"))][:2]
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        return f"corrupt or truncated zip archive ({e})"
+    if reports:
+        return (f"a zip archive holding the Nsight Systems report {reports[0]!r} (an nsys-jax archive?): unzip it and "
+                "pass the .nsys-rep (read through `nsys export` when nsys is on PATH) or its SQLite export")
+    return "a zip archive with no trace traceflow reads: unzip it and pass the trace files inside"
 
 
 def _peek(opener, path, what) -> bytes:

@@ -151,6 +151,7 @@ def open_stream(path: str):
 
 
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_LIST_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\[\s*(?=\{|\])')  # `[{...`: events, not an object
 _WS = b" \t\r\n"
 
 
@@ -195,8 +196,13 @@ def _read(path, sink, key):
     try:
         more = iter(chunks)
         buf = b""
+        listed = False  # the JSON Array form: the autograd profiler's EventList.export_chrome_trace
         for chunk in more:
             buf += chunk
+            m = _LIST_START.match(buf)
+            if m:
+                listed = conv.plain.legacy = True
+                break
             m = _TRACE_EVENTS.search(buf)
             if m:
                 break
@@ -209,10 +215,10 @@ def _read(path, sink, key):
                 raise InputError(path, "not JSON and not an nsys SQLite export: unknown format")
             raise InputError(path, "JSON has no \"traceEvents\" array: not a PyTorch profiler / Chrome trace")
         header = buf[:m.start()]
-        if not header.lstrip().startswith(b"{"):
+        if not listed and not header.lstrip().startswith(b"{"):
             raise InputError(path, "JSON top level is not an object: not a PyTorch profiler trace")
-        meta_head = _decode_meta(path, header + b'"traceEvents": []}')
-        conv.set_meta(meta_head)
+        if not listed:
+            conv.set_meta(_decode_meta(path, header + b'"traceEvents": []}'))
         # One growing buffer, no copies per batch: buf[0] is the batch's '[' and the ',' at a cut
         # becomes its ']' while the batch decodes.
         buf = bytearray(b"[") + buf[m.end():]
@@ -246,7 +252,7 @@ def _read(path, sink, key):
                 break
             if len(buf) > 32 * BATCH_BYTES:
                 raise InputError(path, "no event boundary found in 256 MiB of JSON: not a PyTorch profiler trace")
-        tail = b'{"traceEvents":' + buf
+        tail = b'{"traceEvents":' + buf + (b"}" if listed else b"")
         try:
             meta_tail = _strict_meta_decoder.decode(tail)
         except msgspec.ValidationError:
@@ -465,6 +471,7 @@ class _Converter:
         self.devices = None
         self.unread: dict[str, int] = {}  # complete events of categories no table takes, per category
         self.layout = xla_trace.Layout()  # an XLA trace's devices and lines; empty for Kineto's
+        self.legacy = False  # a top-level list of events: the autograd profiler's (_legacy)
 
     def set_meta(self, m: Meta):
         if m.baseTimeNanoseconds is not None:
@@ -516,6 +523,8 @@ class _Converter:
         col = _strict_columns(xs) if isinstance(xs[0], StrictEvent) else _loose_columns(xs)
         if self.layout.xla:
             self.layout.remap(col)
+        elif self.legacy:
+            _legacy(col, list(map(_get["pid"], xs)))
         code = pc.index_in(col["cat"], value_set=_CAT_VALUES).fill_null(-1).to_numpy()
         table = np.where(code >= 0, _CAT_TABLE[code], -1)
         if (code < 0).any():  # counted per distinct category: said when nothing else is on the device
@@ -647,7 +656,8 @@ class _Converter:
             pid = real[0]
         xla = self.layout
         return ProcessTrace(
-            source_path=self.path, source_format="xla-json" if xla.xla else "kineto-json",
+            source_path=self.path,
+            source_format="xla-json" if xla.xla else "autograd-json" if self.legacy else "kineto-json",
             profiler_version=self.version, hostname=self.hostname or xla.hostname, pid=pid,
             device_name=self.device_name, rank_hint=self.rank,
             rank_hint_source="distributedInfo" if self.rank is not None else None,
@@ -666,6 +676,21 @@ _CAT_VALUES = pa.array([*GPU_CATS, *HOST_CATS, *RANGE_CATS], pa.string())
 _CAT_TABLE = np.array([0] * len(GPU_CATS) + [1] * len(HOST_CATS) + [2] * len(RANGE_CATS), np.int64)
 _CAT_KIND = pa.array([*GPU_CATS.values(), *HOST_CATS.values()] + [None] * len(RANGE_CATS), pa.string())
 _CAT_ON_GPU = pa.array([None] * (len(GPU_CATS) + len(HOST_CATS)) + list(RANGE_CATS.values()), pa.bool_())
+
+
+def _legacy(col: dict, pids: list) -> None:
+    """The autograd profiler's JSON list (EventList.export_chrome_trace; torch.autograd.profiler before
+    Kineto, and every torch since for `prof.function_events`): no categories; its rows say where they
+    ran by pid: "CPU functions" (an op, on thread tid), "<device> functions" (before PyTorch 1.8, a
+    kernel, on device tid). No stream: the device's index stands for it."""
+    pid = pa.array([p if isinstance(p, str) else None for p in pids], pa.string())
+    cpu = pc.fill_null(pc.equal(pid, "CPU functions"), False)
+    device = pc.fill_null(pc.and_(pc.match_substring_regex(pid, r"^\w+ functions$"), pc.invert(cpu)), False)
+    own = col["cat"]
+    col["cat"] = pc.if_else(pc.and_(cpu, pc.is_null(own)), pa.scalar("cpu_op"),
+                            pc.if_else(pc.and_(device, pc.is_null(own)), pa.scalar("kernel"), own))
+    col["gpu_device"] = pc.if_else(device, col["tid"], pa.nulls(len(pids), pa.int64()))
+    col["gpu_stream"] = col["gpu_device"]
 
 
 def _nbytes(b, in_nelems, dtype):
