@@ -145,12 +145,16 @@ def nsys_raw(path: Path) -> dict:
     if "utcEpochNs" in cols.get("TARGET_INFO_SESSION_START_TIME", ()):
         base = (c.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone() or (0,))[0] or 0
     gpu = []
+    # several processes in one export: each process's GPU ops (globalPid's pid bits), which a rank must hold
+    by_pid: dict = collections.defaultdict(lambda: {"gpu": [], "steps": set()})
     for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         if t in tables:
             name = "demangledName" if t.endswith("KERNEL") else "NULL"
             corr = "correlationId" if "correlationId" in cols[t] else "NULL"
-            for a, b, n, k in c.execute(f'select start, "end", {name}, {corr} from {t} where "end" >= start and start >= 0'):
+            pid = "(globalPid >> 24) & 16777215" if "globalPid" in cols[t] else "NULL"
+            for a, b, n, k, p in c.execute(f'select start, "end", {name}, {corr}, {pid} from {t} where "end" >= start and start >= 0'):
                 gpu.append((base + a, base + b, names.get(n, "") if t.endswith("KERNEL") else "", k))
+                by_pid[p]["gpu"].append((base + a, base + b))
     runtime = {}
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and "correlationId" in cols["CUPTI_ACTIVITY_KIND_RUNTIME"]:
         # correlation ids are per process: two processes in one export repeat them
@@ -159,7 +163,8 @@ def nsys_raw(path: Path) -> dict:
         for k, p, t, a, b in c.execute(f'select correlationId, {pid}, {tid}, start, "end" from CUPTI_ACTIVITY_KIND_RUNTIME'):
             runtime[p, k] = (t, base + a, base + b)
     span = [min((g[0] for g in gpu), default=None), max((g[1] for g in gpu), default=None)]
-    return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span}
+    return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span,
+            "by_pid": dict(by_pid) if len(by_pid) > 1 else {}}
 
 
 def raw(path: Path) -> dict:
@@ -204,6 +209,14 @@ def test_wild_trace(job, tmp_path):
                                                (select count(*) from steps where rank = {rank})""").fetchone()
                 assert (n, busy or 0) == (len(rr["gpu"]), measure(rr["gpu"])), (f.name, rank)
                 assert not rr["steps"] or steps == len(rr["steps"]), (f.name, rank, steps, rr["steps"])
+        # an nsys export of several processes: one rank per process with GPU work (docs/formats.md), each
+        # holding its own process's GPU ops and busy time
+        for pid, pr in (r.get("by_pid") or {}).items():
+            rank = next((t[1] for t in mine if t[3] == pid), None)
+            assert rank is not None, (f.name, "a process with GPU work is no rank", pid)
+            n, busy = db.execute(f"""select (select count(*) from gpu_ops where rank = {rank}),
+                                     (select sum(busy_ns) from step_breakdown where rank = {rank})""").fetchone()
+            assert (n, busy) == (len(pr["gpu"]), measure(pr["gpu"])), (f.name, pid, rank)
         # conservation against the raw file (one process per file; a file of several is checked as a whole)
         if len(mine) == 1:
             busy = db.execute(f"select sum(busy_ns) from step_breakdown where rank = {mine[0][1]}").fetchone()[0] or 0
