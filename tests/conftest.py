@@ -172,6 +172,7 @@ SLOW_TESTS = {
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
     "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
     "test_autograd_profiler_json_list": "records with torch",
+    "test_perfetto_trace_traceflow_wrote_reads_back_to_the_same_gpu_ops": "two postmortems and two ingests of the bundled job",
     "test_exports_not_read_say_what_to_pass": "six refused ingests, each a subprocess",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.

@@ -108,3 +108,37 @@ def test_nsys_rep_without_nsys_says_the_command(tmp_path):
     out = tmp_path / "x.duckdb"
     line = _refused(run_cli("ingest", rep, "-o", out, env={"PATH": "/usr/bin:/bin"}), rep, out)
     assert "nsys export --type sqlite --output rank0.sqlite" in line, line
+
+
+def test_perfetto_trace_traceflow_wrote_reads_back_to_the_same_gpu_ops(tmp_path):
+    """The Perfetto trace `postmortem` writes (gzip'd protobuf), ingested again, plain or gzip'd, gives
+    the same GPU ops as the database it was written from: rank, device, stream, kind, name, start,
+    end, bytes, category and the launch call each links to; the postmortem runs on it. Damaged copies
+    (cut mid-packet, a gzip cut, bytes overwritten): one line naming the file, exit 3, nothing written."""
+    import gzip
+
+    from conftest import BUNDLED
+    out = tmp_path / "pm"
+    r = run_cli("postmortem", BUNDLED / "ddp4_sync_stall", "-o", out)
+    assert r.returncode == 0, r.stderr
+    trace = out / "job.perfetto-trace"
+    plain = tmp_path / "job.pftrace"
+    plain.write_bytes(gzip.decompress(trace.read_bytes()))
+    q = ("select rank, device, stream, kind, name, start_ns, end_ns, bytes, category, api_name, api_start_ns "
+         "from gpu_ops order by all")
+    want = connect(out / "job.duckdb").execute(q).fetchall()
+    assert len(want) > 10_000
+    for path in (trace, plain):
+        r = run_cli("ingest", path, "-o", tmp_path / f"{path.name}.duckdb")
+        assert r.returncode == 0, r.stderr
+        db = connect(tmp_path / f"{path.name}.duckdb")
+        assert db.execute(q).fetchall() == want, path
+        assert {f for (f,) in db.execute("select source_format from traces").fetchall()} == {"perfetto"}
+    r = run_cli("postmortem", plain, "-o", tmp_path / "pm2")
+    assert r.returncode == 0, r.stderr
+    data = plain.read_bytes()
+    for name, bad in [("cut.pftrace", data[: len(data) // 2]), ("cut.pftrace.gz", trace.read_bytes()[:50_000]),
+                      ("noise.pftrace", data[:200] + bytes(range(256)) * 40)]:
+        p = tmp_path / name
+        p.write_bytes(bad)
+        _refused(run_cli("ingest", p, "-o", tmp_path / f"{name}.duckdb"), p, tmp_path / f"{name}.duckdb")

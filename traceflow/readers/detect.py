@@ -36,7 +36,8 @@ def identify(path: str) -> Input:
 
 
 def detect(path: str) -> str:
-    """'nsys-sqlite', 'nsys-rep', 'kineto-json', 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
+    """'nsys-sqlite', 'nsys-rep', 'kineto-json' (also JAX / XLA and autograd-list JSON), 'perfetto' (a Perfetto
+    protobuf trace, readers/perfetto_trace.py), 'sqlite-gz', 'sqlite-xz', 'fr-pickle', 'fr-json' (Flight
     Recorder dumps, readers/flight_recorder.py), 'torch-memory-snapshot' (readers/memory_snapshot.py);
     InputError otherwise."""
     try:
@@ -63,9 +64,12 @@ def detect(path: str) -> str:
         return "torch-memory-snapshot"
     if path.endswith((".nsys-rep", ".qdrep")):
         return "nsys-rep"
+    from .perfetto_trace import looks_like
     if head.startswith(GZIP_MAGIC):
         inner = _peek(lambda: gzip.open(path, "rb"), path, "gzip")
-        return "sqlite-gz" if inner.startswith(SQLITE_MAGIC) else "kineto-json"
+        if inner.startswith(SQLITE_MAGIC):
+            return "sqlite-gz"
+        return "perfetto" if looks_like(inner) else "kineto-json"
     if head.startswith(XZ_MAGIC):
         inner = _peek(lambda: lzma.open(path, "rb"), path, "xz")
         if inner.startswith(SQLITE_MAGIC):
@@ -77,6 +81,8 @@ def detect(path: str) -> str:
     stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
     if stripped[:1] in (b"{", b"["):
         return "kineto-json"
+    if looks_like(head):
+        return "perfetto"
     if not stripped:
         raise InputError(path, "file holds only whitespace")
     raise InputError(path, "unknown format: neither an Nsight Systems SQLite export (.sqlite), an .nsys-rep, a "
