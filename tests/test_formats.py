@@ -136,6 +136,18 @@ def test_perfetto_trace_traceflow_wrote_reads_back_to_the_same_gpu_ops(tmp_path)
         assert {f for (f,) in db.execute("select source_format from traces").fetchall()} == {"perfetto"}
     r = run_cli("postmortem", plain, "-o", tmp_path / "pm2")
     assert r.returncode == 0, r.stderr
+    # the same trace without its GPU stream tracks: a Perfetto trace of a layout traceflow does not
+    # read GPU work from, refused in one line naming what it holds
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    t = Trace.FromString(plain.read_bytes())
+    gpu = {p.track_descriptor.uuid for p in t.packet if p.HasField("track_descriptor")
+           and p.track_descriptor.name.startswith("GPU ")}
+    keep = [p for p in t.packet if not (p.HasField("track_descriptor") and p.track_descriptor.uuid in gpu)
+            and not (p.HasField("track_event") and p.track_event.track_uuid in gpu)]
+    other = tmp_path / "no_gpu.pftrace"
+    other.write_bytes(Trace(packet=keep).SerializeToString())
+    line = _refused(run_cli("ingest", other, "-o", tmp_path / "other.duckdb"), other, tmp_path / "other.duckdb")
+    assert "no GPU stream tracks" in line and "tracks:" in line, line
     data = plain.read_bytes()
     for name, bad in [("cut.pftrace", data[: len(data) // 2]), ("cut.pftrace.gz", trace.read_bytes()[:50_000]),
                       ("noise.pftrace", data[:200] + bytes(range(256)) * 40)]:
