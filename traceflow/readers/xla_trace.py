@@ -1,6 +1,5 @@
 """JAX / XLA Chrome traces: the trace viewer JSON of the TensorBoard profiler plugin / XProf
-(`<host>.trace.json.gz` in plugins/profile/<run>/, and what XProf serves from an .xplane.pb) and
-jax.profiler's perfetto_trace.json.gz. The same Chrome-trace JSON as Kineto's, streamed by the same
+(`<host>.trace.json.gz` in plugins/profile/<run>/, and what XProf serves from an .xplane.pb). The same Chrome-trace JSON as Kineto's, streamed by the same
 reader (kineto.py); what differs is where the GPU work is. Kineto says it in each event's `cat`; XLA
 says it in the names of the process and thread an event is on, given first, as metadata rows:
 
