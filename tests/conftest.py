@@ -180,6 +180,9 @@ SLOW_TESTS = {
     "test_trace_files_are_ingested_once_and_the_database_goes_with_the_server": "three MCP servers, each ingesting",
     "test_output_keeps_the_database": "an MCP server ingesting",
     "test_question_set": "an MCP server per job of the question set, and the raw files read by the oracle",
+    "test_autograd_profiler_json_list": "records with torch",
+    "test_perfetto_trace_traceflow_wrote_reads_back_to_the_same_gpu_ops": "two postmortems and two ingests of the bundled job",
+    "test_exports_not_read_say_what_to_pass": "six refused ingests, each a subprocess",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

@@ -80,14 +80,29 @@ def kineto_raw(path: Path) -> dict:
     d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     base = int(d.get("baseTimeNanoseconds") or 0)
     gpu, runtime, cpu, steps, span = [], {}, set(), set(), [None, None]
+    # TraceLens's fused file: each event's args.rank names its rank (its GPU ops and steps, per rank)
+    by_rank: dict = collections.defaultdict(lambda: {"gpu": [], "steps": set()})
+    xla = _xla_lines(d["traceEvents"])
     for e in d["traceEvents"]:
         if not isinstance(e, dict) or e.get("ph") != "X" or not _usable(e):
             continue
         a, b = base + _ns(e["ts"]), base + _ns(e["ts"]) + _ns(e.get("dur", 0))
         span = [a if span[0] is None else min(span[0], a), b if span[1] is None else max(span[1], b)]
         cat, args = e.get("cat"), e.get("args") if isinstance(e.get("args"), dict) else {}
+        if xla is not None:  # a JAX / XLA trace: the process and thread say what a row is, not its cat
+            line = xla.get((e.get("pid"), e.get("tid")))
+            if line == "gpu":
+                gpu.append((a, b, str(e.get("name")), e.get("bind_id")))
+            elif line == "host" and cat == "gpu_launch":
+                runtime[None, e.get("bind_id")] = (e.get("tid"), a, b)
+            elif line == "host":
+                cpu.add((str(e.get("tid")), str(e.get("name")), a, b))
+            continue
+        rank = args.get("rank")
         if cat in GPU_CATS:
             gpu.append((a, b, str(e.get("name")), args.get("correlation")))
+            if rank is not None:
+                by_rank[rank]["gpu"].append((a, b))
         elif cat in ("cuda_runtime", "cuda_driver", "Runtime"):
             runtime[None, args.get("correlation")] = (e.get("tid"), a, b)
         elif cat in ("cpu_op", "Operator"):
@@ -95,7 +110,32 @@ def kineto_raw(path: Path) -> dict:
         m = re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name")))
         if m and cat != "gpu_user_annotation":
             steps.add(int(m.group(1)))
-    return {"gpu": gpu, "runtime": runtime, "cpu": cpu, "steps": steps, "span": span}
+            if rank is not None:
+                by_rank[rank]["steps"].add(int(m.group(1)))
+    return {"gpu": gpu, "runtime": runtime, "cpu": cpu, "steps": steps, "span": span, "by_rank": dict(by_rank)}
+
+
+def _xla_lines(events: list) -> dict | None:
+    """A JAX / XLA trace viewer file (process `/device:GPU:N` or TPU:N, `/host:CPU`): (pid, tid) ->
+    'gpu' (a `Stream #N` thread; on a device without streams, a TPU, its `XLA Ops`) or 'host'; None
+    for any other trace."""
+    procs = {e.get("pid"): str(e["args"].get("name")) for e in events if isinstance(e, dict) and e.get("ph") == "M"
+             and e.get("name") == "process_name" and isinstance(e.get("args"), dict)}
+    devices = {p for p, n in procs.items() if re.search(r"/device:(GPU|TPU):\d+$", n)}
+    if not devices:
+        return None
+    hosts = {p for p, n in procs.items() if n.endswith("/host:CPU")}
+    threads = {(e.get("pid"), e.get("tid")): str(e["args"].get("name")) for e in events if isinstance(e, dict)
+               and e.get("ph") == "M" and e.get("name") == "thread_name" and isinstance(e.get("args"), dict)}
+    streams = {p for (p, _), n in threads.items() if p in devices and n.startswith("Stream #")}
+    out: dict = {}
+    for (p, t), n in threads.items():
+        if p in devices and (n.startswith("Stream #") or (n.startswith("XLA Ops") and p not in streams)):
+            out[p, t] = "gpu"
+    for e in events:
+        if isinstance(e, dict) and e.get("pid") in hosts:
+            out[e.get("pid"), e.get("tid")] = "host"
+    return out
 
 
 def nsys_raw(path: Path) -> dict:
@@ -107,12 +147,16 @@ def nsys_raw(path: Path) -> dict:
     if "utcEpochNs" in cols.get("TARGET_INFO_SESSION_START_TIME", ()):
         base = (c.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone() or (0,))[0] or 0
     gpu = []
+    # several processes in one export: each process's GPU ops (globalPid's pid bits), which a rank must hold
+    by_pid: dict = collections.defaultdict(lambda: {"gpu": [], "steps": set()})
     for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         if t in tables:
             name = "demangledName" if t.endswith("KERNEL") else "NULL"
             corr = "correlationId" if "correlationId" in cols[t] else "NULL"
-            for a, b, n, k in c.execute(f'select start, "end", {name}, {corr} from {t} where "end" >= start and start >= 0'):
+            pid = "(globalPid >> 24) & 16777215" if "globalPid" in cols[t] else "NULL"
+            for a, b, n, k, p in c.execute(f'select start, "end", {name}, {corr}, {pid} from {t} where "end" >= start and start >= 0'):
                 gpu.append((base + a, base + b, names.get(n, "") if t.endswith("KERNEL") else "", k))
+                by_pid[p]["gpu"].append((base + a, base + b))
     runtime = {}
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and "correlationId" in cols["CUPTI_ACTIVITY_KIND_RUNTIME"]:
         # correlation ids are per process: two processes in one export repeat them
@@ -121,7 +165,8 @@ def nsys_raw(path: Path) -> dict:
         for k, p, t, a, b in c.execute(f'select correlationId, {pid}, {tid}, start, "end" from CUPTI_ACTIVITY_KIND_RUNTIME'):
             runtime[p, k] = (t, base + a, base + b)
     span = [min((g[0] for g in gpu), default=None), max((g[1] for g in gpu), default=None)]
-    return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span}
+    return {"gpu": gpu, "runtime": runtime, "cpu": None, "steps": set(), "span": span,
+            "by_pid": dict(by_pid) if len(by_pid) > 1 else {}}
 
 
 def raw(path: Path) -> dict:
@@ -169,6 +214,24 @@ def test_wild_trace(job, tmp_path):
         # counts
         n_db = db.execute(f"select count(*) from gpu_ops where trace_id in ({q})").fetchone()[0]
         assert n_db == len(r["gpu"]), (f.name, n_db, len(r["gpu"]), res.warnings)
+        # a fused file: one process per args.rank, each with its own GPU ops, busy time and steps
+        by_rank = r.get("by_rank") or {}
+        if by_rank:
+            assert sorted(t[1] for t in mine) == sorted(by_rank), (f.name, [t[1] for t in mine])
+            for rank, rr in by_rank.items():
+                n, busy, steps = db.execute(f"""select (select count(*) from gpu_ops where rank = {rank}),
+                                               (select sum(busy_ns) from step_breakdown where rank = {rank}),
+                                               (select count(*) from steps where rank = {rank})""").fetchone()
+                assert (n, busy or 0) == (len(rr["gpu"]), measure(rr["gpu"])), (f.name, rank)
+                assert not rr["steps"] or steps == len(rr["steps"]), (f.name, rank, steps, rr["steps"])
+        # an nsys export of several processes: one rank per process with GPU work (docs/formats.md), each
+        # holding its own process's GPU ops and busy time
+        for pid, pr in (r.get("by_pid") or {}).items():
+            rank = next((t[1] for t in mine if t[3] == pid), None)
+            assert rank is not None, (f.name, "a process with GPU work is no rank", pid)
+            n, busy = db.execute(f"""select (select count(*) from gpu_ops where rank = {rank}),
+                                     (select sum(busy_ns) from step_breakdown where rank = {rank})""").fetchone()
+            assert (n, busy) == (len(pr["gpu"]), measure(pr["gpu"])), (f.name, pid, rank)
         # conservation against the raw file (one process per file; a file of several is checked as a whole)
         if len(mine) == 1:
             busy = db.execute(f"select sum(busy_ns) from step_breakdown where rank = {mine[0][1]}").fetchone()[0] or 0
@@ -185,7 +248,7 @@ def test_wild_trace(job, tmp_path):
                                   where trace_id in ({q}) and kind = 'kernel'""").fetchone()[0]
             assert k_db == r["kernel_ns"], f.name
         # steps
-        if r["steps"]:
+        if r["steps"] and not by_rank:
             got = db.execute(f"select count(*) from steps where rank in (select rank from traces where trace_id in ({q}))").fetchone()[0]
             assert got == len(r["steps"]), (f.name, got, sorted(r["steps"]))
         # no window longer than the capture
@@ -250,3 +313,80 @@ def test_an_accelerator_not_read_is_not_called_cpu_only(name, tmp_path):
         assert "CPU-only" not in r.stderr and "No GPU work was recorded" not in r.stdout
     else:
         assert "CPU-only" in r.stderr
+
+
+FUSED = [e for e in MANIFEST if e.get("derived_from")]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", FUSED, ids=lambda e: e["file"])
+def test_fused_file_reads_as_its_ranks(entry, tmp_path):
+    """TraceLens's fused file (TraceFuse: every event's args.rank names its rank) is read as its ranks:
+    rank k's GPU op count, busy union, kernel time and communication time equal a plain reading of the
+    per-rank file TraceFuse took as rank k, and rank k states its rank (args.rank), not file order."""
+    path = _file(entry)
+    sources = [_file(next(x for x in MANIFEST if x["file"] == f)) for f in entry["derived_from"]]
+    db_path = tmp_path / "f.duckdb"
+    traceflow.ingest([str(path)], str(db_path))
+    db = connect(db_path)
+    got = dict(db.execute("select rank, rank_source from traces").fetchall())
+    assert got == {k: "args.rank" for k in range(len(sources))}, got
+    for rank, src in enumerate(sources):
+        r = kineto_raw(src)
+        kernels = [(_ns(e["ts"]), _ns(e["dur"])) for e in _events(src) if e.get("ph") == "X"
+                   and e.get("cat") in ("kernel", "Kernel") and _usable(e)]
+        n, busy, kernel, comm = db.execute(f"""select count(*), (select sum(busy_ns) from step_breakdown where rank = {rank}),
+            coalesce(sum(end_ns - start_ns) filter (where kind = 'kernel'), 0),
+            coalesce(sum(end_ns - start_ns) filter (where category = 'communication'
+                     and regexp_matches(name, '(?i)^\\s*(void\\s+)?(nccl|rccl)')), 0)
+            from gpu_ops where rank = {rank}""").fetchone()
+        assert n == len(r["gpu"]) and n > 0, (rank, n, len(r["gpu"]))
+        assert busy == measure([(a, b) for a, b, _, _ in r["gpu"]]), rank
+        assert kernel == sum(d for _, d in kernels), rank
+        assert comm == sum(b - a for a, b, name, _ in r["gpu"] if NCCL.match(name)), rank
+
+
+def _events(path: Path) -> list:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["traceEvents"]
+
+
+# issue 46: the formats read since the corpus began (a fused file, JAX / XLA trace viewer JSON)
+NEW_FORMATS = [e for e in MANIFEST if e.get("source") in ("tracelens-fused", "xla")]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NEW_FORMATS, ids=lambda e: e["file"])
+def test_postmortem_runs_on_each_new_format(entry, tmp_path):
+    """`traceflow postmortem` on a real file of each new format: exit 0, its three outputs written, and
+    the database's GPU op count the raw file's (the plain reader above)."""
+    path = _file(entry)
+    out = tmp_path / "pm"
+    r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in out.iterdir()} >= {"report.html", "job.perfetto-trace", "job.duckdb"}
+    db = connect(out / "job.duckdb")
+    fmt = "xla-json" if entry["source"] == "xla" else "kineto-json"
+    assert {f for (f,) in db.execute("select distinct source_format from traces").fetchall()} == {fmt}
+    assert db.execute("select count(*) from gpu_ops").fetchone()[0] == len(kineto_raw(path)["gpu"]) > 0
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NEW_FORMATS[:1] + [e for e in NEW_FORMATS if e["source"] == "xla"][:1],
+                         ids=lambda e: e["source"])
+def test_damaged_new_formats_one_line_exit_3(entry, tmp_path):
+    """A damaged copy of a real file of each new format (cut mid-stream; its gzip cut; its JSON cut
+    inside the events): one line naming the file, exit 3, nothing written."""
+    raw = gzip.decompress(_file(entry).read_bytes())
+    cases = {"cut.json.gz": _file(entry).read_bytes()[: len(_file(entry).read_bytes()) // 2],
+             "cut.json": raw[: len(raw) // 2], "nul.json": raw[: len(raw) // 3] + b"\x00" * 64}
+    for name, data in cases.items():
+        bad = tmp_path / name
+        bad.write_bytes(data)
+        out = tmp_path / f"out-{name}"
+        r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(bad), "-o", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 3 and len(lines) == 1 and str(bad) in lines[0], (name, r.returncode, r.stderr)
+        assert not out.exists(), name

@@ -120,7 +120,7 @@ DEVICES_DOCS = ("per rank and GPU it ran work on: the physical device where the 
                 "the source file is gone",
     "bus_id": "the GPU's PCI bus id (nsys TARGET_INFO_GPU.busLocation), NULL where not recorded",
     "hostname": "the host the rank ran on, as the trace records it (NULL: not recorded)",
-    "pid": "the rank's process id", "source_format": "'nsys-sqlite' | 'kineto-json'"})
+    "pid": "the rank's process id", "source_format": "'nsys-sqlite' | 'kineto-json' | 'xla-json' | 'autograd-json' | 'perfetto'"})
 
 
 def _nsys_gpus(path: str) -> dict[int, tuple[str | None, str | None]]:

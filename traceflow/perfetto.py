@@ -205,12 +205,12 @@ def _rank_tracks(con, w: _Writer, rank: int, tf: str, ranks: list[int]):
     for dev, stream in streams:
         u = _uuid("stream", rank, dev, stream)
         w.track(u, name=f"GPU {dev} stream {stream}", parent=proc)
-        w.slices(u, con, f"""SELECT start_ns, end_ns, name, category, step::BIGINT AS step, bytes,
+        w.slices(u, con, f"""SELECT start_ns, end_ns, name, kind, category, step::BIGINT AS step, bytes,
                                     CASE WHEN op_id IN (SELECT first_op FROM tf_launch_flows)
                                          THEN (hash('launch', op_id) >> 1)::BIGINT END AS flow_in
                              FROM gpu_ops WHERE rank = $rank AND device IS NOT DISTINCT FROM $dev
                                   AND stream IS NOT DISTINCT FROM $stream AND {tf}""",
-                      {"rank": rank, "dev": dev, "stream": stream}, "name", ("category", "step", "bytes"))
+                      {"rank": rank, "dev": dev, "stream": stream}, "name", ("kind", "category", "step", "bytes"))
 
     u = _uuid("tf-steps", rank)
     w.track(u, name="traceflow: steps (GPU window)", parent=proc)

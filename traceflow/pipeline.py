@@ -92,6 +92,10 @@ def expand(files) -> list[str]:
             raise InputError(p, "is not a regular file (a pipe, device or socket): traceflow reads only files")
         if stat.S_ISDIR(mode):
             found = sorted(str(x) for x in p.iterdir() if x.is_file() and _looks_like_trace(x))
+            if not found and any(x.suffix in (".parquet", ".arrow") for x in p.iterdir()):
+                from .readers.detect import NSYS_SQLITE_HINT
+                raise InputError(p, "folder of Parquet / Arrow files (an nsys parquetdir / arrowdir export?): traceflow "
+                                 f"does not read those; {NSYS_SQLITE_HINT}")
             if not found:
                 raise InputError(p, "folder holds no .sqlite, .nsys-rep, .json[.gz], ROCm (.db, .rpd, kernel_trace.csv) trace files "
                                "nor Flight Recorder dumps")

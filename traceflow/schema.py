@@ -98,7 +98,7 @@ CREATE TABLE traces (
     rank INTEGER NOT NULL,
     world_size INTEGER,
     source_path VARCHAR,
-    source_format VARCHAR,          -- 'nsys-sqlite' | 'kineto-json'
+    source_format VARCHAR,          -- 'nsys-sqlite' | 'kineto-json' | 'xla-json' | 'autograd-json' | 'perfetto'
     source_hash VARCHAR,            -- blake2b of the file's bytes: makes re-ingest idempotent
     profiler_version VARCHAR,
     hostname VARCHAR,
@@ -149,7 +149,7 @@ def ddl(table: str) -> str:
 DOCS = {
     "traces": ("one row per traced process (rank) and the file it came from", {
         "world_size": "ranks in the job, as the file states it (or the number of ranks ingested)",
-        "source_path": "the input file", "source_format": "'nsys-sqlite' | 'kineto-json'",
+        "source_path": "the input file", "source_format": "'nsys-sqlite' | 'kineto-json' | 'xla-json' | 'autograd-json' | 'perfetto'",
         "source_hash": "blake2b of the file's bytes: makes re-ingest idempotent",
         "profiler_version": "the profiler and its version, as the file states it", "hostname": "the host the rank ran on",
         "pid": "the traced process id", "device_name": "the GPU(s) the rank used",

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError, one_line
-from . import kineto_memory
+from . import kineto_memory, xla_trace
 from .compressed import BoundedReader
 from .model import ProcessTrace
 from .stream import HashedFile, ReadAhead
@@ -48,6 +48,7 @@ class Args(kineto_memory.MemoryArgs):  # with the fields of [memory] events
     dtype: str | None = None
     name: Num = None            # process_name / thread_name metadata
     flops: Num = None
+    rank: Num = None            # TraceLens's fused file: the rank each event came from (_ByRank)
     # kept as JSON text, undecoded (a Raw cannot be in a union with None: empty means absent)
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
@@ -63,6 +64,7 @@ class Event(msgspec.Struct):
     ts: float | None = None
     dur: float | None = None
     args: Args | None = None
+    bind_id: Num = None         # XLA traces: the flow id a launch call and its kernel share (xla_trace.py)
 
 
 # The types nearly every trace has. A batch that decodes with them is turned into columns by C
@@ -80,6 +82,7 @@ class StrictArgs(kineto_memory.StrictMemoryArgs, frozen=True, gc=False):
     dtype: str | None = None
     name: Num = None
     flops: int | None = None
+    rank: int | None = None
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
@@ -97,6 +100,7 @@ class StrictEvent(msgspec.Struct, gc=False):
     ts: float = math.nan
     dur: float = math.nan           # a complete event without a duration has no end: dropped, counted
     args: StrictArgs | None = _NO_STRICT_ARGS
+    bind_id: int | None = None
 
 
 class Meta(msgspec.Struct):
@@ -147,6 +151,7 @@ def open_stream(path: str):
 
 
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_LIST_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\[\s*(?=\{|\])')  # `[{...`: events, not an object
 _WS = b" \t\r\n"
 
 
@@ -185,14 +190,19 @@ def _read(path, sink, key):
         raw, stream = open_stream(path)
     except OSError as e:
         raise InputError(path, f"cannot open ({e.strerror})") from None
-    conv = _Converter(path)
+    conv = _ByRank(path)
     dropped = 0
     chunks = ReadAhead(stream, BATCH_BYTES)
     try:
         more = iter(chunks)
         buf = b""
+        listed = False  # the JSON Array form: the autograd profiler's EventList.export_chrome_trace
         for chunk in more:
             buf += chunk
+            m = _LIST_START.match(buf)
+            if m:
+                listed = conv.plain.legacy = True
+                break
             m = _TRACE_EVENTS.search(buf)
             if m:
                 break
@@ -205,10 +215,10 @@ def _read(path, sink, key):
                 raise InputError(path, "not JSON and not an nsys SQLite export: unknown format")
             raise InputError(path, "JSON has no \"traceEvents\" array: not a PyTorch profiler / Chrome trace")
         header = buf[:m.start()]
-        if not header.lstrip().startswith(b"{"):
+        if not listed and not header.lstrip().startswith(b"{"):
             raise InputError(path, "JSON top level is not an object: not a PyTorch profiler trace")
-        meta_head = _decode_meta(path, header + b'"traceEvents": []}')
-        conv.set_meta(meta_head)
+        if not listed:
+            conv.set_meta(_decode_meta(path, header + b'"traceEvents": []}'))
         # One growing buffer, no copies per batch: buf[0] is the batch's '[' and the ',' at a cut
         # becomes its ']' while the batch decodes.
         buf = bytearray(b"[") + buf[m.end():]
@@ -242,7 +252,7 @@ def _read(path, sink, key):
                 break
             if len(buf) > 32 * BATCH_BYTES:
                 raise InputError(path, "no event boundary found in 256 MiB of JSON: not a PyTorch profiler trace")
-        tail = b'{"traceEvents":' + buf
+        tail = b'{"traceEvents":' + buf + (b"}" if listed else b"")
         try:
             meta_tail = _strict_meta_decoder.decode(tail)
         except msgspec.ValidationError:
@@ -258,15 +268,16 @@ def _read(path, sink, key):
             # the time base comes after the events (a trace re-serialised with its keys in another
             # order): the batches already written were timed without it. Half of a public MI300 trace
             # sat 56 years from the other half, its launch latencies overflowing INT64 when summed.
-            sink.shift_times(key, int(late) - conv.base)
+            conv.shift_times(sink, key, int(late) - conv.base)
         conv.set_meta(meta_tail)
         conv.add(meta_tail.traceEvents, sink, key)
         digest = raw.hexdigest()  # the read-ahead thread is done: it has handed over the end of the stream
     finally:
         chunks.close()
-    trace = conv.finish(sink, key, dropped)
-    trace.source_hash = digest
-    return [trace]
+    traces = conv.finish(sink, key, dropped)
+    for t in traces:
+        t.source_hash = digest
+    return traces
 
 
 def _decode_meta(path, text: bytes) -> Meta:
@@ -342,6 +353,103 @@ def _int_or_none(v):
     return None
 
 
+# A fused file naming more ranks than this is damaged, not a job: each rank holds open Arrow streams.
+MAX_FUSED_RANKS = 4096
+_FUSED_HOST = re.compile(r"RANK (\d+) - CPU")
+
+
+class _ByRank:
+    """One file, one process per rank: TraceLens's TraceFuse merges per-rank traces into one file and
+    writes `args.rank` on every event (and adds rank x 10^k to pids and correlation ids, so they stay
+    apart). Events naming a rank go to that rank's converter (key `<key>r<rank>`); a file without
+    `args.rank` goes, whole, to one converter under `key`, as before. TraceFuse drops each rank's
+    process_name rows and writes its own, "RANK N - CPU" / "RANK N - GPU", without args.rank: the CPU
+    one names rank N's host pid."""
+
+    def __init__(self, path):
+        self.path = path
+        self.plain = _Converter(path)
+        self.ranks: dict[int, _Converter] = {}
+        self.metas: list[Meta] = []
+        self.plain_used = False
+
+    @property
+    def base(self):
+        return self.plain.base
+
+    @property
+    def n(self):
+        total = dict(self.plain.n)
+        for c in self.ranks.values():
+            for k, v in c.n.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def set_meta(self, m: Meta):
+        self.metas.append(m)
+        for c in (self.plain, *self.ranks.values()):
+            c.set_meta(m)
+
+    def _rank(self, r: int) -> _Converter:
+        c = self.ranks.get(r)
+        if c is None:
+            if len(self.ranks) >= MAX_FUSED_RANKS:
+                raise InputError(self.path, f"events name more than {MAX_FUSED_RANKS:,} ranks in args.rank: "
+                                 "not a fused trace of one job")
+            c = self.ranks[r] = _Converter(self.path)
+            for m in self.metas:
+                c.set_meta(m)
+        return c
+
+    def add(self, events: list, sink, key):
+        if not events:
+            return
+        args = list(map(_get["args"], events))
+        for i in _where(is_, args, None):
+            args[i] = _NO_ARGS
+        ranks = list(map(_get["rank"], args))
+        if not self.ranks and all(map(is_, ranks, repeat(None))):
+            self.plain_used = True
+            self.plain.add(events, sink, key)
+            return
+        ranks = [_int_or_none(r) for r in ranks] if not isinstance(events[0], StrictEvent) else ranks
+        code = np.array([-1 if r is None else r for r in ranks], np.int64)
+        for r in np.unique(code[code >= 0]).tolist():
+            self._rank(r).add(list(compress(events, code == r)), sink, f"{key}r{r}")
+        rest = list(compress(events, code < 0))
+        if not rest:
+            return
+        for e in rest:
+            if e.ph == "M" and e.name == "process_name" and e.args is not None and isinstance(e.pid, int):
+                m = _FUSED_HOST.fullmatch(str(e.args.name))
+                if m and int(m.group(1)) in self.ranks:
+                    self.ranks[int(m.group(1))].host_pids.setdefault(e.pid, e.args.name)
+        if any(e.ph != "M" for e in rest):
+            self.plain_used = True
+            self.plain.add(rest, sink, key)
+
+    def shift_times(self, sink, key, delta_ns: int):
+        sink.shift_times(key, delta_ns)
+        for r in self.ranks:
+            sink.shift_times(f"{key}r{r}", delta_ns)
+
+    def finish(self, sink, key, dropped) -> list[ProcessTrace]:
+        if not self.ranks:
+            return [self.plain.finish(sink, key, dropped)]
+        out: list[ProcessTrace] = []
+        for r in sorted(self.ranks):
+            t = self.ranks[r].finish(sink, f"{key}r{r}", dropped if not out else 0)
+            t.rank_hint, t.rank_hint_source, t.n_processes = r, "args.rank", len(self.ranks)
+            out.append(t)
+        if self.plain_used:  # events without args.rank beside ranked ones: a process of their own
+            t = self.plain.finish(sink, key, 0)
+            t.warnings.append(f"{sum(self.plain.n.values()):,} events carry no args.rank in a file whose other "
+                              "events do (a fused trace): read as a process of their own")
+            t.n_processes = len(self.ranks) + 1
+            out.append(t)
+        return out
+
+
 class _Converter:
     """Turns decoded event batches into Arrow batches of the canonical tables."""
 
@@ -362,6 +470,8 @@ class _Converter:
         self.notes: set[str] = set()
         self.devices = None
         self.unread: dict[str, int] = {}  # complete events of categories no table takes, per category
+        self.layout = xla_trace.Layout()  # an XLA trace's devices and lines; empty for Kineto's
+        self.legacy = False  # a top-level list of events: the autograd profiler's (_legacy)
 
     def set_meta(self, m: Meta):
         if m.baseTimeNanoseconds is not None:
@@ -394,9 +504,13 @@ class _Converter:
         ph = list(map(_get["ph"], events))
         for i in _where(eq, ph, "M"):
             e = events[i]
-            if e.name == "process_name" and e.args is not None and e.args is not _NO_STRICT_ARGS \
-                    and isinstance(e.pid, int):
+            if e.args is None or e.args is _NO_STRICT_ARGS or not isinstance(e.pid, int):
+                continue
+            if e.name == "process_name":
                 self.host_pids.setdefault(e.pid, e.args.name)
+                self.layout.process(e.pid, str(e.args.name))
+            elif e.name == "thread_name" and isinstance(e.tid, int):
+                self.layout.thread(e.pid, e.tid, str(e.args.name))
         mem, bad = kineto_memory.columns(events, ph, self.base, _ints, _ns, _where)
         if mem is not None:
             self.bad_time += bad
@@ -407,6 +521,10 @@ class _Converter:
         if not xs:
             return
         col = _strict_columns(xs) if isinstance(xs[0], StrictEvent) else _loose_columns(xs)
+        if self.layout.xla:
+            self.layout.remap(col)
+        elif self.legacy:
+            _legacy(col, list(map(_get["pid"], xs)))
         code = pc.index_in(col["cat"], value_set=_CAT_VALUES).fill_null(-1).to_numpy()
         table = np.where(code >= 0, _CAT_TABLE[code], -1)
         if (code < 0).any():  # counted per distinct category: said when nothing else is on the device
@@ -532,15 +650,19 @@ class _Converter:
             self.n.setdefault("devices", 0)
             self._write(sink, key, "devices", self.devices)
         pid = None
-        if self.host_pids:
+        if self.host_pids and not self.layout.xla:
             # Kineto names GPU "processes" by device index; the host process has a real pid.
             real = [p for p in self.host_pids if p > 64] or list(self.host_pids)
             pid = real[0]
+        xla = self.layout
         return ProcessTrace(
-            source_path=self.path, source_format="kineto-json", profiler_version=self.version,
-            hostname=self.hostname, pid=pid, device_name=self.device_name, rank_hint=self.rank,
+            source_path=self.path,
+            source_format="xla-json" if xla.xla else "autograd-json" if self.legacy else "kineto-json",
+            profiler_version=self.version, hostname=self.hostname or xla.hostname, pid=pid,
+            device_name=self.device_name, rank_hint=self.rank,
             rank_hint_source="distributedInfo" if self.rank is not None else None,
-            world_size=self.world_size, warnings=warnings, key=key, counts=dict(self.n))
+            world_size=self.world_size, warnings=warnings, key=key, counts=dict(self.n),
+            devices=tuple(sorted(set(xla.devices.values()))))
 
 
 _NO_ARGS = Args()
@@ -554,6 +676,21 @@ _CAT_VALUES = pa.array([*GPU_CATS, *HOST_CATS, *RANGE_CATS], pa.string())
 _CAT_TABLE = np.array([0] * len(GPU_CATS) + [1] * len(HOST_CATS) + [2] * len(RANGE_CATS), np.int64)
 _CAT_KIND = pa.array([*GPU_CATS.values(), *HOST_CATS.values()] + [None] * len(RANGE_CATS), pa.string())
 _CAT_ON_GPU = pa.array([None] * (len(GPU_CATS) + len(HOST_CATS)) + list(RANGE_CATS.values()), pa.bool_())
+
+
+def _legacy(col: dict, pids: list) -> None:
+    """The autograd profiler's JSON list (EventList.export_chrome_trace; torch.autograd.profiler before
+    Kineto, and every torch since for `prof.function_events`): no categories; its rows say where they
+    ran by pid: "CPU functions" (an op, on thread tid), "<device> functions" (before PyTorch 1.8, a
+    kernel, on device tid). No stream: the device's index stands for it."""
+    pid = pa.array([p if isinstance(p, str) else None for p in pids], pa.string())
+    cpu = pc.fill_null(pc.equal(pid, "CPU functions"), False)
+    device = pc.fill_null(pc.and_(pc.match_substring_regex(pid, r"^\w+ functions$"), pc.invert(cpu)), False)
+    own = col["cat"]
+    col["cat"] = pc.if_else(pc.and_(cpu, pc.is_null(own)), pa.scalar("cpu_op"),
+                            pc.if_else(pc.and_(device, pc.is_null(own)), pa.scalar("kernel"), own))
+    col["gpu_device"] = pc.if_else(device, col["tid"], pa.nulls(len(pids), pa.int64()))
+    col["gpu_stream"] = col["gpu_device"]
 
 
 def _nbytes(b, in_nelems, dtype):
@@ -574,7 +711,7 @@ def _comm(pg):
 
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "external_id",
-                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops",
+                                    "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops", "rank", "bind_id",
                                     "input_dims", "input_types", "concrete")}
 
 
@@ -653,6 +790,7 @@ def _strict_columns(evs: list) -> dict:
         "collective": pa.array(coll, pa.string()),
         "comm": pa.array(comm, pa.string()),
         "flops": pa.array(list(map(_get["flops"], args)), pa.int64()),
+        "bind_id": pa.array(list(map(_get["bind_id"], evs)), pa.int64()),
         "input_dims": _raw_text(list(map(_get["input_dims"], args))),
         "input_types": _raw_text(list(map(_get["input_types"], args))),
         "concrete_inputs": _raw_text(list(map(_get["concrete"], args)), _is_conv(names)),
@@ -686,6 +824,7 @@ def _loose_columns(evs: list) -> dict:
         "collective": pa.array([_collective(a.collective) for a in args], pa.string()),
         "comm": pa.array([_comm(a.pg_name) for a in args], pa.string()),
         "flops": pa.array([_int_or_none(a.flops) for a in args], pa.int64()),
+        "bind_id": pa.array([_int_or_none(e.bind_id) for e in evs], pa.int64()),
         "input_dims": _raw_text([a.input_dims for a in args]),
         "input_types": _raw_text([a.input_types for a in args]),
         "concrete_inputs": _raw_text([a.concrete for a in args], _is_conv(names)),

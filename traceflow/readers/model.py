@@ -13,7 +13,7 @@ from .. import schema
 @dataclass
 class ProcessTrace:
     source_path: str
-    source_format: str              # 'nsys-sqlite' | 'kineto-json'
+    source_format: str              # 'nsys-sqlite' | 'kineto-json' | 'xla-json' | 'autograd-json' | 'perfetto'
     key: str                        # names this process's tables in the sink
     profiler_version: str | None = None
     hostname: str | None = None

@@ -94,9 +94,12 @@ def _read_file(inp: Input, folder, index, nsys_exe):
         if fmt in ("fr-pickle", "fr-json"):
             from . import flight_recorder
             return flight_recorder.read(path, sink, f"f{index}fr", fmt)
-        if fmt not in ("kineto-json", "torch-memory-snapshot"):
+        if fmt not in ("kineto-json", "torch-memory-snapshot", "perfetto"):
             from . import nsys  # DuckDB: imported only by the processes that read nsys exports
-        if fmt == "torch-memory-snapshot":
+        if fmt == "perfetto":
+            from . import perfetto_trace
+            traces = perfetto_trace.read(path, sink, key=f"f{index}p")
+        elif fmt == "torch-memory-snapshot":
             from . import memory_snapshot
             traces = memory_snapshot.read(path, sink, key=f"f{index}p0")
         elif fmt == "nsys-rep":
