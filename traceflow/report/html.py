@@ -46,7 +46,12 @@ def _build(con, database: str, f: dict, name: str) -> str:
 
 def _page(con, name: str, f: dict, P: Plots) -> str:
     from . import hang
-    sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
+    # the first screen: the verdict read in 30 seconds (the terminal's), then the caveats, then every sentence
+    first = [Items([printable(x) for x in [f["headline"], *f["lines"]]], "verdict")]
+    if f.get("caveats"):
+        first.append(Items([printable("Caveats: " + x) for x in f["caveats"]], "verdict"))
+    sections = [Section("verdict", "Verdict", first),
+                Section("explain", "The verdict in full", [Items([printable(s) for s in f["sentences"]], "verdict")]),
                 *filter(None, [hang.section(con, f)]), _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
                 *filter(None, [memory.section(con, P)]), _inputs(con, P)]  # memory: when the job recorded memory events
     return render(title=printable(f"traceflow post-mortem: {name}"), sections=sections,
