@@ -171,6 +171,7 @@ SLOW_TESTS = {
     "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
     "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
+    "test_a_shared_gpu_job_gets_no_launch_advice": "ingests a 4-rank nsys job",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -185,6 +186,7 @@ SWEEPS = {
     "test_wild_trace", "test_each_recorded_fault_gives_its_desync_row_and_sentence", "test_bad_dumps_one_line_exit_3",
     "test_torch_fr_trace_as_oracle", "test_the_first_finding_names_the_injected_fault",
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
+    "test_fault_jobs_claims_pass_the_oracle_and_the_headline_names_the_fault", "test_wild_multi_rank_claims_pass_the_oracle",
 }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
@@ -62,6 +63,8 @@ _FIX = {
                               "its peers do not make)",
                    "cuda": "remove that {name} (its peers do not make it)",
                    "openacc": "remove that wait ({name}; its peers do not make it)"},
+    "sync": {"pytorch": "remove the blocking calls from the step (.item(), .cpu(), torch.cuda.synchronize())",
+             "any": "remove the blocking synchronizations from the step (keep the host ahead of the GPU)"},
     "stall": {"any": "remove what rank {rank}'s host does there ({what}; py-spy or the NVTX ranges show it)"},
     "allocator": {"pytorch": "keep the caching allocator warm (no empty_cache, stable shapes, "
                              "expandable_segments)",
@@ -85,6 +88,7 @@ _FIX = {
 _FIX_SHORT = {
     "pageable copy": {"pytorch": "pin the buffer + non_blocking=True", "any": "pinned host buffer + cudaMemcpyAsync"},
     "extra sync": {"any": "remove that {name}"},
+    "sync": {"any": "remove the blocking calls"},
     "stall": {"any": "remove that host stall"},
     "allocator": {"pytorch": "keep the caching allocator warm", "any": "preallocate the buffers"},
     "jit_compile": {"any": "warm up / cache the compiled kernels"},
@@ -255,8 +259,10 @@ def build(con) -> tuple[list[dict], list[dict]]:
         stack = _stack(st, [r["rank"]] if r.get("rank") is not None else r.get("ranks"))
         if r["kind"] == "step_outlier" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
             # a one-off of a cause a replay edits: that edit, on that rank and step
+            if r["cause"] == "launch" and not _launch_real(con, n, r["rank"], r["step"]):
+                continue
             chk = _check(rep, replace(_HOST_SCENARIO[r["cause"]], host_ranks=[r["rank"]]), n, [r["step"]])
-            _set_fix(r, "extra sync" if r["cause"] == "sync" else r["cause"], stack, chk, name="those blocking calls")
+            _set_fix(r, r["cause"], stack, chk)
         elif r["kind"] == "step_outlier" and r["class"] == "host" and (r["rank"], r["step"]) in abnormal:
             chk = _check(rep, Scenario(remove_host_stall=[r["rank"]]), n, [r["step"]])
             cause = r["cause"] or ""
@@ -270,7 +276,7 @@ def build(con) -> tuple[list[dict], list[dict]]:
         elif r["kind"] == "dominant" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
             chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
             if r["cause"] != "launch" or _launch_real(con, n):
-                _set_fix(r, "extra sync" if r["cause"] == "sync" else r["cause"], stack, chk, name="the synchronizing calls")
+                _set_fix(r, r["cause"], stack, chk)
         elif r["kind"] == "dominant" and r["class"] == "communication":
             _set_fix(r, "communication", stack, _check(rep, Scenario(overlap_comm=True), n))
         elif r["kind"] == "launch_names" and _launch_real(con, n):
@@ -289,15 +295,18 @@ def build(con) -> tuple[list[dict], list[dict]]:
     return _rank(rows), table
 
 
-def _launch_real(con, n: int) -> bool:
-    """Launch advice only where launch idle really lies in the analysed steps, and mostly before the
-    launch calls returned: idle after they returned is the kernels queued behind other work (a
-    shared GPU: 193 of 194.6 ms on the bundled ddp4 job), which no launch fix removes."""
+def _launch_real(con, n: int, rank: int | None = None, step: int | None = None) -> bool:
+    """Launch advice only where launch idle really lies in the analysed steps (or the one rank and
+    step of a one-off), and mostly before the launch calls returned: idle after they returned is the
+    kernels queued behind other work (a shared GPU: 193 of 194.6 ms on the bundled ddp4 job; 27.7 of
+    27.9 ms in rank 1's step 1 of the h100 nsys ddp4_straggler job), which no launch fix removes."""
+    where = f"step IN {_STEPS_SQL}" if step is None else f"step = {int(step)} AND rank = {int(rank or 0)}"
     exposed, queued, median = con.execute(f"""
         SELECT sum(exposed_ns), sum(exposed_queued_ns),
                (SELECT median(wall_ns) FROM tf_internal.findings_steps WHERE NOT warmup)
-        FROM launch_overhead WHERE step IN {_STEPS_SQL}""").fetchone()
-    return bool(exposed) and (queued or 0) < 0.5 * exposed and exposed / n >= 0.02 * (median or 0)
+        FROM launch_overhead WHERE {where}""").fetchone()
+    per_step = (exposed or 0) / (n if step is None else 1)
+    return bool(exposed) and (queued or 0) < 0.5 * exposed and per_step >= 0.02 * (median or 0)
 
 
 def _pageable(con, rep: _Replays, n: int, st: dict[int, str]) -> list[dict]:
@@ -305,12 +314,15 @@ def _pageable(con, rep: _Replays, n: int, st: dict[int, str]) -> list[dict]:
     pinned bounce buffer goes; 6.4 GB/s pageable on the launch_bound H100 job) and its call returns at
     once, which the replay of the copy at half its time gives (its call waits for it: whatif.py)."""
     row = con.execute(f"""SELECT sum(end_ns - start_ns) / {n}, list(DISTINCT rank ORDER BY rank), count(DISTINCT step),
-                                 arg_max(name, end_ns - start_ns)
+                                 arg_max(name, end_ns - start_ns), sum(bytes) / {n},
+                                 arg_max(regexp_extract(name, '(HtoD|DtoH|DtoD|HtoH)'), end_ns - start_ns)
                           FROM gpu_ops WHERE name ILIKE '%pageable%' AND step IN {_STEPS_SQL}""").fetchone()
     if not row or not row[0]:
         return []
-    r = _new_row("pageable_copy", cls="memory copies", cause="pageable", value_ns=row[0], ranks=row[1], evidence=row[3],
-                 n=row[2])
+    # the cause as step_causes words it ('HtoD pageable'): the direction of the longest of them
+    r = _new_row("pageable_copy", cls="memory copies", cause=f"{row[5] or 'copy'} pageable", value_ns=row[0],
+                 ranks=row[1], evidence=row[3], n=row[2])
+    r["bytes"] = row[4]
     chk = _check(rep, Scenario(scale_kernels=[("(?i)pageable", 0.5)]), n)
     if chk["recover_ns"] <= 0:
         return []

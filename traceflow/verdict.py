@@ -103,7 +103,9 @@ def findings(con) -> dict:
                             + (" (warm-up, left out of the comparisons below)" if slow[2] else "") + ".")
     from .claims import load
     claimed, out["fixes"] = load(con)
-    for row in claimed + rows(con, [t for t in FINDING_TABLES if t != "findings"]):
+    others = rows(con, [t for t in FINDING_TABLES if t != "findings"])
+    first = [r for r in others if r["priority"] == 0]  # the job stopped: before any fix
+    for row in first + claimed + [r for r in others if r["priority"] != 0]:
         words = _SENTENCES.get(row["kind"], _generic)(row, con)
         if words:
             row["sentence"] = words
@@ -360,7 +362,8 @@ def _extra_sync(r: dict, con) -> str:
 @sentence("pageable_copy")
 def _pageable_copy(r: dict, con) -> str:
     return (f"Copies to or from pageable host memory ({short_name(r['evidence'])}) take {_ms(r['value_ns'])} of GPU time "
-            f"per step on {_ranks(r['ranks'])}, in {r['n']} steps; the call waits while the driver stages them"
+            f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
+            "waits while the driver stages them"
             + _fix_clause(r, "") + ".")
 
 
@@ -491,7 +494,8 @@ def _short_form(out: dict):
         body = facts
     out["headline"] = head
     out["lines"] = [_short(r) for r in body[:LINES_MAX]]
-    caveats = [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
+    steps = next((x for x in out["sentences"] if " analysed; median step time " in x), None)
+    caveats = ([steps] if steps else []) + [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
     cannot = [r["sentence"] for r in rows if r["kind"] == "cannot_answer"]
     if cannot:
         caveats.append(_fit("Not computable: " + "; ".join(cannot), LINE_MAX))
