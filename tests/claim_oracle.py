@@ -167,7 +167,37 @@ def _shared_gpu(job: Job, r: dict):
     return sorted(r["ranks"] or []) in groups, f"ranks on one device in the raw files: {groups}"
 
 
-ORACLES = {"pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu}
+def _cannot_answer(job: Job, r: dict):
+    if r["evidence"] != "launch latency":
+        return None, "a figure of the whole rank"
+    n = 0
+    for rank in r["ranks"] or []:
+        d = job.ranks[rank]
+        calls = {c["corr"] for c in d["calls"] if c["corr"] is not None}
+        n += sum(1 for g in d["gpu"] if g["corr"] is None or g["corr"] not in calls)
+    return r["n"] == n, f"GPU ops whose launch call is not in the raw files: {n}"
+
+
+def _step_outlier(job: Job, r: dict):
+    """A host stall's evidence: the rank's longest GPU idle in that step's window, from the raw
+    files: the window runs from the end of the rank's ops launched in the step before (its first own
+    op for the first) to its last own op's end (docs/step-attribution.md)."""
+    if r["class"] != "host" or not r["evidence_ns"]:
+        return None, "a figure of the critical-path model"
+    d, where = job.ranks[r["rank"]], job.launched_in(r["rank"])
+    own = sorted((g["start"], g["end"]) for i, g in enumerate(d["gpu"]) if where[i] == r["step"])
+    before = [g["end"] for i, g in enumerate(d["gpu"]) if where[i] is not None and where[i] < r["step"]]
+    if not own:
+        return None, "no GPU op of that step in the raw files"
+    t, longest = (max(before) if before else own[0][0]), 0
+    for a, b in own:
+        longest = max(longest, a - t)
+        t = max(t, b)
+    return _close(r["evidence_ns"], longest, rel=0.01, absolute=5000), \
+        f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files"
+
+
+ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

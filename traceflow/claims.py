@@ -170,25 +170,25 @@ def _repro(r: dict) -> str | None:
     """SQL over the database reproducing the row's figure (column `figure`), from the packs it is made of."""
     k = r["kind"]
     if k == "step_outlier":
-        return (f"SELECT sum(path_ns) AS figure FROM step_causes WHERE step = {r['step']} AND rank = {r['rank']} "
+        return (f"SELECT sum(path_ns)::DOUBLE AS figure FROM step_causes WHERE step = {r['step']} AND rank = {r['rank']} "
                 f"AND class = '{r['class']}' AND cause = '{r['cause']}'")
     if k == "straggler":
-        return (f"SELECT median(d) AS figure FROM (SELECT s.step, coalesce(sum(x.last_by_ns), 0) AS d FROM {_STEPS_SQL} s "
+        return (f"SELECT median(d)::DOUBLE AS figure FROM (SELECT s.step, coalesce(sum(x.last_by_ns), 0) AS d FROM {_STEPS_SQL} s "
                 f"LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = {r['rank']} GROUP BY s.step)")
     if k == "dominant":
-        return (f"SELECT sum(path_ns) / (SELECT count(*) FROM {_STEPS_SQL}) AS figure FROM step_causes "
+        return (f"SELECT sum(path_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM step_causes "
                 f"WHERE class = '{r['class']}' AND step IN {_STEPS_SQL}")
     if k == "coverage":
-        return f"SELECT coverage_pct AS figure FROM step_coverage WHERE rank = {r['rank']}"
+        return f"SELECT coverage_pct::DOUBLE AS figure FROM step_coverage WHERE rank = {r['rank']}"
     if k == "launch_names":
-        return "SELECT sum(total_exposed_ns) AS figure FROM launch_overhead_summary WHERE launch_bound"
+        return "SELECT sum(total_exposed_ns)::DOUBLE AS figure FROM launch_overhead_summary WHERE launch_bound"
     if k == "mfu":
-        return f"SELECT median(mfu_pct) AS figure FROM mfu WHERE step = {r['step']} AND mfu_pct IS NOT NULL"
+        return f"SELECT median(mfu_pct)::DOUBLE AS figure FROM mfu WHERE step = {r['step']} AND mfu_pct IS NOT NULL"
     if k == "extra_sync":
-        return (f"SELECT sum(blocked_ns) / (SELECT count(*) FROM {_STEPS_SQL}) AS figure FROM sync "
+        return (f"SELECT sum(blocked_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM sync "
                 f"WHERE rank = {r['rank']} AND name = '{r['evidence']}' AND step IN {_STEPS_SQL}")
     if k == "pageable_copy":
-        return (f"SELECT sum(end_ns - start_ns) / (SELECT count(*) FROM {_STEPS_SQL}) AS figure FROM gpu_ops "
+        return (f"SELECT sum(end_ns - start_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM gpu_ops "
                 f"WHERE name ILIKE '%pageable%' AND step IN {_STEPS_SQL}")
     return None
 
