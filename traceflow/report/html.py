@@ -47,7 +47,7 @@ def _build(con, database: str, f: dict, name: str) -> str:
 def _page(con, name: str, f: dict, P: Plots) -> str:
     from . import hang
     # the first screen: the verdict read in 30 seconds (the terminal's), then the caveats, then every sentence
-    first = [Items([printable(x) for x in [f["headline"], *f["lines"]]], "verdict")]
+    first: list[Items | Table] = [Items([printable(x) for x in [f["headline"], *f["lines"]]], "verdict")]
     if f.get("caveats"):
         first.append(Items([printable("Caveats: " + x) for x in f["caveats"]], "verdict"))
     # the long form (`traceflow postmortem --explain`), folded under the first screen
