@@ -58,7 +58,8 @@ def main():
             db = str(Path(tmp) / "job.duckdb")
             traceflow.ingest([str(p) for p in files], db)
             with traceflow.open(db) as job:
-                rows = [r for r in job.findings()["findings"] if "claim" in r]
+                found = job.findings()
+                rows = [r for r in found["findings"] if "claim" in r]
                 repro = sum(1 for r in rows if r.get("repro_sql") and abs(
                     (job.sql(r["repro_sql"])["figure"][0] or 0) - (r["figure"] or 0)) <= max(1.0, 1e-6 * abs(r["figure"] or 0)))
             con = duckdb.connect(db, read_only=True)
@@ -73,6 +74,7 @@ def main():
         print(f"{name}: {len(rows)} claims, {per['correct']} correct, {per['wrong']} wrong, "
               f"{per['not checkable']} not checkable; repro_sql reproduces {repro} of "
               f"{sum(1 for r in rows if r.get('repro_sql'))}")
+        print(f"    headline: {found['headline']}")
         for r, v, why in checked:
             if v == "wrong":
                 print(f"    WRONG {r['kind']} rank {r['rank']}: {why}")
