@@ -53,7 +53,7 @@
 --                  (traceflow/claims.py, at ingest); NULL where none fits or its replay gains nothing
 --                  above noise (VARCHAR)
 --   gain_ns        the what-if replay's gain per affected step (ns, BIGINT)
---   steps_affected analysed steps where the cause recurs (1 for a one-off) (INTEGER)
+--   steps_affected  analysed steps where the cause recurs (1 for a one-off) (INTEGER)
 --   recover_ns     gain over the capture, gain per step x steps affected: the fixes' ranking (ns, BIGINT)
 --   yardstick      a bound (compute or copies twice as fast, no stragglers), never advice (BOOLEAN)
 --   repro_sql      SQL over this database whose first row's column `figure` is the claim's figure (VARCHAR)
