@@ -49,7 +49,20 @@
 --                  calls the rank made in that step beyond its usual count (sync_extra) that returned
 --                  as its longest host-late gap began (they emptied the GPU's queue),
 --                  comma-separated (VARCHAR)
--- findings shows first: priority, kind, rank, step, cause, cost_ns, share_pct, evidence, note
+--   fix            the change a user makes, worded for the recorded cause and the program's stack
+--                  (traceflow/claims.py, at ingest); NULL where none fits or its replay gains nothing
+--                  above noise (VARCHAR)
+--   gain_ns        the what-if replay's gain per affected step (ns, BIGINT)
+--   steps_affected  analysed steps where the cause recurs (1 for a one-off) (INTEGER)
+--   recover_ns     gain over the capture, gain per step x steps affected: the fixes' ranking (ns, BIGINT)
+--   yardstick      a bound (compute or copies twice as fast, no stragglers), never advice (BOOLEAN)
+--   repro_sql      SQL over this database whose first row's column `figure` is the claim's figure (VARCHAR)
+--   figure, unit   the figure the sentence states and its unit (ns, %) (DOUBLE, VARCHAR)
+--   baseline       what the figure is set against, in its unit (DOUBLE)
+--   scenario       the `traceflow whatif` flags that replay the fix (VARCHAR)
+--   fix_short      the fix in a few words, for the headline (VARCHAR)
+--   claim          the row's place in the verdict: fixes by recover_ns first, then the facts (INTEGER)
+-- findings shows first: claim, kind, rank, step, cause, figure, fix, recover_ns, evidence
 -- requires: cannot_answer, collective_waits, gpu_devices, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
@@ -291,7 +304,11 @@ SELECT priority::INTEGER AS priority, kind::VARCHAR AS kind, rank::INTEGER AS ra
        low_pct::DOUBLE AS low_pct, round(high_pct, 2)::DOUBLE AS high_pct, evidence::VARCHAR AS evidence,
        round(evidence_ns)::BIGINT AS evidence_ns, activity::VARCHAR AS activity, peers::INTEGER[] AS peers,
        peer_wait_ns::BIGINT AS peer_wait_ns, n::BIGINT AS n, per_step::DOUBLE AS per_step,
-       round(bytes)::BIGINT AS bytes, ranks::INTEGER[] AS ranks, steps::INTEGER[] AS steps, note::VARCHAR AS note
+       round(bytes)::BIGINT AS bytes, ranks::INTEGER[] AS ranks, steps::INTEGER[] AS steps, note::VARCHAR AS note,
+       -- the claim columns: traceflow/claims.py fills them at ingest, from the what-if replay
+       NULL::VARCHAR AS fix, NULL::BIGINT AS gain_ns, NULL::INTEGER AS steps_affected, NULL::BIGINT AS recover_ns,
+       false AS yardstick, NULL::VARCHAR AS repro_sql, NULL::DOUBLE AS figure, NULL::VARCHAR AS unit,
+       NULL::DOUBLE AS baseline, NULL::VARCHAR AS scenario, NULL::VARCHAR AS fix_short, NULL::INTEGER AS claim
 FROM u
 ORDER BY priority, cost_ns DESC NULLS LAST, kind, rank, step;
 

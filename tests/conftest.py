@@ -183,6 +183,7 @@ SLOW_TESTS = {
     "test_autograd_profiler_json_list": "records with torch",
     "test_perfetto_trace_traceflow_wrote_reads_back_to_the_same_gpu_ops": "two postmortems and two ingests of the bundled job",
     "test_exports_not_read_say_what_to_pass": "six refused ingests, each a subprocess",
+    "test_a_shared_gpu_job_gets_no_launch_advice": "ingests a 4-rank nsys job",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -198,6 +199,7 @@ SWEEPS = {
     "test_torch_fr_trace_as_oracle", "test_the_first_finding_names_the_injected_fault", "test_damaged_rocm_files_one_line_exit_3",
     "test_damaged_rocprof_csv_one_line_exit_3", "test_postmortem_on_each_rocm_format",
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
+    "test_fault_jobs_claims_pass_the_oracle_and_the_headline_names_the_fault", "test_wild_multi_rank_claims_pass_the_oracle",
 }
 
 

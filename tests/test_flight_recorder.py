@@ -75,7 +75,7 @@ def _verdict(db: Path) -> str:
     assert r.returncode == 0, r.stderr
     import traceflow
     with traceflow.open(str(db)) as job:
-        return job.verdict()
+        return job.verdict(explain=True)  # every sentence: the long form
 
 
 @pytest.mark.parametrize("scenario", ["skip", "size", "dtype", "op", "stall"])

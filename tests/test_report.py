@@ -330,7 +330,7 @@ def test_annotate_rank_filter_keeps_file_small(ingested, tmp_path):
 
 @needs_shared
 def test_postmortem_verdict(tmp_path):
-    r = run_cli("postmortem", *fixture_files("h100/nsys/ddp4_sync_stall"), "-o", tmp_path / "pm")
+    r = run_cli("postmortem", *fixture_files("h100/nsys/ddp4_sync_stall"), "-o", tmp_path / "pm", "--explain")
     assert r.returncode == 0, r.stderr
     line = next(l for l in r.stdout.splitlines() if "held up" in l)
     m = re.search(r"Rank (\d+) held up step (\d+) with .*?, ([\d.]+) ms more", line)

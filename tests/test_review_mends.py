@@ -83,7 +83,7 @@ def test_no_flops_sentence_has_one_colon(tmp_path):
             for k in dropped:
                 ev.get("args", {}).pop(k, None)
         (tmp_path / src.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
-    r = run_cli("postmortem", *sorted(tmp_path.glob("rank-*.gz")), "-o", tmp_path / "pm")
+    r = run_cli("postmortem", *sorted(tmp_path.glob("rank-*.gz")), "-o", tmp_path / "pm", "--explain")
     assert r.returncode == 0, r.stderr
     line = next(s for s in r.stdout.splitlines() if "MFU and the roofline are empty" in s)
     sentence = line[line.index("MFU and the roofline are empty"):]

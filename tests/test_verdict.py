@@ -160,8 +160,8 @@ def test_public_traces_lead_with_their_class(path, cls, tmp_path):
     compiles kernels with NVRTC): whatever sets the step's length, it is not the GPU."""
     out = tmp_path / "job.duckdb"
     traceflow.ingest([str(path)], str(out))
-    with traceflow.open(str(out)) as job:
-        first = job.findings()["findings"][0]
+    with traceflow.open(str(out)) as job:  # the first fact (fixes, ranked by what they recover, come before)
+        first = next(x for x in job.findings()["findings"] if not x.get("fix"))
     ops = _nsys_gpu(path)
     per_device = [[o for o in ops if o[4] == d] for d in sorted({o[4] for o in ops})]
     assert (first["kind"], first["class"]) == ("dominant", cls), first
@@ -178,14 +178,19 @@ def test_public_traces_lead_with_their_class(path, cls, tmp_path):
 @needs_shared
 def test_copy_bound_job_leads_with_pageable_copies(tmp_path_factory):
     """kineto/launch_bound: a 256 MiB pageable host-to-device copy per step is 97 % of the GPU's busy
-    time in the raw file; the first finding says copy-bound, HtoD pageable, with its share."""
+    time in the raw file; the first fact says copy-bound, HtoD pageable, with its share; the first
+    claim (issue 41) is the copy's fix: pin it, checked by the replay over the analysed steps."""
     folder = FIX / "h100" / "kineto" / "launch_bound"
-    first = _findings(folder, tmp_path_factory)["findings"][0]
+    f = _findings(folder, tmp_path_factory)
+    top = f["findings"][0]
+    assert top["kind"] == "pageable_copy" and "pin" in top["fix"] and "non_blocking=True" in top["fix"]
+    assert top["steps_affected"] == 3 and top["recover_ns"] > 0 and "pin the buffer" in f["headline"]
+    first = next(x for x in f["findings"] if not x.get("fix"))
     ops = _kineto_gpu(next(folder.glob("rank-*.gz")))
     pageable = measure([(o[2], o[3]) for o in ops if o[0] == "gpu_memcpy" and "HtoD" in o[1] and "Pageable" in o[1]])
     assert pageable / measure([(o[2], o[3]) for o in ops]) > 0.9
     assert (first["kind"], first["class"], first["cause"]) == ("dominant", "memory copies", "HtoD pageable")
-    assert first["sentence"].startswith("Copy-bound: ") and "pin" in first["sentence"]
+    assert first["sentence"].startswith("Copy-bound: ")  # its fix is the pageable_copy claim's, said once
 
 
 def _after_last_arrival(folder: Path) -> float:
@@ -235,7 +240,11 @@ def test_communication_bound_job(folder, tmp_path_factory):
     raw = _after_last_arrival(folder)
     assert dom["class"] == "communication" and min(per_rank) > 80 and raw > 80
     assert abs(dom["share_pct"] - raw) < 1.5, (dom["share_pct"], raw)
-    assert f[0]["kind"] == ("step_outlier" if folder.name == "ddp4_sync_stall" else "dominant")
+    # the first claim: the injected fault that recovers the most over the run (the replay's gains):
+    # rank 3's one-off stall on ddp4_sync_stall; rank 1's loss.item() every step on ddp4_straggler,
+    # whose rank 3 stall hides behind the other ranks' turns on the shared GPU (its step is no longer)
+    assert (f[0]["kind"], f[0]["rank"]) == (("step_outlier", 3) if folder.name == "ddp4_sync_stall" else ("straggler", 1))
+    assert f[0]["fix"]
     assert f"{dom['share_pct']:.0f}%" in dom["sentence"] and dom["sentence"].startswith("Communication-bound: ")
 
 
@@ -339,8 +348,8 @@ def _first(path: Path, tmp_path) -> dict:
     tmp_path.mkdir(exist_ok=True)
     out = tmp_path / "job.duckdb"
     traceflow.ingest([str(path)], str(out))
-    with traceflow.open(str(out)) as job:
-        return job.findings()["findings"][0]
+    with traceflow.open(str(out)) as job:  # the first fact (fixes, ranked by what they recover, come before)
+        return next(x for x in job.findings()["findings"] if not x.get("fix"))
 
 
 def test_wild_copy_bound_two_gpu_capture(tmp_path):
@@ -526,12 +535,12 @@ def test_launch_idle_after_the_call_returned_is_not_called_launch_cost(tmp_path_
     # the same idle to the rounding of µs timestamps (218,998,133 against 218,998,123 ns)
     assert got == pytest.approx(queued, rel=1e-6), (got, queued)
     line = next(s for s in f["sentences"] if "kernel name" in s)
-    assert "not launch cost" in line and "fuse them" not in line
+    assert "not launch cost" in line and "fuse" not in line
     folder = FIX / "h100" / "kineto" / "launch_bound"
     if folder.is_dir():
         with traceflow.open(_db(folder, tmp_path_factory)) as job:
             line = next(s for s in job.findings()["sentences"] if "kernel name" in s)
-        assert "fuse them" in line
+        assert "fuse kernels" in line and "CUDA graph" in line and "replay gains" in line
 
 
 def test_launch_idle_after_the_call_returned_on_one_rank_names_no_cause_it_cannot_see(tmp_path_factory):
@@ -550,7 +559,7 @@ def test_launch_idle_after_the_call_returned_on_one_rank_names_no_cause_it_canno
     assert got == pytest.approx(queued, rel=1e-6), (got, queued)
     assert not any(x["kind"] == "shared_gpu" for x in f["findings"])
     line = next(s for s in f["sentences"] if "kernel name" in s)
-    assert "not launch cost" in line and "fuse them" not in line and "busy" not in line, line
+    assert "not launch cost" in line and "fuse" not in line and "busy" not in line, line
     assert "does not show what held them" in line
     folder = FIX / "h100" / "nsys" / "ddp4_sync_stall"
     if folder.is_dir():

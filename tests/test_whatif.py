@@ -202,12 +202,16 @@ def test_the_job_verb_and_the_report_section(bundled, tmp_path):
 
 
 def test_the_verdict_names_the_fix_worth_the_most(bundled):
-    """The verdict's what-if line is the report's top fix, computed once for both."""
+    """The verdict's fix worth the most over the capture (claims.py) is the report's top fix, computed
+    once for both: rank 3's stall, whose replay gains the same on its one step."""
     with traceflow.open(str(bundled["ddp4_sync_stall"])) as job:
         f = job.findings()
         top = f["fixes"][0]
-        line = next(s for s in f["sentences"] if s.startswith("Worth the most"))
-        assert top["scenario"] in line and f"{top['gain_ns'] / 1e6:.1f} ms" in line
+        claim = next(x for x in f["findings"] if x.get("fix"))
+        line = next(s for s in f["sentences"] if s.startswith("Worth the most over the capture"))
+        assert top["scenario"].startswith("no host stall on rank 3") and "--remove-host-stall 3" in claim["scenario"]
+        assert claim["recover_ns"] == pytest.approx(top["gain_ns"], abs=1e3) and f"{top['gain_ns'] / 1e6:.1f} ms" in line
+        assert "whatif_note" not in f  # they agree: nothing to explain
         # worth the most: no fix gains more, but one that finds the same fault (the stall's own
         # synchronize, "no host syncs", which adds other ranks' syncs) and says so
         assert top["gain_ns"] == max(x["gain_ns"] for x in f["fixes"] if not x.get("same_fault")) > 0
@@ -244,6 +248,6 @@ def test_copies_twice_as_fast_move_the_host_held_by_a_pageable_copy(bundled, ing
     with traceflow.open(db) as job:
         f = job.findings()
     assert f["findings"][0]["class"] == "memory copies"
-    line = next(s for s in f["sentences"] if s.startswith("The copies,"))
+    line = next(s for s in f["sentences"] if s.startswith("A bound, not a fix: memory x0.5"))
     best = max(rows, key=lambda r: r["gain_ns"])
     assert f"{best['gain_ns'] / 1e6:.1f} ms" in line and f"step {best['step']}" in line

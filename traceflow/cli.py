@@ -289,8 +289,9 @@ def annotate(database, output, ranks, steps, force):
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
+@click.option("--explain", is_flag=True, help="Every sentence of the verdict (the long form) instead of its 30-second form.")
 @_ingest_options
-def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
+def postmortem(files, outdir, explain, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
                peak_gbps, cluster, name):
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
@@ -307,7 +308,7 @@ def postmortem(files, outdir, append, rank_pattern, align, nsys, step_pattern, j
             _do_ingest(paths, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                        peak_tflops, peak_gbps, cluster, name) as job, \
             Progress(0, interrupts.raise_if_interrupted) as progress:
-        out = finish(job, outdir, force=force, progress=progress)
+        out = finish(job, outdir, force=force, progress=progress, explain=explain)
     say(out["verdict"])
     say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
 

@@ -276,8 +276,11 @@ class Job:
             self._findings = findings(self.con)
         return self._findings
 
-    def verdict(self) -> str:
-        return " ".join(self.findings()["sentences"])
+    def verdict(self, explain: bool = False) -> str:
+        """The verdict read in 30 seconds (a headline, at most five findings, the caveats), or with
+        `explain` every sentence (docs/findings.md)."""
+        from .verdict import text
+        return text(self.findings(), explain)
 
     def whatif(self, steps: list[int] | None = None, scenario: Scenario | None = None, **fields) -> list[dict]:
         """Predicted step times after a fix, by replaying each step's dependency graph (docs/whatif.md).

@@ -160,6 +160,9 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             from . import invariants
             invariants.check(con)
             db_format.stamp(con)
+            phase("checking each fix by the what-if replay")
+            from . import claims
+            claims.store(con)  # the verdict's rows with their fixes, replayed gains and repro SQL
             from .comments import apply_core
             apply_core(con)  # after derive, which rebuilds gpu_ops
             _commit_to_file(con)

@@ -42,14 +42,14 @@ def output_folder(outdir: str, inputs, force: bool = False):
         raise
 
 
-def finish(job: Job, outdir: str, force: bool = False, progress=None) -> dict:
+def finish(job: Job, outdir: str, force: bool = False, progress=None, explain: bool = False) -> dict:
     """The report, the Perfetto trace and the verdict of one Job: one connection, findings computed once."""
     phase = getattr(progress, "phase", lambda _: None)
     phase("writing the report")
     report = job.write_report(os.path.join(outdir, FILES["report"]), force=force)
     phase("writing the Perfetto trace")
     trace = job.write_perfetto(os.path.join(outdir, FILES["perfetto"]), force=force)
-    return {"verdict": job.verdict(), "report": report, "trace": trace, "database": job.path}
+    return {"verdict": job.verdict(explain), "report": report, "trace": trace, "database": job.path}
 
 
 def run(files, outdir: str = "postmortem", **ingest_options) -> dict:

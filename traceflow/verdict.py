@@ -56,9 +56,12 @@ def _ranks(rs) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
-def rows(con) -> list[dict]:
-    """Every finding of every FINDING_TABLES table the database has, most important first."""
-    union = " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in FINDING_TABLES)
+def rows(con, tables: list[str] | None = None) -> list[dict]:
+    """Every finding of every FINDING_TABLES table (or of `tables`), most important first."""
+    tables = FINDING_TABLES if tables is None else tables
+    if not tables:
+        return []
+    union = " UNION ALL BY NAME ".join(f"SELECT * FROM {t}" for t in tables)
     rel = con.execute(f"SELECT * FROM ({union}) ORDER BY priority, cost_ns DESC NULLS LAST, kind, rank, step")
     cols = [d[0] for d in rel.description]
     return [dict(zip(cols, r)) for r in rel.fetchall()]
@@ -83,6 +86,8 @@ def findings(con) -> dict:
         else:
             out["sentences"].append("No GPU work was recorded: nothing to analyse on the GPU side.")
         out["sentences"].extend(memory.sentences(con))  # no GPU steps (a CPU job): the memory findings all the same
+        out.update(headline=_fit(out["sentences"][0], HEADLINE_MAX), lines=[_fit(x, LINE_MAX) for x in out["sentences"][1:6]],
+                   caveats=[], fixes=[])
         return out
     # the findings' median step (findings.sql `ref`): over the steps compared, the warm-up left out,
     # the mean of the middle two for an even count (DuckDB's median) - an upper median printed the
@@ -96,7 +101,11 @@ def findings(con) -> dict:
     out["sentences"].append(f"{len(steps)} step{'s' if len(steps) > 1 else ''} analysed; median step time "
                             f"{_ms(median)} (GPU window across ranks), slowest step {slow[0]} at {_ms(slow[1])}"
                             + (" (warm-up, left out of the comparisons below)" if slow[2] else "") + ".")
-    for row in rows(con):
+    from .claims import load
+    claimed, out["fixes"] = load(con)
+    others = rows(con, [t for t in FINDING_TABLES if t != "findings"])
+    first = [r for r in others if r["priority"] == 0]  # the job stopped: before any fix
+    for row in first + claimed + [r for r in others if r["priority"] != 0]:
         words = _SENTENCES.get(row["kind"], _generic)(row, con)
         if words:
             row["sentence"] = words
@@ -109,6 +118,7 @@ def findings(con) -> dict:
         if row["kind"] == "mfu":
             out["mfu"] = {"step": row["step"], "mfu_pct": row["share_pct"], "known_pct": row["low_pct"]}
     _fix_sentence(con, out)
+    _short_form(out)
     return out
 
 
@@ -181,7 +191,7 @@ def _step_outlier(r: dict, con) -> str:
         s += f" (longest: {short_name(r['evidence'])})"
     if r["peer_wait_ns"] and r["peers"]:
         s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it in the collectives it started last"
-    return s + "."
+    return s + _fix_clause(r, "") + "."
 
 
 @sentence("straggler")
@@ -191,8 +201,7 @@ def _straggler(r: dict, con) -> str:
          f"steps analysed")
     if r["evidence"]:
         s += (f": it makes {r['per_step']:g} more blocking call{'' if r['per_step'] == 1 else 's'} per step than the "
-              f"other ranks ({r['evidence']}), "
-              f"so it launches its next work late — {_advice('host', 'sync')}")
+              f"other ranks ({r['evidence']}), so it launches its next work late")
     elif r["cause"] == "more compute":
         s += (f": its GPU computes {_ms(r['evidence_ns'])} more per step than the other ranks (median) — balance the "
               "work across ranks (uneven shards, pipeline stages) or check that GPU (clocks, thermals)")
@@ -201,7 +210,7 @@ def _straggler(r: dict, con) -> str:
               "too), so what delays it happens before the step starts (data loading, logging, checkpointing between steps)")
     if r["peer_wait_ns"] and r["peers"]:
         s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it"
-    return s + "."
+    return s + _fix_clause(r, _advice("host", "sync") if r["evidence"] else "") + "."
 
 
 _BOUND = {"compute": "Compute-bound", "communication": "Communication-bound", "memory copies": "Copy-bound",
@@ -239,8 +248,7 @@ def _dominant(r: dict, con) -> str:
         s += f"; longest: {short_name(r['evidence'])}"
     elif r["evidence"] and r["class"] == "host":
         s += f"; the longest stretch in {short_name(r['evidence'])}"
-    advice = _advice(r["class"], r["cause"])
-    return s + (f" — {advice}." if advice else ".")
+    return s + _fix_clause(r, _advice(r["class"], r["cause"])) + "."
 
 
 @sentence("shared_gpu")
@@ -320,6 +328,8 @@ def _launch_names(r: dict, con) -> str:
                "does not hold, the GPU's clock read against the host's)")
         return s + (f", but {_ms(queued)} of that idle came after the launch calls had returned, the kernels "
                     f"enqueued and not started: {why}, not launch cost.")
+    if "fix" in r:  # a claim: advice only where the replay of no launch overhead gains in the analysed steps
+        return s + (_fix_clause(r, "") + "." if r["fix"] else ": in the analysed steps no launch fix gains above noise.")
     return s + ": fuse them or capture them in a CUDA graph."
 
 
@@ -345,23 +355,191 @@ def _mfu_empty(r: dict, con) -> str:
         why_no_flops(con) + "." if not r["n"] else "the GPU's peak is unknown (--peak-tflops / --peak-gbps set it).")
 
 
+def _gain_words(r: dict) -> str:
+    if (r.get("steps_affected") or 0) <= 1:
+        return f"the what-if replay gains {_ms(r['gain_ns'])} on that step"
+    return (f"the what-if replay gains {_ms(r['gain_ns'])} per step in {r['steps_affected']} steps, "
+            f"{_ms(r['recover_ns'])} over the capture")
+
+
+def _fix_clause(r: dict, default: str) -> str:
+    """The fix of a claim row, with its replayed gain; a row of no claim (another pack's) keeps the
+    cause's usual advice. A claim whose fix's replay gains nothing above noise advises nothing."""
+    if "fix" not in r:
+        return f" — {default}" if default else ""
+    if r["fix"]:
+        return f" — {r['fix']}: {_gain_words(r)}"
+    if r.get("scenario"):
+        return f" (the replay of its fix, `traceflow whatif DB {r['scenario']}`, gains nothing above noise)"
+    return ""
+
+
+@sentence("extra_sync")
+def _extra_sync(r: dict, con) -> str:
+    return (f"Rank {r['rank']} blocks {_ms(r['value_ns'])} per step in {r['evidence']}, {r['per_step']:g} more call"
+            f"{'' if r['per_step'] == 1 else 's'} per step than its peers (who block {_ms(r['baseline_ns'])})"
+            + _fix_clause(r, "") + ".")
+
+
+@sentence("pageable_copy")
+def _pageable_copy(r: dict, con) -> str:
+    return (f"Copies to or from pageable host memory ({short_name(r['evidence'])}) take {_ms(r['value_ns'])} of GPU time "
+            f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
+            "waits while the driver stages them"
+            + _fix_clause(r, "") + ".")
+
+
+@sentence("yardstick")
+def _yardstick(r: dict, con) -> str:
+    return (f"A bound, not a fix: {r['evidence']} would gain {_ms(r['gain_ns'])} ({r['share_pct']:.0f}%) "
+            f"on step {r['step']}.")
+
+
+# The what-if scenario each kind of replayed fix is (whatif.Scenario.describe's words)
+_SCENARIO_WORDS = (("--remove-host-stall", "no host stall"), ("--no-host-syncs", "no host syncs"),
+                   ("--no-launch-overhead", "no launch overhead"), ("--overlap-comm", "comm overlapped"),
+                   ("--no-allocator-calls", "no allocator calls"), ("pageable", "pageable"))
+
+
+def _same_fix(table_fix: dict, claim: dict) -> bool:
+    flags = claim.get("scenario") or ""
+    return any(flag in flags and table_fix["scenario"].startswith(words) for flag, words in _SCENARIO_WORDS)
+
+
 def _fix_sentence(con, out: dict):
-    """What the fix worth the most would gain, by replaying the slowest and the median step
-    (traceflow/whatif.py); kept in out["fixes"] for the report's section."""
-    from .whatif import best_fixes
-    out["fixes"] = best_fixes(con, skip_step=out.get("warmup_step"))  # (the graph's tables: every database of this format)
-    if out["fixes"] and out["fixes"][0]["gain_pct"] >= 2:
-        f = out["fixes"][0]
-        out["sentences"].append(f"Worth the most, by replaying the slowest, the median and the most abnormal step: "
-                                f"{f['scenario']}, {f['gain_ns'] / 1e6:.1f} ms ({f['gain_pct']:.0f}%) on step {f['step']} "
-                                f"(`traceflow whatif` for others).")
-    dom = next((r for r in out["findings"] if r["kind"] == "dominant"), None)
-    faster = next((f for f in out["fixes"] if f.get("reference") and "memory" in f["scenario"]), None)
-    if dom and dom["class"] == "memory copies" and faster:  # no replayed fix touches the copies: say what they are worth
-        out["sentences"].append(f"The copies, {dom['share_pct']:.0f}% of the critical path, are no fix the replay makes: "
-                                f"copies twice as fast (pinned buffers, fewer bytes) would gain {faster['gain_ns'] / 1e6:.1f} ms "
-                                f"({faster['gain_pct']:.0f}%) on step {faster['step']}.")
+    """The fix worth the most over the capture (claims.py ranked them by recover_ns), and where the
+    what-if table (whatif.best_fixes: the largest gain on one step; the report's section) leads with
+    another change, why."""
+    top = next((r for r in out["findings"] if r.get("fix")), None)
+    if top:
+        out["sentences"].append(f"Worth the most over the capture: {top['fix']} ({_gain_words(top)}).")
+    table = [f for f in out["fixes"] if not f.get("reference") and not f["scenario"].startswith("no stragglers")
+             and f["gain_pct"] >= 2]
+    if not table or (top and _same_fix(table[0], top)):
+        return
+    t = table[0]
+    first = f"The what-if table's largest gain on one step is {t['scenario']}, {_ms(t['gain_ns'])} on step {t['step']}"
+    match = next((r for r in out["findings"] if r.get("scenario") and _same_fix(t, r)), None)
+    if match and match.get("fix") and top:
+        why = f"over the capture it recovers {_ms(match['recover_ns'])}, less than the fix above ({_ms(top['recover_ns'])})"
+    elif "launch" in t["scenario"]:
+        why = ("not advised: in the analysed steps the launch idle is small or mostly kernels queued behind other "
+               "work, which no launch fix removes")
+    elif top:
+        why = f"over the capture the fix above recovers more ({_ms(top['recover_ns'])})"
+    else:
+        why = "no recorded cause on a rank matches it above the replay's noise, so it is not advised"
+    out["whatif_note"] = f"{first}; {why}."
+    out["sentences"].append(out["whatif_note"])
 
 
-def verdict(con) -> str:
-    return " ".join(findings(con)["sentences"])
+_CAVEATS = ("shared_gpu", "coverage", "cannot_answer", "yardstick")
+HEADLINE_MAX, LINE_MAX, LINES_MAX = 200, 300, 5
+
+
+def _fit(s: str, limit: int) -> str:
+    """At most `limit` characters: cut at the last clause boundary that fits."""
+    if len(s) <= limit:
+        return s
+    cut = max(s.rfind("; ", 0, limit - 1), s.rfind(", ", 0, limit - 1))
+    return (s[:cut] if cut > limit // 2 else s[:limit - 1].rstrip()) + "…"
+
+
+def _headline(r: dict) -> str:
+    k = r["kind"]
+    what = {"step_outlier": lambda: f"rank {r['rank']} stalled step {r['step']} ({_ms(r['value_ns'])} on the path)",
+            "straggler": lambda: f"rank {r['rank']} blocks in {r['evidence']} every step, its peers wait",
+            "extra_sync": lambda: f"rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']}",
+            "pageable_copy": lambda: f"pageable copies take {_ms(r['value_ns'])}/step",
+            "launch_names": lambda: "launch overhead idles the GPU",
+            "dominant": lambda: f"{_BOUND.get(r['class'], r['class']).lower()}, {_ms(r['value_ns'])}/step",
+            }.get(k, lambda: k.replace("_", " "))()
+    steps = "once" if (r["steps_affected"] or 0) <= 1 else f"over {r['steps_affected']} steps"
+    return _fit(f"Top problem: {what}. Fix: {r['fix_short'] or r['fix']}. Recovers {_ms(r['recover_ns'])} {steps} "
+                "(what-if replay).", HEADLINE_MAX)
+
+
+def _short(r: dict) -> str:
+    """One finding in at most LINE_MAX characters: the fact, its figure against its baseline, the fix and gain."""
+    k = r["kind"]
+    if k == "step_outlier":
+        s = (f"Rank {r['rank']}, step {r['step']}: {_ms(r['value_ns'])} of {_what(r['class'], r['cause']).split(' (')[0]} "
+             f"on the critical path (other steps: {_ms(r['baseline_ns'])})")
+    elif k == "straggler":
+        s = (f"Rank {r['rank']} started {r['n']} collectives last, {_ms(r['value_ns'])}/step behind the next rank "
+             f"(other ranks: {_ms(r['baseline_ns'])})")
+        if r["evidence"]:
+            s += f"; {r['per_step']:g} more {r['evidence']} per step than its peers"
+    elif k == "extra_sync":
+        s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
+             f"than its peers, who block {_ms(r['baseline_ns'])})")
+    elif k == "pageable_copy":
+        s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
+    elif k == "dominant":
+        s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
+             f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
+    elif k == "shared_gpu":
+        s = (f"{_ranks(r['ranks']).capitalize()} " + ("may share one GPU (same device index, no host or GPU id)"
+             if r["note"] and "no host" in r["note"] else f"share one GPU ({r['note']})")
+             + ": cross-rank waits, idle and MFU include the other ranks' turns")
+    elif k == "coverage":
+        s = f"Only {r['share_pct']:.0f}% of rank {r['rank']}'s GPU time lies inside steps: per-step figures leave the rest out"
+    elif k == "yardstick":
+        s = f"Bound, not a fix: {r['evidence'].split(' (')[0]} would gain {_ms(r['gain_ns'])} on step {r['step']}"
+    else:
+        return _fit(r["sentence"], LINE_MAX)
+    if r.get("fix"):
+        gain = (f"{_ms(r['gain_ns'])} once" if (r["steps_affected"] or 0) <= 1 else
+                f"{_ms(r['gain_ns'])}/step x {r['steps_affected']} steps = {_ms(r['recover_ns'])}")
+        tail = f". Fix: {r['fix']}. Replay: {gain}."
+        if len(s) + len(tail) > LINE_MAX:
+            tail = f". Fix: {r['fix_short']}. Replay: {gain}."
+        return _fit(s, LINE_MAX - len(tail)) + tail
+    return _fit(s + ".", LINE_MAX)
+
+
+def _short_form(out: dict):
+    """The verdict read in 30 seconds: a headline (<= 200 characters: the top problem, its fix, what it
+    recovers), at most five findings (<= 300 characters each), the caveats in a block of their own."""
+    rows = out["findings"]
+    fixes = [r for r in rows if r.get("fix")]
+    facts = [r for r in rows if not r.get("fix") and r["kind"] not in _CAVEATS]
+    if out.get("hang"):
+        head = _fit(out["hang"]["sentence"], HEADLINE_MAX)
+        body = fixes + facts
+    elif fixes:
+        head, body = _headline(fixes[0]), [fixes[0], *fixes[1:], *facts]
+    else:
+        first = next((r for r in facts if (r["priority"] or 9) <= 2), None)
+        head = _fit("No change the what-if replay confirms; " +
+                    (_short(first)[0].lower() + _short(first)[1:] if first else "no fault found") + "", HEADLINE_MAX)
+        body = facts
+    out["headline"] = head
+    out["lines"] = [_short(r) for r in body[:LINES_MAX]]
+    steps = next((x for x in out["sentences"] if " analysed; median step time " in x), None)
+    caveats = ([steps] if steps else []) + [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
+    cannot = [r["sentence"] for r in rows if r["kind"] == "cannot_answer"]
+    if cannot:
+        caveats.append(_fit("Not computable: " + "; ".join(cannot), LINE_MAX))
+    bounds = [r for r in rows if r["kind"] == "yardstick"]
+    if bounds:
+        caveats.append(_fit("Bounds, not fixes: " + "; ".join(
+            f"{b['evidence'].split(' (')[0]} would gain {_ms(b['gain_ns'])} on step {b['step']}" for b in bounds), LINE_MAX))
+    if out.get("whatif_note"):
+        caveats.append(_fit(out["whatif_note"], LINE_MAX))
+    out["caveats"] = caveats
+
+
+def verdict(con, explain: bool = False) -> str:
+    return text(findings(con), explain)
+
+
+def text(f: dict, explain: bool = False) -> str:
+    """The verdict to read in 30 seconds: the headline, at most five findings, the caveats apart; or
+    (explain) every sentence, the long form."""
+    if explain:
+        return " ".join(f["sentences"])
+    out = [f["headline"]] + [f"- {x}" for x in f["lines"]]
+    if f["caveats"]:
+        out += ["Caveats:"] + [f"- {x}" for x in f["caveats"]]
+    return "\n".join(out)

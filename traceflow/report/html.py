@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..outputs import atomic_output, check_output
 from ..text import printable
 from . import memory, roofline, whatif
-from .blocks import CAUSE_COLORS, KIND_COLORS, PAGE_NAMES, STATE_COLORS, Items, Note, Plots, Section, bars, label, shortened, table
+from .blocks import CAUSE_COLORS, KIND_COLORS, PAGE_NAMES, STATE_COLORS, Cell, Items, Note, Plots, Section, Table, bars, label, shortened, table
 
 if TYPE_CHECKING:
     from ..job import Job
@@ -46,7 +46,14 @@ def _build(con, database: str, f: dict, name: str) -> str:
 
 def _page(con, name: str, f: dict, P: Plots) -> str:
     from . import hang
-    sections = [Section("verdict", "Verdict", [Items([printable(s) for s in f["sentences"]], "verdict")]),
+    # the first screen: the verdict read in 30 seconds (the terminal's), then the caveats, then every sentence
+    first: list[Items | Table] = [Items([printable(x) for x in [f["headline"], *f["lines"]]], "verdict")]
+    if f.get("caveats"):
+        first.append(Items([printable("Caveats: " + x) for x in f["caveats"]], "verdict"))
+    # the long form (`traceflow postmortem --explain`), folded under the first screen
+    first.append(Table(["sentence"], [[Cell(printable(s))] for s in f["sentences"]],
+                       folded="The verdict in full (every sentence, as `traceflow postmortem --explain` prints it)"))
+    sections = [Section("verdict", "Verdict", first),
                 *filter(None, [hang.section(con, f)]), _steps(con, P), _critical_path(con, P), whatif.section(f, P), roofline.section(con, P), _waits(con, P), _launch(con, P),
                 *filter(None, [memory.section(con, P)]), _inputs(con, P)]  # memory: when the job recorded memory events
     return render(title=printable(f"traceflow post-mortem: {name}"), sections=sections,

@@ -1,0 +1,214 @@
+"""The claim oracle: each claim kind's figure recomputed from the raw files with plain Python (json /
+gzip for Kineto, sqlite3 for Nsight Systems) and set against the row of `findings` that states it.
+
+What the oracle takes from the database: which file is which rank (traces.source_path) and which
+step numbers the verdict analysed (tf_internal.findings_steps: the warm-up rule is a definition, not
+a figure). Everything else - the step ranges, which call launched which GPU op, the copies' kinds,
+the calls' durations, the devices - it reads from the raw files itself.
+
+A claim is `correct` (the raw file gives its figure), `wrong` (it gives another) or `not checkable`
+(a figure of the critical-path model or of the replay, which no plain reading of the file gives; its
+repro_sql is checked against the database instead, tests/test_claims.py).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import sqlite3
+import statistics
+from pathlib import Path
+
+# the step names steps.sql accepts by default, written again here (the oracle's own reading)
+STEP = re.compile(r"(?i)^\s*(?:profiler[\s_]*step|train(?:ing)?[\s_-]*step|global[\s_-]*step|step|iteration|iter|batch)"
+                  r"[\s_#:=-]*(\d+)\s*$")
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+PAGEABLE = 1  # CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE
+
+
+def _ns(v) -> int:
+    ip = math.floor(v)
+    return int(ip) * 1000 + round((v - ip) * 1000)
+
+
+def kineto(path: Path) -> dict:
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    gpu, calls, steps = [], [], {}
+    for e in d.get("traceEvents", []):
+        if not isinstance(e, dict) or e.get("ph") != "X" or not isinstance(e.get("ts"), (int, float)):
+            continue
+        a = _ns(e["ts"])
+        b = a + _ns(e.get("dur") or 0)
+        cat, name = e.get("cat"), str(e.get("name"))
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if cat in GPU_CATS:
+            gpu.append({"start": a, "end": b, "name": name, "corr": args.get("correlation"), "device": args.get("device"),
+                        "pageable": "pageable" in name.lower()})
+        elif cat in RUNTIME_CATS:
+            calls.append({"start": a, "end": b, "name": name, "corr": args.get("correlation")})
+        elif cat != "gpu_user_annotation" and (m := STEP.match(name)):
+            s = int(m.group(1))
+            lo, hi = steps.get(s, (a, b))
+            steps[s] = (min(lo, a), max(hi, b))
+    devices = {g["device"] for g in gpu if g["device"] is not None}
+    return {"gpu": gpu, "calls": calls, "steps": steps, "device": ("index", tuple(sorted(devices)))}
+
+
+def nsys(path: Path) -> dict:
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in c.execute("select name from sqlite_master where type = 'table'")}
+        names = dict(c.execute("select id, value from StringIds")) if "StringIds" in tables else {}
+        gpu, calls, steps = [], [], {}
+        if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+            for a, b, n, k in c.execute('select start, "end", demangledName, correlationId from CUPTI_ACTIVITY_KIND_KERNEL'):
+                gpu.append({"start": a, "end": b, "name": names.get(n, ""), "corr": k, "pageable": False})
+        if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
+            for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
+                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": PAGEABLE in (s, d)})
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+            for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
+                nm = names.get(n, "")
+                calls.append({"start": a, "end": b, "name": nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm, "corr": k})
+        if "NVTX_EVENTS" in tables:
+            for a, b, t, tid in c.execute('select start, "end", text, textId from NVTX_EVENTS where "end" > start'):
+                text = t if t is not None else names.get(tid, "")
+                if m := STEP.match(str(text or "")):
+                    s = int(m.group(1))
+                    lo, hi = steps.get(s, (a, b))
+                    steps[s] = (min(lo, a), max(hi, b))
+        uuid = None
+        if "TARGET_INFO_GPU" in tables:
+            cols = {r[1] for r in c.execute("pragma table_info(TARGET_INFO_GPU)")}
+            if "uuid" in cols:
+                uuid = tuple(sorted(str(u) for u, in c.execute("select uuid from TARGET_INFO_GPU")))
+        return {"gpu": gpu, "calls": calls, "steps": steps, "device": ("uuid", uuid)}
+    finally:
+        c.close()
+
+
+def read(path: str) -> dict:
+    p = Path(path)
+    return nsys(p) if p.suffix == ".sqlite" else kineto(p)
+
+
+class Job:
+    """The raw files of one ingested job, by rank, and the analysed steps."""
+
+    def __init__(self, con):
+        self.ranks = {r: read(p) for r, p in con.execute("SELECT rank, source_path FROM traces ORDER BY rank").fetchall()}
+        self.steps = [s for s, in con.execute("SELECT step FROM tf_internal.findings_steps WHERE NOT warmup ORDER BY step").fetchall()]
+
+    def step_of(self, rank: int, t: int) -> int | None:
+        for s, (a, b) in self.ranks[rank]["steps"].items():
+            if a <= t < b:
+                return s
+        return None
+
+    def launched_in(self, rank: int) -> dict:
+        """Each GPU op's step: the step range holding the call that launched it (correlation id)."""
+        calls = {c["corr"]: c for c in self.ranks[rank]["calls"] if c["corr"] is not None}
+        out = {}
+        for i, g in enumerate(self.ranks[rank]["gpu"]):
+            c = calls.get(g["corr"])
+            out[i] = self.step_of(rank, c["start"]) if c else None
+        return out
+
+
+def _close(a, b, rel=0.01, absolute=2000.0) -> bool:
+    return a is not None and b is not None and abs(a - b) <= max(absolute, rel * abs(b))
+
+
+def _pageable_copy(job: Job, r: dict):
+    steps, total = set(job.steps), 0
+    for rank, d in job.ranks.items():
+        where = job.launched_in(rank)
+        total += sum(g["end"] - g["start"] for i, g in enumerate(d["gpu"]) if g["pageable"] and where[i] in steps)
+    want = total / len(job.steps)
+    return _close(r["value_ns"], want), f"pageable copy time per analysed step: {want / 1e6:.3f} ms from the raw files"
+
+
+def _sync_calls(job: Job, rank: int, name: str) -> tuple[float, float]:
+    """(calls per analysed step, their duration per analysed step) of one call name on one rank."""
+    steps = set(job.steps)
+    mine = [c for c in job.ranks[rank]["calls"] if c["name"] == name and job.step_of(rank, c["start"]) in steps]
+    return len(mine) / len(job.steps), sum(c["end"] - c["start"] for c in mine) / len(job.steps)
+
+
+def _extra_calls(job: Job, r: dict):
+    per = {q: _sync_calls(job, q, r["evidence"])[0] for q in job.ranks}
+    extra = per[r["rank"]] - statistics.median(v for q, v in per.items() if q != r["rank"])
+    return _close(r["per_step"], extra, rel=0.02, absolute=0.011), \
+        f"{r['evidence']} calls per step beyond the other ranks' median: {extra:.2f} from the raw files"
+
+
+def _extra_sync(job: Job, r: dict):
+    ok, why = _extra_calls(job, r)
+    _, ns = _sync_calls(job, r["rank"], r["evidence"])
+    # blocked time is the call's own duration (sync.blocked_ns); a call's time is its duration in the raw file
+    return ok and _close(r["value_ns"], ns, rel=0.02, absolute=20000), why + f"; {ns / 1e6:.3f} ms of it per step"
+
+
+def _straggler(job: Job, r: dict):
+    if not r["evidence"]:
+        return None, "lateness is the collectives' model (stragglers.sql)"
+    return _extra_calls(job, r)
+
+
+def _shared_gpu(job: Job, r: dict):
+    by: dict = {}
+    for rank, d in job.ranks.items():
+        if d["device"][1]:
+            by.setdefault(d["device"], []).append(rank)
+    groups = [sorted(v) for v in by.values() if len(v) > 1]
+    return sorted(r["ranks"] or []) in groups, f"ranks on one device in the raw files: {groups}"
+
+
+def _cannot_answer(job: Job, r: dict):
+    if r["evidence"] != "launch latency":
+        return None, "a figure of the whole rank"
+    n = 0
+    for rank in r["ranks"] or []:
+        d = job.ranks[rank]
+        calls = {c["corr"] for c in d["calls"] if c["corr"] is not None}
+        n += sum(1 for g in d["gpu"] if g["corr"] is None or g["corr"] not in calls)
+    return r["n"] == n, f"GPU ops whose launch call is not in the raw files: {n}"
+
+
+def _step_outlier(job: Job, r: dict):
+    """A host stall's evidence: the rank's longest GPU idle in that step's window, from the raw
+    files: the window runs from the end of the rank's ops launched in the step before (its first own
+    op for the first) to its last own op's end (docs/step-attribution.md)."""
+    if r["class"] != "host" or not r["evidence_ns"]:
+        return None, "a figure of the critical-path model"
+    d, where = job.ranks[r["rank"]], job.launched_in(r["rank"])
+    own = sorted((g["start"], g["end"]) for i, g in enumerate(d["gpu"]) if where[i] == r["step"])
+    before = [g["end"] for i, g in enumerate(d["gpu"]) if where[i] is not None and where[i] < r["step"]]
+    if not own:
+        return None, "no GPU op of that step in the raw files"
+    t, longest = (max(before) if before else own[0][0]), 0
+    for a, b in own:
+        longest = max(longest, a - t)
+        t = max(t, b)
+    return _close(r["evidence_ns"], longest, rel=0.01, absolute=5000), \
+        f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files"
+
+
+ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu}
+
+
+def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:
+    """(row, 'correct' | 'wrong' | 'not checkable', why) for each claim row."""
+    job = job or Job(con)
+    out = []
+    for r in rows:
+        fn = ORACLES.get(r["kind"])
+        if fn is None or not job.steps:
+            out.append((r, "not checkable", "a figure of the critical-path model or the replay"))
+            continue
+        ok, why = fn(job, r)
+        out.append((r, "not checkable" if ok is None else "correct" if ok else "wrong", why))
+    return out

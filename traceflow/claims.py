@@ -1,0 +1,415 @@
+"""Claims: the verdict's findings as rows that carry their fix, its replayed gain and how to redo the figure.
+
+Every row of `findings` (queries/findings.sql: the facts) gets here, at ingest, the columns a
+reader acts on (docs/findings.md "Claims"):
+
+  fix             the change a user makes, worded for the cause the database records and the
+                  program's stack (PyTorch / CUDA C / OpenACC ...); NULL where none fits or where
+                  the replay gains nothing above its noise
+  gain_ns         the replay's gain per affected step (traceflow/whatif.py)
+  steps_affected  analysed steps where the cause recurs (1 for a one-off)
+  recover_ns      gain over the capture: what the fixes are ranked by, one-off and recurring alike
+  yardstick       a bound ("compute twice as fast"), never advice
+  repro_sql       SQL over the database whose first row's `figure` is the claim's figure
+  figure, unit    the figure the sentence states, in its unit; baseline: what it is set against
+  scenario        the `traceflow whatif` flags that replay the fix
+
+Why at ingest: the replays take 0.1-0.7 s per scenario on the bundled jobs (3 steps x 4 ranks),
+and the terminal, the report, `traceflow query DB findings` and `job.findings()` must show the
+same rows. Warm-up steps (findings_steps.warmup) are never replayed, so they drive no advice.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
+
+# a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
+# step (0.5 ms on the bundled ddp4 job's 531 ms steps, where rank 1's loss.item() gains 0.9-2.1 ms a step): the
+# replay is deterministic, so its error on the unedited graph is its noise
+NOISE_SHARE = 0.001
+MAX_REPLAYED_STEPS = 12  # replays per scenario: the analysed steps, evenly thinned beyond this
+CLAIM_COLUMNS = {"fix": "VARCHAR", "gain_ns": "BIGINT", "steps_affected": "INTEGER", "recover_ns": "BIGINT",
+                 "yardstick": "BOOLEAN", "repro_sql": "VARCHAR", "figure": "DOUBLE", "unit": "VARCHAR",
+                 "baseline": "DOUBLE", "scenario": "VARCHAR", "fix_short": "VARCHAR"}
+DONE_KEY = "claims"  # tf_internal.metadata: the claims were built into `findings` at ingest
+
+
+def stacks(con) -> dict[int, str]:
+    """Each rank's program stack: claims-small's `program_stack` where the database has it, else
+    pytorch for a Kineto rank and cuda for an Nsight Systems one."""
+    have = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'program_stack'").fetchone()[0]
+    out = {r: ("cuda" if (fmt or "").startswith("nsys") else "pytorch")
+           for r, fmt in con.execute("SELECT rank, any_value(source_format) FROM traces GROUP BY rank").fetchall()}
+    if have:
+        out.update({r: s for r, s in con.execute("SELECT rank, stack FROM program_stack").fetchall() if s != "unknown"})
+    return out
+
+
+def _stack(st: dict[int, str], ranks) -> str:
+    found = {st.get(r, "pytorch") for r in (ranks or st.keys())}
+    return found.pop() if len(found) == 1 else ("pytorch" if "pytorch" in found else "cuda")
+
+
+# The fix for each cause, by stack: one place for the advice's words.
+_FIX = {
+    "pageable copy": {"pytorch": "pin the host buffer (tensor.pin_memory(), DataLoader(pin_memory=True)) and copy "
+                                 "with non_blocking=True",
+                      "cuda": "allocate the host buffer pinned (cudaMallocHost / cudaHostRegister) and copy with "
+                              "cudaMemcpyAsync",
+                      "openacc": "pin the host memory (-gpu=pinned) and copy asynchronously (async clauses)"},
+    "extra sync": {"pytorch": "remove that blocking call ({name}: a .item(), .cpu() or torch.cuda.synchronize() "
+                              "its peers do not make)",
+                   "cuda": "remove that {name} (its peers do not make it)",
+                   "openacc": "remove that wait ({name}; its peers do not make it)"},
+    "sync": {"pytorch": "remove the blocking calls from the step (.item(), .cpu(), torch.cuda.synchronize())",
+             "any": "remove the blocking synchronizations from the step (keep the host ahead of the GPU)"},
+    "stall": {"any": "remove what rank {rank}'s host does there ({what}; py-spy or the NVTX ranges show it)"},
+    "allocator": {"pytorch": "keep the caching allocator warm (no empty_cache, stable shapes, "
+                             "expandable_segments)",
+                  "any": "allocate the buffers once, before the loop (no malloc / free per step)"},
+    "jit_compile": {"any": "warm up before the measured steps and cache the compiled kernels (a JIT compile or "
+                           "module load is a one-off)"},
+    "launch": {"pytorch": "capture the step in a CUDA graph (torch.cuda.CUDAGraph) or fuse kernels (torch.compile)",
+               "cuda": "capture the launches in a CUDA graph or fuse the kernels",
+               "openacc": "fuse the loops (fewer, larger kernels) and launch asynchronously",
+               "any": "fuse kernels or capture the launches in a CUDA graph"},
+    "cpu_op": {"pytorch": "cut the framework work between launches (CUDA graphs, torch.compile, fewer and larger ops)",
+               "any": "cut the host work between launches (fewer, larger kernels; a CUDA graph)"},
+    "data_loading": {"pytorch": "more DataLoader workers, pinned memory and prefetching",
+                     "any": "load the next batch ahead of time (a loader thread, double buffering)"},
+    "communication": {"pytorch": "overlap communication with compute (DDP bucketing, FSDP prefetch)",
+                      "any": "overlap the collectives with compute (a stream of their own, issued earlier)"},
+}
+
+
+# The same fixes in a few words, for the headline (<= 200 characters in all)
+_FIX_SHORT = {
+    "pageable copy": {"pytorch": "pin the buffer + non_blocking=True", "any": "pinned host buffer + cudaMemcpyAsync"},
+    "extra sync": {"any": "remove that {name}"},
+    "sync": {"any": "remove the blocking calls"},
+    "stall": {"any": "remove that host stall"},
+    "allocator": {"pytorch": "keep the caching allocator warm", "any": "preallocate the buffers"},
+    "jit_compile": {"any": "warm up / cache the compiled kernels"},
+    "launch": {"any": "CUDA graphs / kernel fusion"},
+    "cpu_op": {"pytorch": "CUDA graphs / torch.compile", "any": "fewer, larger kernels"},
+    "data_loading": {"any": "load batches ahead"},
+    "communication": {"any": "overlap communication with compute"},
+}
+
+
+def fix_words(cause: str, stack: str, short: bool = False, **kw) -> str:
+    by = (_FIX_SHORT if short else _FIX)[cause]
+    return (by.get(stack) or by.get("any") or by.get("cuda") or "").format(**kw)
+
+
+class _Replays:
+    """The analysed steps' graphs, built once, and each scenario's gain per step against its noise."""
+
+    def __init__(self, con, steps: list[int]):
+        self.con = con
+        if len(steps) > MAX_REPLAYED_STEPS:  # evenly thinned; the gain over the capture is scaled back up
+            k = len(steps) / MAX_REPLAYED_STEPS
+            steps = [steps[int(i * k)] for i in range(MAX_REPLAYED_STEPS)]
+        self.steps = steps
+        self._g: dict[int, tuple] = {}
+
+    def graph(self, step: int):
+        if step not in self._g:
+            g = StepGraph(self.con, step)
+            measured, _ = g.measured()
+            replayed, _ = g.replay(Scenario())
+            self._g[step] = (g, measured, replayed)
+        return self._g[step]
+
+    def gains(self, sc: Scenario, steps: list[int] | None = None) -> list[tuple[int, float, float]]:
+        """(step, gain ns, noise ns) per replayed step; a step whose unedited replay is off is left out."""
+        out = []
+        for s in steps or self.steps:
+            g, measured, replayed = self.graph(s)
+            noise = max(abs(replayed - measured), NOISE_SHARE * measured)
+            if measured and abs(replayed - measured) <= 0.02 * measured:
+                out.append((s, float(replayed - g.replay(sc)[0]), noise))
+        return out
+
+
+def _flags(sc: Scenario, steps: list[int]) -> str:
+    f = [f"--scale-kernels '{p}={x:g}'" for p, x in sc.scale_kernels]
+    f += [f"--scale-kind {k}={x:g}" for k, x in sc.scale_kind.items()]
+    f += [f"--remove-host-stall {r}" for r in sc.remove_host_stall]
+    f += [n for n, on in (("--no-launch-overhead", sc.no_launch_overhead), ("--no-allocator-calls", sc.no_allocator_calls),
+                          ("--no-host-syncs", sc.no_host_syncs), ("--overlap-comm", sc.overlap_comm),
+                          ("--no-stragglers", sc.no_stragglers)) if on]
+    f += [f"--on-rank {r}" for r in sc.host_ranks]
+    return " ".join(f + [f"--step {s}" for s in steps])
+
+
+def _check(rep: _Replays, sc: Scenario, n_analysed: int, steps: list[int] | None = None) -> dict:
+    """A scenario's replayed gain: per affected step (the median where it beats the noise), the steps
+    where it recurs, and the gain over the capture (scaled from the replayed steps to the analysed ones)."""
+    rows = rep.gains(sc, steps)
+    hit = [(s, g) for s, g, noise in rows if g > noise]
+    if not rows or not hit:
+        return {"gain_ns": 0, "steps_affected": 0, "recover_ns": 0, "scenario": _flags(sc, [s for s, _, _ in rows])}
+    scale = (n_analysed / len(rows)) if steps is None else 1.0
+    affected = max(1, round(len(hit) * scale))
+    recover = int(sum(g for _, g in hit) * scale)
+    return {"gain_ns": recover // affected, "steps_affected": affected, "recover_ns": recover,
+            "scenario": _flags(sc, [s for s, _ in hit])}
+
+
+def _analysed(con) -> list[int]:
+    return [s for s, in con.execute("SELECT step FROM tf_internal.findings_steps WHERE NOT warmup ORDER BY step").fetchall()]
+
+
+_STEPS_SQL = "(SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)"
+
+
+def _repro(r: dict) -> str | None:
+    """SQL over the database reproducing the row's figure (column `figure`), from the packs it is made of."""
+    k = r["kind"]
+    if k == "step_outlier":
+        return (f"SELECT sum(path_ns)::DOUBLE AS figure FROM step_causes WHERE step = {r['step']} AND rank = {r['rank']} "
+                f"AND class = '{r['class']}' AND cause = '{r['cause']}'")
+    if k == "straggler":
+        return (f"SELECT median(d)::DOUBLE AS figure FROM (SELECT s.step, coalesce(sum(x.last_by_ns), 0) AS d FROM {_STEPS_SQL} s "
+                f"LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = {r['rank']} GROUP BY s.step)")
+    if k == "dominant":
+        return (f"SELECT sum(path_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM step_causes "
+                f"WHERE class = '{r['class']}' AND step IN {_STEPS_SQL}")
+    if k == "coverage":
+        return f"SELECT coverage_pct::DOUBLE AS figure FROM step_coverage WHERE rank = {r['rank']}"
+    if k == "launch_names":
+        return "SELECT sum(total_exposed_ns)::DOUBLE AS figure FROM launch_overhead_summary WHERE launch_bound"
+    if k == "mfu":
+        return f"SELECT median(mfu_pct)::DOUBLE AS figure FROM mfu WHERE step = {r['step']} AND mfu_pct IS NOT NULL"
+    if k == "extra_sync":
+        return (f"SELECT sum(blocked_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM sync "
+                f"WHERE rank = {r['rank']} AND name = '{r['evidence']}' AND step IN {_STEPS_SQL}")
+    if k == "pageable_copy":
+        return (f"SELECT sum(end_ns - start_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM gpu_ops "
+                f"WHERE name ILIKE '%pageable%' AND step IN {_STEPS_SQL}")
+    return None
+
+
+def _figure(r: dict) -> tuple[float | None, str | None, float | None]:
+    k = r["kind"]
+    if k in ("step_outlier", "straggler", "dominant", "extra_sync", "pageable_copy"):
+        return r["value_ns"], "ns", r["baseline_ns"]
+    if k == "coverage":
+        return r["share_pct"], "%", 90.0
+    if k == "launch_names":
+        return r["value_ns"], "ns", r["baseline_ns"]
+    if k == "mfu":
+        return r["share_pct"], "%", None
+    return None, None, None
+
+
+# Findings of other causes that the fix of one of these scenarios would make (host_time causes)
+_HOST_SCENARIO = {"sync": Scenario(no_host_syncs=True), "allocator": Scenario(no_allocator_calls=True),
+                  "launch": Scenario(no_launch_overhead=True)}
+
+
+def _extra_syncs(con, n: int) -> list[dict]:
+    """Ranks that block in a call more often per step than their peers (sync_extra_peers, one place for
+    that comparison): (rank, name, per-step count beyond the peers' median, blocked ns per step, peers'
+    blocked ns per step, steps), the longest-blocking such call per rank."""
+    if n == 0:
+        return []
+    rows = con.execute("""
+        SELECT rank, name, per_step - peers_per_step AS extra, blocked_ns, peers_blocked_ns, steps
+        FROM sync_extra_peers WHERE per_step - peers_per_step >= 1
+        ORDER BY blocked_ns DESC, rank""").fetchall()
+    best: dict[int, dict] = {}
+    for rank, name, extra, ns, base, steps in rows:
+        best.setdefault(rank, {"rank": rank, "name": name, "extra": extra, "ns": ns, "base": base, "steps": steps})
+    return list(best.values())
+
+
+def build(con) -> tuple[list[dict], list[dict]]:
+    """The claim rows (findings.sql's rows with their claim columns, and the claims this module adds:
+    extra_sync, pageable_copy, yardstick), ranked, and the what-if table (best_fixes) they were
+    checked against."""
+    rel = con.execute("SELECT * FROM findings")
+    cols = [d[0] for d in rel.description]
+    rows = [dict(zip(cols, r)) for r in rel.fetchall()]
+    steps = _analysed(con)
+    if not steps:
+        return rows, []
+    warm = con.execute("SELECT min(step) FROM tf_internal.findings_steps WHERE warmup").fetchone()[0]
+    table = best_fixes(con, skip_step=warm)
+    rep = _Replays(con, steps)
+    n = len(steps)
+    st = stacks(con)
+    abnormal = {(a[0], a[1]): a for a in abnormal_host_time(con, warm)}
+    strag_sync = set()
+    for r in rows:
+        r.update({c: None for c in CLAIM_COLUMNS})
+        r["yardstick"] = False
+        r["repro_sql"] = _repro(r)
+        r["figure"], r["unit"], r["baseline"] = _figure(r)
+        stack = _stack(st, [r["rank"]] if r.get("rank") is not None else r.get("ranks"))
+        if r["kind"] == "step_outlier" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
+            # a one-off of a cause a replay edits: that edit, on that rank and step
+            if r["cause"] == "launch" and not _launch_real(con, n, r["rank"], r["step"]):
+                continue
+            chk = _check(rep, replace(_HOST_SCENARIO[r["cause"]], host_ranks=[r["rank"]]), n, [r["step"]])
+            _set_fix(r, r["cause"], stack, chk)
+        elif r["kind"] == "step_outlier" and r["class"] == "host" and (r["rank"], r["step"]) in abnormal:
+            chk = _check(rep, Scenario(remove_host_stall=[r["rank"]]), n, [r["step"]])
+            cause = r["cause"] or ""
+            what = {"no_op": "no traced op: a sleep, I/O, the GIL", "data_loading": "data loading"}.get(cause, cause)
+            _set_fix(r, cause if cause in ("allocator", "jit_compile", "cpu_op", "data_loading") else "stall", stack, chk,
+                     rank=r["rank"], what=what)
+        elif r["kind"] == "straggler" and r["cause"] == "sync" and r["evidence"]:
+            strag_sync.add(r["rank"])
+            chk = _check(rep, Scenario(no_host_syncs=True, host_ranks=[r["rank"]]), n)
+            _set_fix(r, "extra sync", stack, chk, name=r["evidence"])
+        elif r["kind"] == "dominant" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
+            chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
+            if r["cause"] != "launch" or _launch_real(con, n):
+                _set_fix(r, r["cause"], stack, chk)
+        elif r["kind"] == "dominant" and r["class"] == "communication":
+            _set_fix(r, "communication", stack, _check(rep, Scenario(overlap_comm=True), n))
+        elif r["kind"] == "launch_names" and _launch_real(con, n):
+            _set_fix(r, "launch", stack, _check(rep, Scenario(no_launch_overhead=True), n))
+    for x in _extra_syncs(con, n):
+        if x["rank"] in strag_sync:
+            continue
+        row = _new_row("extra_sync", rank=x["rank"], cls="host", cause="sync", value_ns=x["ns"], baseline_ns=x["base"],
+                       evidence=x["name"], per_step=round(x["extra"], 2), n=x["steps"])
+        chk = _check(rep, Scenario(no_host_syncs=True, host_ranks=[x["rank"]]), n)
+        if chk["recover_ns"] > 0:  # a call that only costs time the GPU was busy anyway is no finding
+            _set_fix(row, "extra sync", _stack(st, [x["rank"]]), chk, name=x["name"])
+            rows.append(row)
+    rows.extend(_pageable(con, rep, n, st))
+    rows.extend(_yardsticks(table))
+    return _rank(rows), table
+
+
+def _launch_real(con, n: int, rank: int | None = None, step: int | None = None) -> bool:
+    """Launch advice only where launch idle really lies in the analysed steps (or the one rank and
+    step of a one-off), and mostly before the launch calls returned: idle after they returned is the
+    kernels queued behind other work (a shared GPU: 193 of 194.6 ms on the bundled ddp4 job; 27.7 of
+    27.9 ms in rank 1's step 1 of the h100 nsys ddp4_straggler job), which no launch fix removes."""
+    where = f"step IN {_STEPS_SQL}" if step is None else f"step = {int(step)} AND rank = {int(rank or 0)}"
+    exposed, queued, median = con.execute(f"""
+        SELECT sum(exposed_ns), sum(exposed_queued_ns),
+               (SELECT median(wall_ns) FROM tf_internal.findings_steps WHERE NOT warmup)
+        FROM launch_overhead WHERE {where}""").fetchone()
+    per_step = (exposed or 0) / (n if step is None else 1)
+    return bool(exposed) and (queued or 0) < 0.5 * exposed and per_step >= 0.02 * (median or 0)
+
+
+def _pageable(con, rep: _Replays, n: int, st: dict[int, str]) -> list[dict]:
+    """A pageable copy every step: pinned, it runs at least twice as fast (the staging copy through a
+    pinned bounce buffer goes; 6.4 GB/s pageable on the launch_bound H100 job) and its call returns at
+    once, which the replay of the copy at half its time gives (its call waits for it: whatif.py)."""
+    row = con.execute(f"""SELECT sum(end_ns - start_ns) / {n}, list(DISTINCT rank ORDER BY rank), count(DISTINCT step),
+                                 arg_max(name, end_ns - start_ns), sum(bytes) / {n},
+                                 arg_max(regexp_extract(name, '(HtoD|DtoH|DtoD|HtoH)'), end_ns - start_ns)
+                          FROM gpu_ops WHERE name ILIKE '%pageable%' AND step IN {_STEPS_SQL}""").fetchone()
+    if not row or not row[0]:
+        return []
+    # the cause as step_causes words it ('HtoD pageable'): the direction of the longest of them
+    r = _new_row("pageable_copy", cls="memory copies", cause=f"{row[5] or 'copy'} pageable", value_ns=row[0],
+                 ranks=row[1], evidence=row[3], n=row[2])
+    r["bytes"] = row[4]
+    chk = _check(rep, Scenario(scale_kernels=[("(?i)pageable", 0.5)]), n)
+    if chk["recover_ns"] <= 0:
+        return []
+    _set_fix(r, "pageable copy", _stack(st, row[1]), chk)
+    return [r]
+
+
+def _yardsticks(table: list[dict]) -> list[dict]:
+    """The replay's bounds (compute or copies twice as fast, no stragglers): what the step would gain,
+    shown apart, never as the fix."""
+    out = []
+    for f in table:
+        if (f.get("reference") or f["scenario"].startswith("no stragglers")) and f["gain_ns"] > 0:
+            r = _new_row("yardstick", evidence=f["scenario"], value_ns=f["gain_ns"], step=f["step"], share_pct=f["gain_pct"])
+            r["yardstick"], r["priority"] = True, 3  # a caveat on the fixes, not a finding
+            r["gain_ns"] = f["gain_ns"]
+            r["figure"], r["unit"] = f["gain_ns"], "ns"
+            out.append(r)
+    return out
+
+
+def _new_row(kind: str, rank=None, cls=None, cause=None, value_ns=None, baseline_ns=None, evidence=None, per_step=None,
+             n=None, ranks=None, step=None, share_pct=None) -> dict:
+    r = {"priority": 1, "kind": kind, "rank": rank, "step": step, "class": cls, "cause": cause, "value_ns": value_ns,
+         "baseline_ns": baseline_ns, "evidence": evidence, "per_step": per_step, "n": n, "ranks": ranks,
+         "share_pct": share_pct}
+    r.update({c: None for c in CLAIM_COLUMNS})
+    r["yardstick"] = False
+    r["repro_sql"] = _repro(r)
+    r["figure"], r["unit"], r["baseline"] = _figure(r)
+    return r
+
+
+def _set_fix(r: dict, cause: str, stack: str, chk: dict, **kw):
+    """The fix stands only where its replay gains above the noise; its gain is kept either way."""
+    r["scenario"] = chk["scenario"]
+    r["gain_ns"], r["steps_affected"], r["recover_ns"] = chk["gain_ns"], chk["steps_affected"], chk["recover_ns"]
+    if chk["recover_ns"] > 0:
+        r["fix"], r["fix_short"] = fix_words(cause, stack, **kw), fix_words(cause, stack, short=True, **kw)
+
+
+def _rank(rows: list[dict]) -> list[dict]:
+    """Fixes first, by what they recover over the capture; then the facts as findings.sql ordered them
+    (priority, cost); yardsticks last."""
+    def key(r):
+        if r["yardstick"]:
+            return (2, 0, 0)
+        if r["fix"]:
+            return (0, -(r["recover_ns"] or 0), 0)
+        return (1, r["priority"] if r["priority"] is not None else 9, -(r.get("cost_ns") or 0))
+    return sorted(rows, key=key)
+
+
+def store(con):
+    """Build the claims and write them over `findings` (its rows, ranked, with the claim columns), and
+    the what-if table beside it (tf_internal.claims_whatif, for the report's section)."""
+    import pyarrow as pa
+    rows, table = build(con)
+    types = {c: t for c, t in con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                          "WHERE table_name = 'findings' AND table_schema = 'main'").fetchall() if c != "claim"}
+    types.update(CLAIM_COLUMNS)
+    names = list(types)
+    data = {c: [r.get(c) for r in rows] for c in names}
+    arrow = pa.table({c: pa.array(v, type=_arrow_type(types[c])) for c, v in data.items()})
+    con.register("tf_claims_rows", arrow)
+    try:
+        con.execute("CREATE OR REPLACE TABLE findings AS SELECT " +
+                    ", ".join(f'"{c}"::{types[c]} AS "{c}"' for c in names) +
+                    " , row_number() OVER ()::INTEGER AS claim FROM tf_claims_rows")
+    finally:
+        con.unregister("tf_claims_rows")
+    from . import comments
+    from .packs import pack_sql
+    comments.apply_docs(con, comments.docs_for(pack_sql("findings"), ["findings"]))  # the table is new: its COMMENT ONs again
+    con.execute("CREATE OR REPLACE TABLE tf_internal.claims_whatif AS SELECT ?::VARCHAR AS fixes", [json.dumps(table)])
+    con.execute(f"INSERT OR REPLACE INTO tf_internal.metadata VALUES ('{DONE_KEY}', '1')")
+
+
+def _arrow_type(t: str):
+    import pyarrow as pa
+    return {"INTEGER": pa.int64(), "BIGINT": pa.float64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
+            "BOOLEAN": pa.bool_(), "INTEGER[]": pa.list_(pa.int64())}.get(t, pa.string())
+
+
+def load(con) -> tuple[list[dict], list[dict]]:
+    """The stored claims (ranked rows) and what-if table; built here, without writing, for a database
+    whose ingest did not store them (a test that ran the packs alone)."""
+    done = con.execute(f"SELECT count(*) FROM tf_internal.metadata WHERE key = '{DONE_KEY}'").fetchone()[0]
+    if not done:
+        return build(con)
+    rel = con.execute("SELECT * FROM findings ORDER BY claim")
+    cols = [d[0] for d in rel.description]
+    rows = [dict(zip(cols, r)) for r in rel.fetchall()]
+    fixes = con.execute("SELECT fixes FROM tf_internal.claims_whatif").fetchone()
+    return rows, json.loads(fixes[0]) if fixes else []
+
+
