@@ -12,7 +12,7 @@ from __future__ import annotations
 from .duck import INTERNAL, sql_string
 from .errors import InputError
 
-FORMAT = 2  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it)
+FORMAT = 3  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it); 3: gpu_sharing, partial_capture, collective_waits.blamed_ns / sharing (findings read them)
 METADATA = f"{INTERNAL}.metadata"
 
 
