@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import FIX, ROOT, connect
 
 BUNDLED = ROOT / "fixtures" / "ddp4_sync_stall"
