@@ -25,13 +25,20 @@
 -- moment (a send completes with its receive): on HTA's trace_filter pair 6 of 10 pairs matched by
 -- order had one kernel end before the other began, which no send and receive can do; those are
 -- left out (partial_capture counts them).
+-- Where the profiler names no communicator (nsys without NCCL payloads: comm is the rank's n-th
+-- communication stream) and a rank has two communication streams or more (TP and DP groups, say),
+-- its collectives cannot be matched to the right peers by stream order: they are left out, and
+-- partial_capture says so ('communicators unknown').
 -- collective_waits shows first: comm, step, seq, op, rank, wait_ns, blamed_ns, transfer_ns, n_ranks
 -- requires: collectives, gpu_ops, gpu_sharing
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
 CREATE OR REPLACE TABLE collective_waits AS
-WITH c AS (
+WITH ambiguous AS (
+    -- ranks whose unnamed communicators cannot be told apart
+    SELECT rank FROM collectives WHERE NOT comm_recorded GROUP BY rank HAVING count(DISTINCT comm) > 1
+), c AS (
     SELECT c.*, o.api_start_ns,
            row_number() OVER (PARTITION BY c.comm, c.step, c.seq ORDER BY c.start_ns DESC, c.rank) AS k
     FROM collectives c LEFT JOIN gpu_ops o USING (rank, op_id)
@@ -44,6 +51,7 @@ WITH c AS (
     HAVING count(DISTINCT rank) >= 2
        -- a send and its receive run at one moment: a point-to-point match whose kernels do not is wrong
        AND (mode(op) NOT IN ('SendRecv', 'Send', 'Recv') OR max(start_ns) < min(end_ns))
+       AND (bool_and(comm_recorded) OR NOT bool_or(rank IN (SELECT rank FROM ambiguous)))
 ), gs AS (
     SELECT g.*, coalesce(g.last_issued_ns < g.second_start_ns AND EXISTS (
                SELECT 1 FROM gpu_sharing s WHERE s.time_sliced AND list_contains(s.ranks, g.last_rank)

@@ -171,6 +171,11 @@ SLOW_TESTS = {
     "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
     "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
+    # cross-rank blame (tests/test_blame.py): each ingests a job and reads its raw files
+    "test_unnamed_communicators_get_no_cross_rank_wait": "edits and ingests an nsys job (60 s)",
+    "test_clock_keeps_time_sliced_ranks_interleaved": "two ingests of the bundled job, raw kernels (25 s each)",
+    "test_sharing_lateness_is_not_blamed": "ingests the bundled job, reads its raw launches (20 s)",
+    "test_partial_capture_and_point_to_point_hta": "ingests the HTA pair (20 s)",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

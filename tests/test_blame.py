@@ -227,3 +227,40 @@ def test_partial_capture_and_point_to_point_hta(tmp_path):
         assert max(s for s, _ in spans) < min(e for _, e in spans)
     impossible = pc.get("unpaired point-to-point", 0)
     assert impossible == 6
+
+
+def test_unnamed_communicators_get_no_cross_rank_wait(tmp_path):
+    """No job of the fixtures or the wild corpus holds two kinds of unnamed communicator (no file's
+    strings hold ncclCommSplit), so one is derived at test time from the real nsys ddp4_sync_stall:
+    ranks 0 and 1 run every other NCCL kernel on a second stream, as a rank of a TP group and a DP
+    group does. nsys records no communicator, so which ranks share which cannot be told: no peer
+    wait and no straggler may be claimed, and partial_capture says why (today: stragglers by
+    stream order)."""
+    import shutil
+    import sqlite3
+    src = FIX / "h100" / "nsys" / "ddp4_sync_stall"
+    if not src.is_dir():
+        pytest.skip(f"{src} not found (../shared is absent)")
+    files = []
+    for r in range(4):
+        dst = tmp_path / f"rank{r}.sqlite"
+        shutil.copy(src / f"rank{r}.sqlite", dst)
+        dst.chmod(0o644)
+        if r in (0, 1):
+            con = sqlite3.connect(dst)
+            ids = [i for (i,) in con.execute(
+                """SELECT k.rowid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+                   WHERE s.value LIKE 'nccl%' ORDER BY k.start""")]
+            con.executemany("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = streamId + 1000 WHERE rowid = ?",
+                            [(i,) for i in ids[1::2]])
+            con.commit()
+            con.close()
+        files.append(str(dst))
+    db = connect(_ingest(files, tmp_path, "split"))
+    streams = dict(db.execute("""SELECT rank, count(DISTINCT comm) FROM collectives WHERE NOT comm_recorded
+                                 GROUP BY rank""").fetchall())
+    assert streams[0] >= 2 and streams[1] >= 2 and streams[2] == 1
+    pc = db.execute("SELECT n, note FROM partial_capture WHERE reason = 'communicators unknown'").fetchone()
+    assert pc is not None and pc[0] == 2 and "ranks 0, 1" in pc[1]
+    assert not db.execute("SELECT count(*) FROM findings WHERE kind = 'straggler' OR peer_wait_ns > 0").fetchone()[0]
+    assert not db.execute("SELECT count(*) FROM collective_waits WHERE rank IN (0, 1)").fetchone()[0]
