@@ -210,10 +210,14 @@ def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str]
 
     units = clock_units(traces, col, mode, sliced_groups(con))
     if len(units) < 2:  # one named host, or one GPU time-sliced by every rank: one clock
-        if "time-sliced" in units[0].name:
-            con.execute("UPDATE traces SET clock_note = ? WHERE rank IN (SELECT unnest(?))",
-                        [f"not shifted: {units[0].name} share one clock (their kernels take turns without "
-                         "overlap only as recorded)", ranks])
+        if "time-sliced" in units[0].name:  # each rank's estimate stored all the same, as for ranks of unknown host
+            for r in ranks:
+                u = _Unit(f"rank {r}", [col[r]])
+                u.measure(m)
+                con.execute("UPDATE traces SET clock_skew_ns = ?, clock_spread_ns = ?, clock_note = ? WHERE rank = ?",
+                            [None if u.est is None else round(u.est), None if u.spread is None else round(u.spread),
+                             f"not shifted: {u.evidence()}; sign test p = {u.p:.2g}; {units[0].name} share one clock "
+                             "(their kernels take turns without overlap only as recorded)", r])
         return [], False
 
     # One decision for every unit, from the recorded times: corrections made one at a time would
@@ -221,8 +225,15 @@ def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str]
     # makes the next one stand out, and so on).
     flagged = decide(m, units, mode)
     recorded = {id(u): u.est for u in units}  # the skew estimates on the recorded times: what traces stores
+    from .gpu_sharing import fit_offset
     for u in flagged:
         u.reason = u.evidence()
+        if len(u.cols) == 1 and u.est is not None and sliced_groups(con):
+            # a rank that took turns on a GPU with others: the offset at which their kernels interleave
+            fitted = fit_offset(con, ranks[u.cols[0]], u.est)
+            if fitted is not None:
+                u.reason += f"; fitted to {fitted / 1e6:+.3f} ms, where its kernels take turns with its GPU's other ranks"
+                u.est = fitted
         m[:, u.cols] -= u.est
         u.applied = u.est or 0.0
     for u in units:
