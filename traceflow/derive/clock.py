@@ -225,6 +225,13 @@ def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str]
     # makes the next one stand out, and so on).
     flagged = decide(m, units, mode)
     recorded = {id(u): u.est for u in units}  # the skew estimates on the recorded times: what traces stores
+    if (len(units) == 2 and len(flagged) == 1 and "time-sliced" in flagged[0].name
+            and min(len(u.cols) for u in units) == 1):
+        # a time-sliced group and one rank apart: the group's ranks agree among themselves (their
+        # kernels take turns), so the lone rank is the one off (a one-step capture: its 7 collectives
+        # are too few for the sign test, the group's 21 are not)
+        lone = next(u for u in units if u is not flagged[0])
+        lone.est, flagged = -(flagged[0].est or 0.0), [lone]
     from .gpu_sharing import fit_offset
     for u in flagged:
         u.reason = u.evidence()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 OVERLAP_MAX_PCT = 0.5   # timestamp rounding (Kineto: 1 us) leaves a trace of overlap on a time-sliced GPU
-MIN_TURNS = 20          # fewer hand-overs are too few to tell time slicing from ranks taking turns by chance
+MIN_TURNS = 10          # fewer hand-overs are too few to tell time slicing from chance (one step of the bundled job: 16 per pair)
 
 DDL = """CREATE OR REPLACE TABLE gpu_sharing (device_key VARCHAR, ranks INTEGER[], time_sliced BOOLEAN,
     turn_ns BIGINT, how VARCHAR, overlap_pct DOUBLE, turns BIGINT)"""
