@@ -149,6 +149,16 @@ FIT_FINE_NS = 2_000
 FIT_SPAN_NS = 500_000_000  # half the stretch of kernels searched on (100 ms held spurious fits: 13.5 ms for 20)
 
 
+def _shifted_overlap(s: np.ndarray, e: np.ndarray, rk: np.ndarray, rank: int, d: float) -> float:
+    """overlap % with `rank`'s kernels moved by -d"""
+    mine = rk == rank
+    s2, e2 = s.copy(), e.copy()
+    s2[mine] -= round(d)
+    e2[mine] -= round(d)
+    o = np.argsort(s2, kind="stable")
+    return measure(s2[o], e2[o], rk[o])[0]
+
+
 def fit_offset(con, rank: int, estimate_ns: float) -> float | None:
     """The offset near `estimate_ns` (subtracted from `rank`'s times) at which its kernels take turns
     with a time-sliced group on its device without overlap; None where no such group or offset.
@@ -165,14 +175,9 @@ def fit_offset(con, rank: int, estimate_ns: float) -> float | None:
         mid = int(np.median(s[rk == rank]))
         win = (s > mid - FIT_SPAN_NS - FIT_WINDOW_NS) & (s < mid + FIT_SPAN_NS + FIT_WINDOW_NS)
 
-        def overlap(d: float, part: np.ndarray | None = None) -> float:
-            s2, e2, r2 = (s, e, rk) if part is None else (s[part], e[part], rk[part])
-            mine = r2 == rank
-            s2, e2 = s2.copy(), e2.copy()
-            s2[mine] -= round(d)
-            e2[mine] -= round(d)
-            o = np.argsort(s2, kind="stable")
-            return measure(s2[o], e2[o], r2[o])[0]
+        def overlap(d: float, part: np.ndarray | None = None, s=s, e=e, rk=rk) -> float:
+            return _shifted_overlap(s, e, rk, rank, d) if part is None else \
+                _shifted_overlap(s[part], e[part], rk[part], rank, d)
         coarse = np.arange(estimate_ns - FIT_WINDOW_NS, estimate_ns + FIT_WINDOW_NS + 1, FIT_COARSE_NS)
         cv = np.array([overlap(d, win) for d in coarse])
         lows = coarse[cv <= cv.min() + 1e-9]
