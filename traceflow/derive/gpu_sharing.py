@@ -7,11 +7,14 @@ resumes in its next turn, so its recorded span contains the other ranks' whole t
 (a kernel containing a whole kernel of another rank) are left out, and among the rest kernels of
 different ranks never overlap. On different GPUs with the same index (one per node) they do:
 
-| job | ranks | kernel time overlapping another rank's (spans left out) | turns |
+| job | kernel time overlapping another rank's | with preempted spans left out | turns |
 |---|---|---|---|
-| bundled ddp4_sync_stall (Kineto, 4 ranks, one H100) | 4 | 0.000 % | see `turns` |
-| param-dlrm8 (8 V100s, no host names) | 8 | tens of % | — |
+| bundled ddp4_sync_stall (Kineto, 4 ranks on one H100) | 49 % | 0.00 % | 122, slices of 2.08 ms |
+| h100 nsys ddp4_sync_stall (the same job) | 48 % | 0.00 % | 490, slices of 2.05 ms |
+| bundled ddp2_flops (2 ranks on one H100) | — | 0.00 % | 84-125 |
+| rank 3 of the bundled job moved +20 ms (a test's edit) | — | 1.7 % with ranks 1, 2 | — |
 
+(param-dlrm8 and hta-2rank put each rank on its own device index: no candidates.)
 (`python -m traceflow.derive.gpu_sharing DB` prints the table of a database.)
 
 Table gpu_sharing, one row per candidate device with two ranks or more:
@@ -31,6 +34,15 @@ import numpy as np
 
 OVERLAP_MAX_PCT = 0.5   # timestamp rounding (Kineto: 1 us) leaves a trace of overlap on a time-sliced GPU
 MIN_TURNS = 10          # fewer hand-overs are too few to tell time slicing from chance (one step of the bundled job: 16 per pair)
+
+DOCS = ("ranks time-slicing one GPU, told from their kernels (traceflow/derive/gpu_sharing.py)", {
+    "device_key": "host:device index ('' where no host is recorded)",
+    "ranks": "the ranks of one group: every pair's kernels take turns on the device, or (time_sliced false) the rest",
+    "time_sliced": "the ranks' kernels never overlap (preempted spans left out) over 10 hand-overs or more",
+    "turn_ns": "the time slice: the 90th percentile of turns (ns); NULL where not time-sliced",
+    "how": "how it was told, with the figures",
+    "overlap_pct": "share of the ranks' kernel time overlapping another rank's (preempted spans left out)",
+    "turns": "hand-overs counted"})
 
 DDL = """CREATE OR REPLACE TABLE gpu_sharing (device_key VARCHAR, ranks INTEGER[], time_sliced BOOLEAN,
     turn_ns BIGINT, how VARCHAR, overlap_pct DOUBLE, turns BIGINT)"""
@@ -141,6 +153,8 @@ def detect(con) -> None:
             rows.append((key, g, sliced, turn_ns if sliced else None, how, round(overlap, 3), turns))
     if rows:
         con.executemany("INSERT INTO gpu_sharing VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    from .. import comments
+    comments.comment_table(con, "gpu_sharing", *DOCS)
 
 
 FIT_WINDOW_NS = 10_000_000  # the collective estimate is off by the ranks' natural offsets: 1.4-6.6 ms measured
