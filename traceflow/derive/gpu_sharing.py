@@ -1,11 +1,12 @@
-"""Ranks time-slicing one GPU, read from the kernels themselves (docs/findings.md, "Ranks sharing a GPU").
+"""Ranks time-slicing one GPU, read from the kernels themselves (docs/findings.md, "Who caused a wait, time slicing").
 
 Candidates are ranks with the same device index on the same host (or no host recorded: Kineto).
 Processes on one GPU without MPS time-slice it: the device serves one context for a turn (~2.3 ms on
 the bundled ddp4_sync_stall), then the next. A kernel running when its turn ends is preempted and
 resumes in its next turn, so its recorded span contains the other ranks' whole turns: such spans
 (a kernel containing a whole kernel of another rank) are left out, and among the rest kernels of
-different ranks never overlap. On different GPUs with the same index (one per node) they do:
+different ranks never overlap. Kernels of ranks on different GPUs with the same index (one per
+node) run at once and overlap; so do those of a rank whose clock is off (last row):
 
 | job | kernel time overlapping another rank's | with preempted spans left out | turns |
 |---|---|---|---|
@@ -17,9 +18,10 @@ different ranks never overlap. On different GPUs with the same index (one per no
 (param-dlrm8 and hta-2rank put each rank on its own device index: no candidates.)
 (`python -m traceflow.derive.gpu_sharing DB` prints the table of a database.)
 
-Table gpu_sharing, one row per candidate device with two ranks or more:
+Table gpu_sharing, per candidate device (two ranks or more on it): one row per group of ranks that
+take turns pairwise, and one row (time_sliced false) of the ranks in none:
   device_key   VARCHAR    host:device ('' where no host is recorded)
-  ranks        INTEGER[]  the ranks whose kernels ran on it
+  ranks        INTEGER[]  the group's ranks
   time_sliced  BOOLEAN    the ranks' kernels never overlap (under OVERLAP_MAX_PCT of their kernel time,
                           timestamp rounding) and the device changed hands at least MIN_TURNS times
   turn_ns      BIGINT     the time slice: the 90th percentile of turns, a turn being a run of one rank's kernels
