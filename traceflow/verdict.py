@@ -232,6 +232,21 @@ def _shared_gpu(r: dict, con) -> str:
     return f"{_ranks(r['ranks']).capitalize()} shared one GPU ({r['note']}): they time-slice it, so {consequence}."
 
 
+@sentence("sharing")
+def _sharing(r: dict, con) -> str:
+    # rows of queries/findings.sql from gpu_sharing (claims-blame); wording is claims-core's to refine
+    s = f"{_ranks(r['ranks']).capitalize()} took turns on one GPU (slices of {_ms(r['evidence_ns'])})"
+    if r["n"]:
+        s += (f": {r['n']} collectives started late by those turns ({_ms(r['value_ns'])}) are left out of "
+              "stragglers and peer waits")
+    return s + "."
+
+
+@sentence("partial_capture")
+def _partial_capture(r: dict, con) -> str:
+    return f"No cross-rank claim (stragglers, peer waits) is made: {r['note']}."
+
+
 @sentence("coverage")
 def _coverage(r: dict, con) -> str:
     before = r["evidence_ns"] or 0
