@@ -6,7 +6,7 @@
 --                  dominant cause of the typical step, then smaller faults | 3 a caveat on the
 --                  figures (shared GPUs, coverage, what the trace cannot give) | 4 a note (launch-bound kernels, exposed
 --                  communication, MFU) (INTEGER)
---   kind           step_outlier | straggler | dominant | shared_gpu | coverage | cannot_answer | launch_bound_steps |
+--   kind           step_outlier | straggler | dominant | shared_gpu | sharing | partial_capture | coverage | cannot_answer | launch_bound_steps |
 --                  launch_names | exposed_comm | mfu | mfu_empty (VARCHAR)
 --   rank, step     whom and when it concerns (NULL: every rank / every analysed step)
 --   class, cause   as in step_causes (what kind of time; the finer cause)
@@ -63,7 +63,7 @@
 --   fix_short      the fix in a few words, for the headline (VARCHAR)
 --   claim          the row's place in the verdict: fixes by recover_ns first, then the facts (INTEGER)
 -- findings shows first: claim, kind, rank, step, cause, figure, fix, recover_ns, evidence
--- requires: cannot_answer, collective_waits, gpu_devices, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
+-- requires: cannot_answer, collective_waits, gpu_devices, gpu_sharing, partial_capture, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -134,18 +134,24 @@ WITH st AS (
     GROUP BY x.rank, x.step
 ), waited AS (
     -- the peers this rank kept waiting in that step's collectives (it started them last)
-    SELECT s.step, s.last_rank AS rank, sum(s.total_wait_ns)::BIGINT AS peer_wait_ns,
+    -- (collective_waits.blamed_ns: only its communicator's ranks, only after the second-last arrival;
+    -- none where its lateness was turns of a shared GPU, none on a partial capture)
+    SELECT s.step, s.last_rank AS rank, sum(s.blamed_wait_ns)::BIGINT AS peer_wait_ns,
            (SELECT list(DISTINCT w.rank ORDER BY w.rank) FROM collective_waits w
-            WHERE w.step = s.step AND w.rank <> s.last_rank AND w.wait_ns > 0) AS peers
-    FROM stragglers s WHERE (s.step, s.last_rank) IN (SELECT step, rank FROM outliers)
+            WHERE w.step = s.step AND w.last_rank = s.last_rank AND w.rank <> s.last_rank AND w.blamed_ns > 0
+              AND NOT w.sharing) AS peers
+    FROM stragglers s WHERE (s.step, s.last_rank) IN (SELECT step, rank FROM outliers) AND NOT s.sharing
+      AND NOT EXISTS (SELECT 1 FROM partial_capture)
     GROUP BY s.step, s.last_rank
 ), late AS (
     -- straggling that repeats: per rank and step, how much later it started the collectives it
-    -- started last than the next-latest rank (stragglers.last_by_ns), 0 in steps it was never last
+    -- started last than the next-latest rank (stragglers.last_by_ns), 0 in steps it was never last;
+    -- lateness by turns of a shared GPU is not its own (stragglers.sharing: bundled ddp4_sync_stall
+    -- rank 1, 62.6 ms late in all, 22.5 ms of it with its host on time, as turns)
     SELECT s.step, r.rank, coalesce(sum(x.last_by_ns), 0) AS delay_ns, count(x.seq) AS times_last,
-           coalesce(sum(x.total_wait_ns), 0) AS wait_ns
+           coalesce(sum(x.blamed_wait_ns), 0) AS wait_ns
     FROM st s CROSS JOIN (SELECT DISTINCT rank FROM collective_waits) r
-    LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = r.rank
+    LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = r.rank AND NOT x.sharing
     GROUP BY s.step, r.rank
 ), late_rank AS (
     -- the median over steps: a one-off stall in one step does not make a rank a straggler
@@ -156,6 +162,7 @@ WITH st AS (
     FROM late_rank a WHERE (SELECT count(*) FROM late_rank) >= 2
 ), stragglers_found AS (
     SELECT * FROM late_base WHERE delay_ns - baseline_ns >= (SELECT material_per_step FROM ref) AND delay_ns >= 2 * baseline_ns
+      AND NOT EXISTS (SELECT 1 FROM partial_capture)  -- the rank they waited for may be one not traced
 ), strag_steps AS (
     -- each rank's GPU compute and host step start in the analysed steps
     SELECT rank, step, compute_ns, host_start_ns, start_ns FROM step_breakdown
@@ -261,7 +268,8 @@ SELECT CASE WHEN f.delay_ns - f.baseline_ns >= 0.05 * (SELECT med FROM ref) THEN
        round(100.0 * f.delay_ns / (SELECT med FROM ref), 2) AS share_pct, s.name AS evidence,
        CASE WHEN s.name IS NOT NULL THEN s.ns_per_step WHEN y.more_compute_ns >= 0.5 * f.delay_ns THEN y.more_compute_ns
             WHEN least(y.late_host_ns, y.late_gpu_ns) >= 0.5 * f.delay_ns THEN y.late_gpu_ns END AS evidence_ns,
-       (SELECT list(DISTINCT rank ORDER BY rank) FROM collective_waits WHERE rank <> f.rank) AS peers,
+       (SELECT list(DISTINCT rank ORDER BY rank) FROM collective_waits
+        WHERE last_rank = f.rank AND rank <> f.rank AND blamed_ns > 0 AND NOT sharing) AS peers,
        f.wait_ns AS peer_wait_ns, f.times_last AS n, round(s.extra, 2) AS per_step
 FROM stragglers_found f LEFT JOIN sync_best s USING (rank) LEFT JOIN strag_why y USING (rank)
 UNION ALL BY NAME
@@ -273,6 +281,17 @@ FROM dominant d JOIN dominant_detail x USING (class)
 WHERE d.ns = (SELECT max(ns) FROM dominant)
 UNION ALL BY NAME
 SELECT 3 AS priority, 'shared_gpu' AS kind, len(ranks) AS n, ranks, how AS note FROM shared
+UNION ALL BY NAME
+-- once, what time slicing does to every cross-rank figure: the collectives started late by turns
+-- (n), their lateness left out of stragglers and peer waits (value_ns), the slice (evidence_ns)
+SELECT 3 AS priority, 'sharing' AS kind, g.ranks, g.turn_ns AS evidence_ns,
+       (SELECT count(*) FROM stragglers x WHERE x.sharing AND list_contains(g.ranks, x.last_rank)) AS n,
+       (SELECT sum(x.last_by_ns) FROM stragglers x WHERE x.sharing AND list_contains(g.ranks, x.last_rank)) AS value_ns,
+       'cross-rank lateness of whole turns of the shared GPU is left out of stragglers and peer waits; '
+       || g.how AS note
+FROM gpu_sharing g WHERE g.time_sliced
+UNION ALL BY NAME
+SELECT 3 AS priority, 'partial_capture' AS kind, reason AS cause, n, note FROM partial_capture
 UNION ALL BY NAME
 SELECT 3 AS priority, 'coverage' AS kind, rank, before_ns + after_ns AS value_ns, coverage_pct AS share_pct,
        before_ns AS evidence_ns FROM cov

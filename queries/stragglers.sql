@@ -8,12 +8,18 @@
 --   last_by_ns     how much later it started than the next-latest rank
 --   total_wait_ns  sum over ranks of wait_ns: the peer wait this collective cost the job
 --   start_ns       when the last rank started (ns since epoch)
+--   blamed_wait_ns sum over ranks of blamed_ns: the wait the last rank caused, after the second-last
+--                  rank's arrival (collective_waits.blamed_ns)
+--   sharing        its lateness is turns of a GPU it time-slices with the second-last rank, its host
+--                  having issued the collective in time (collective_waits.sharing): not a straggler's
 --
 -- stragglers_by_rank (pack `stragglers-by-rank`): per rank, the peer wait it caused; ordered by wait_caused_ns.
 --   times_last      collectives this rank started last
 --   wait_caused_ns  the total_wait_ns of those collectives (ns)
 --   worst_step      the step of the one that cost most; worst_wait_ns its total_wait_ns (ns)
 --   worst_wait_ns   the total_wait_ns of the worst one (ns)
+--   blamed_wait_ns  the blamed_wait_ns of those collectives whose lateness was not sharing (ns)
+--   times_sharing   collectives it started last by turns of a shared GPU (sharing)
 -- stragglers shows first: comm, step, seq, op, last_rank, last_by_ns, total_wait_ns
 -- stragglers_by_rank shows first: rank, times_last, wait_caused_ns, worst_step, worst_wait_ns
 -- requires: collective_waits
@@ -29,12 +35,15 @@ SELECT comm, step, seq, any_value(op) AS op,
        max(rank) FILTER (WHERE k = 1) AS last_rank,
        (max(start_ns) FILTER (WHERE k = 1) - max(start_ns) FILTER (WHERE k = 2))::BIGINT AS last_by_ns,
        sum(wait_ns)::BIGINT AS total_wait_ns,
-       max(start_ns) FILTER (WHERE k = 1) AS start_ns
+       max(start_ns) FILTER (WHERE k = 1) AS start_ns,
+       sum(blamed_ns)::BIGINT AS blamed_wait_ns, bool_or(sharing) AS sharing
 FROM r GROUP BY comm, step, seq ORDER BY step, comm, seq;
 
 CREATE OR REPLACE TABLE stragglers_by_rank AS
 SELECT last_rank AS rank, count(*) AS times_last, sum(total_wait_ns)::BIGINT AS wait_caused_ns,
-       arg_max(step, total_wait_ns) AS worst_step, max(total_wait_ns) AS worst_wait_ns
+       arg_max(step, total_wait_ns) AS worst_step, max(total_wait_ns) AS worst_wait_ns,
+       coalesce(sum(blamed_wait_ns) FILTER (WHERE NOT sharing), 0)::BIGINT AS blamed_wait_ns,
+       count(*) FILTER (WHERE sharing) AS times_sharing
 FROM stragglers GROUP BY last_rank ORDER BY wait_caused_ns DESC;
 
 -- What `.read` of this file shows in the DuckDB shell (on a read-only database, this query alone):

@@ -184,6 +184,11 @@ SLOW_TESTS = {
     "test_perfetto_trace_traceflow_wrote_reads_back_to_the_same_gpu_ops": "two postmortems and two ingests of the bundled job",
     "test_exports_not_read_say_what_to_pass": "six refused ingests, each a subprocess",
     "test_a_shared_gpu_job_gets_no_launch_advice": "ingests a 4-rank nsys job",
+    # cross-rank blame (tests/test_blame.py): each ingests a job and reads its raw files
+    "test_unnamed_communicators_get_no_cross_rank_wait": "edits and ingests an nsys job (60 s)",
+    "test_clock_keeps_time_sliced_ranks_interleaved": "two ingests of the bundled job, raw kernels (25 s each)",
+    "test_sharing_lateness_is_not_blamed": "ingests the bundled job, reads its raw launches (20 s)",
+    "test_partial_capture_and_point_to_point_hta": "ingests the HTA pair (20 s)",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

@@ -181,7 +181,9 @@ def test_short_capture_clock_skew(tmp_path):
     moved = out[20 * 10**6]
     assert all(moved[r][0] == 0 for r in (0, 1, 2)), moved
     # the skew estimate moves by the shift (to within the ranks' natural offsets) and is undone
-    assert abs((moved[3][1] - out[0][3][1]) - 20 * 10**6) < 10**6 and moved[3][0] == -moved[3][1], out
+    assert abs((moved[3][1] - out[0][3][1]) - 20 * 10**6) < 10**6, out
+    # applied: where its kernels take turns with the other ranks' again (gpu_sharing.fit_offset)
+    assert abs(moved[3][0] + 20 * 10**6) <= 200_000, out
 
 
 @needs_shared

@@ -339,7 +339,8 @@ def _shift_rank(tmp_path, rel, rank, shift_ns) -> list[str]:
 @pytest.mark.parametrize("shift_ms", [20, -20, 5, -5])
 def test_clock_skew_found_from_collectives(tmp_path, ingested, rel, shift_ms):
     """Rank 3 moved by a few ms: its estimated skew moves by exactly that; a 20 ms shift stands out of
-    the ranks' natural ordering on the shared GPU and is undone; the unshifted job gets no offset."""
+    the ranks' natural ordering on the shared GPU and is undone to where the kernels take turns again;
+    the unshifted job gets no offset."""
     base = connect(ingested(rel))
     assert base.execute("select count(*) from traces where clock_offset_ns <> 0").fetchone()[0] == 0
     assert base.execute("select count(*) from traces where clock_note like 'not shifted%'").fetchone()[0] == 4
@@ -351,7 +352,9 @@ def test_clock_skew_found_from_collectives(tmp_path, ingested, rel, shift_ms):
     assert all(t[r][1] is not None and t[r][2] for r in t), "estimate and reason stored for every rank"
     assert abs((t[3][1] - skew0[3]) - shift) <= 300_000, (t[3], skew0[3])
     if abs(shift_ms) == 20:
-        assert t[3][0] == -t[3][1], t[3]      # the estimate, applied
+        # undone where the kernels take turns again (gpu_sharing.fit_offset): the collective estimate
+        # alone was off by the ranks' natural offset (ddp4_sync_stall: -18.56 / +21.44 ms applied)
+        assert abs(t[3][0] + shift) <= 200_000, t[3]
         assert all(t[r][0] == 0 for r in (0, 1, 2))
         assert any(w.startswith("rank 3: clock shifted") for w in res.warnings), res.warnings
         # the cross-rank figures come back to within the ranks' natural offset

@@ -12,9 +12,9 @@ from __future__ import annotations
 from .duck import INTERNAL, sql_string
 from .errors import InputError
 
-FORMAT = 4  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it); 3: host_time's
+FORMAT = 5  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it); 3: host_time's
 # jit_compile cause and range_name, sync.cause (pageable copies), sync_extra_peers; 4: findings carry the claim columns
-# (claims.py) (issue 41)
+# (claims.py); 5: gpu_sharing, partial_capture, collective_waits.blamed_ns / sharing (issue 41)
 METADATA = f"{INTERNAL}.metadata"
 
 

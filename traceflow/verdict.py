@@ -262,6 +262,21 @@ def _shared_gpu(r: dict, con) -> str:
     return f"{_ranks(r['ranks']).capitalize()} shared one GPU ({r['note']}): they time-slice it, so {consequence}."
 
 
+@sentence("sharing")
+def _sharing(r: dict, con) -> str:
+    # rows of queries/findings.sql from gpu_sharing (claims-blame); wording is claims-core's to refine
+    s = f"{_ranks(r['ranks']).capitalize()} took turns on one GPU (slices of {_ms(r['evidence_ns'])})"
+    if r["n"]:
+        s += (f": {r['n']} collectives started late by those turns ({_ms(r['value_ns'])}) are left out of "
+              "stragglers and peer waits")
+    return s + "."
+
+
+@sentence("partial_capture")
+def _partial_capture(r: dict, con) -> str:
+    return f"No cross-rank claim (stragglers, peer waits) is made: {r['note']}."
+
+
 @sentence("coverage")
 def _coverage(r: dict, con) -> str:
     before = r["evidence_ns"] or 0
@@ -433,7 +448,7 @@ def _fix_sentence(con, out: dict):
     out["sentences"].append(out["whatif_note"])
 
 
-_CAVEATS = ("shared_gpu", "coverage", "cannot_answer", "yardstick")
+_CAVEATS = ("shared_gpu", "sharing", "partial_capture", "coverage", "cannot_answer", "yardstick")
 HEADLINE_MAX, LINE_MAX, LINES_MAX = 200, 300, 5
 
 
@@ -517,7 +532,10 @@ def _short_form(out: dict):
     out["headline"] = head
     out["lines"] = [_short(r) for r in body[:LINES_MAX]]
     steps = next((x for x in out["sentences"] if " analysed; median step time " in x), None)
-    caveats = ([steps] if steps else []) + [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
+    caveats = ([steps] if steps else []) + [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "partial_capture"]
+    caveats += [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
+    caveats += [_fit(f"Turns on the shared GPU: {r['n']} collectives late by whole turns ({_ms(r['value_ns'])}) are "
+                     "left out of stragglers and peer waits", LINE_MAX) for r in rows if r["kind"] == "sharing" and r["n"]]
     cannot = [r["sentence"] for r in rows if r["kind"] == "cannot_answer"]
     if cannot:
         caveats.append(_fit("Not computable: " + "; ".join(cannot), LINE_MAX))

@@ -20,8 +20,8 @@ def sql(name: str) -> str:
 
 
 def derived_tables() -> set[str]:
-    """What the derive step makes (from its files' CREATE statements)."""
-    return set().union(*(sqlmodules.creates(sql(name)) for name in ORDER))
+    """What the derive step makes (from its files' CREATE statements, and gpu_sharing.py's table)."""
+    return set().union(*(sqlmodules.creates(sql(name)) for name in ORDER)) | {"gpu_sharing"}
 
 
 def derive_tables(con, step_pattern: str | None = None, names=ORDER):
@@ -60,11 +60,14 @@ def derive_all(con, align: str = "auto", step_pattern: str | None = None, timing
         from .. import comments
         comments.apply_docs(con, {t: d for n in PER_RANK if n in PUBLIC_TABLES
                                   for t, d in comments.docs_for(sql(n), [n]).items()})
+    from . import gpu_sharing
+    gpu_sharing.detect(con)  # on the recorded times: ranks taking turns on one GPU share one clock
     if align != "off":
         notes, moved = clock.align(con, mode=align, shift_tables=not per_rank_done)
         warnings.extend(notes)
         if moved:
             derive_tables(con, step_pattern, names)
+            gpu_sharing.detect(con)
     from .. import hardware
     warnings.extend(hardware.load_peaks(con, peak_tflops, peak_gbps))
     timings["derive"] = time.perf_counter() - t0

@@ -148,6 +148,56 @@ def decide(m: np.ndarray, units: list[_Unit], mode: str = "auto") -> list[_Unit]
     return flagged
 
 
+def sliced_groups(con) -> list[list[int]]:
+    """Rank groups whose kernels take turns on one GPU as recorded (table gpu_sharing, derive/gpu_sharing.py)."""
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'gpu_sharing'").fetchone()[0]:
+        return []
+    return [list(r) for (r,) in con.execute("SELECT ranks FROM gpu_sharing WHERE time_sliced ORDER BY device_key").fetchall()]
+
+
+def clock_units(traces: list[tuple[int, str | None]], col: dict[int, int], mode: str,
+                sliced: list[list[int]]) -> list[_Unit]:
+    """The clocks to estimate: a named host's ranks share one (mode auto); so do ranks time-slicing
+    one GPU in every mode, since their kernels interleave without overlap only at the recorded offset
+    (any shift of a turn's length or more runs two contexts on the device at once: bundled
+    ddp4_sync_stall, `--align collectives` moved rank 2 by +2.395 ms, one turn, before this rule)."""
+    parent = {r: r for r, _ in traces}
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    def join(a: int, b: int):
+        parent[root(b)] = root(a)
+
+    first_on: dict[str, int] = {}
+    for r, host in traces:
+        if host is not None and mode == "auto":
+            join(first_on.setdefault(host, r), r)
+    for group in sliced:
+        present = [r for r in group if r in parent]
+        for r in present[1:]:
+            join(present[0], r)
+    members: dict[int, list[int]] = {}
+    for r, _ in traces:
+        members.setdefault(root(r), []).append(r)
+    hosts = dict(traces)
+    units = []
+    for rs in sorted(members.values()):
+        rs = sorted(set(rs))
+        host_names = {hosts[r] for r in rs}
+        if len(rs) == 1:
+            name = f"rank {rs[0]}" if not (mode == "auto" and hosts[rs[0]]) else f"host {hosts[rs[0]]}"
+        elif mode == "auto" and len(host_names) == 1 and None not in host_names:
+            name = f"host {next(iter(host_names))}"
+        else:
+            name = f"ranks {', '.join(map(str, rs))} (one GPU, time-sliced)"
+        units.append(_Unit(name, sorted({col[r] for r in rs})))
+    return units
+
+
 def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str], bool]:
     """Estimates each rank's clock offset, stores it in `traces`, shifts the ranks found off
     (`shift_tables`: their rows' times too; else only `traces.clock_offset_ns`, which a cluster's
@@ -158,24 +208,39 @@ def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str]
         return [], False
     col = {r: i for i, r in enumerate(ranks)}
 
-    units: list[_Unit] = []
-    hosts: dict[str, list[int]] = {}
-    for r, host in traces:
-        if host is not None and mode == "auto":
-            hosts.setdefault(host, []).append(col[r])
-        else:
-            units.append(_Unit(f"rank {r}", [col[r]]))
-    units += [_Unit(f"host {h}", sorted(set(c))) for h, c in hosts.items()]
-    if len(units) < 2:
-        return [], False  # one named host: one clock
+    units = clock_units(traces, col, mode, sliced_groups(con))
+    if len(units) < 2:  # one named host, or one GPU time-sliced by every rank: one clock
+        if "time-sliced" in units[0].name:  # each rank's estimate stored all the same, as for ranks of unknown host
+            for r in ranks:
+                u = _Unit(f"rank {r}", [col[r]])
+                u.measure(m)
+                con.execute("UPDATE traces SET clock_skew_ns = ?, clock_spread_ns = ?, clock_note = ? WHERE rank = ?",
+                            [None if u.est is None else round(u.est), None if u.spread is None else round(u.spread),
+                             f"not shifted: {u.evidence()}; sign test p = {u.p:.2g}; {units[0].name} share one clock "
+                             "(their kernels take turns without overlap only as recorded)", r])
+        return [], False
 
     # One decision for every unit, from the recorded times: corrections made one at a time would
     # cascade (after the most shifted rank is corrected, the fixed ordering of time-sliced ranks
     # makes the next one stand out, and so on).
     flagged = decide(m, units, mode)
     recorded = {id(u): u.est for u in units}  # the skew estimates on the recorded times: what traces stores
+    if (len(units) == 2 and len(flagged) == 1 and "time-sliced" in flagged[0].name
+            and min(len(u.cols) for u in units) == 1):
+        # a time-sliced group and one rank apart: the group's ranks agree among themselves (their
+        # kernels take turns), so the lone rank is the one off (a one-step capture: its 7 collectives
+        # are too few for the sign test, the group's 21 are not)
+        lone = next(u for u in units if u is not flagged[0])
+        lone.est, flagged = -(flagged[0].est or 0.0), [lone]
+    from .gpu_sharing import fit_offset
     for u in flagged:
         u.reason = u.evidence()
+        if len(u.cols) == 1 and u.est is not None and sliced_groups(con):
+            # a rank that took turns on a GPU with others: the offset at which their kernels interleave
+            fitted = fit_offset(con, ranks[u.cols[0]], u.est)
+            if fitted is not None:
+                u.reason += f"; fitted to {fitted / 1e6:+.3f} ms, where its kernels take turns with its GPU's other ranks"
+                u.est = fitted
         m[:, u.cols] -= u.est
         u.applied = u.est or 0.0
     for u in units:

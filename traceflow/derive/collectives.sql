@@ -7,7 +7,10 @@
 --   step  the step in which the collective was launched (NULL when launched outside any step:
 --         such ops are not matched, because ranks' traces cover different windows)
 --   seq   ordinal of the collective within (rank, comm, step), in launch order
--- Output columns: rank, comm, step, seq, op, bytes, start_ns, end_ns (ns), op_id, trace_id, stream, name
+--   comm_recorded  the profiler named the communicator (FALSE: 'stream#n'; then a rank with two
+--         communication streams or more belongs to communicators that cannot be told apart across
+--         ranks: collective_waits leaves them unmatched, partial_capture says why)
+-- Output columns: rank, comm, step, seq, op, bytes, start_ns, end_ns (ns), op_id, trace_id, stream, name, comm_recorded
 -- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
@@ -22,6 +25,7 @@ WITH comm_ops AS (
 SELECT o.rank, coalesce(o.comm, so.stream_comm) AS comm, o.step,
        (row_number() OVER (PARTITION BY o.rank, coalesce(o.comm, so.stream_comm), o.step
                            ORDER BY o.api_start_ns, o.start_ns) - 1)::INTEGER AS seq,
-       o.collective AS op, o.bytes, o.start_ns, o.end_ns, o.op_id, o.trace_id, o.stream, o.name
+       o.collective AS op, o.bytes, o.start_ns, o.end_ns, o.op_id, o.trace_id, o.stream, o.name,
+       o.comm IS NOT NULL AS comm_recorded
 FROM comm_ops o JOIN stream_order so USING (rank, stream)
 WHERE o.step IS NOT NULL;

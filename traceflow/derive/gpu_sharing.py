@@ -1,0 +1,217 @@
+"""Ranks time-slicing one GPU, read from the kernels themselves (docs/findings.md, "Who caused a wait, time slicing").
+
+Candidates are ranks with the same device index on the same host (or no host recorded: Kineto).
+Processes on one GPU without MPS time-slice it: the device serves one context for a turn (~2.3 ms on
+the bundled ddp4_sync_stall), then the next. A kernel running when its turn ends is preempted and
+resumes in its next turn, so its recorded span contains the other ranks' whole turns: such spans
+(a kernel containing a whole kernel of another rank) are left out, and among the rest kernels of
+different ranks never overlap. Kernels of ranks on different GPUs with the same index (one per
+node) run at once and overlap; so do those of a rank whose clock is off (last row):
+
+| job | kernel time overlapping another rank's | with preempted spans left out | turns |
+|---|---|---|---|
+| bundled ddp4_sync_stall (Kineto, 4 ranks on one H100) | 49 % | 0.00 % | 122, slices of 2.08 ms |
+| h100 nsys ddp4_sync_stall (the same job) | 48 % | 0.00 % | 490, slices of 2.05 ms |
+| bundled ddp2_flops (2 ranks on one H100) | — | 0.00 % | 84-125 |
+| rank 3 of the bundled job moved +20 ms (a test's edit) | — | 1.7 % with ranks 1, 2 | — |
+
+(param-dlrm8 and hta-2rank put each rank on its own device index: no candidates.)
+(`python -m traceflow.derive.gpu_sharing DB` prints the table of a database.)
+
+Table gpu_sharing, per candidate device (two ranks or more on it): one row per group of ranks that
+take turns pairwise, and one row (time_sliced false) of the ranks in none:
+  device_key   VARCHAR    host:device ('' where no host is recorded)
+  ranks        INTEGER[]  the group's ranks
+  time_sliced  BOOLEAN    the ranks' kernels never overlap (under OVERLAP_MAX_PCT of their kernel time,
+                          timestamp rounding) and the device changed hands at least MIN_TURNS times
+  turn_ns      BIGINT     the time slice: the 90th percentile of turns, a turn being a run of one rank's kernels
+                          with no other rank's between (first start to last end; ns); NULL where not time-sliced
+  how          VARCHAR    how it was told, with the figures
+  overlap_pct  DOUBLE     share of the ranks' kernel time (preempted spans left out) overlapping another rank's
+  turns        BIGINT     turns counted
+"""
+from __future__ import annotations
+
+import numpy as np
+
+OVERLAP_MAX_PCT = 0.5   # timestamp rounding (Kineto: 1 us) leaves a trace of overlap on a time-sliced GPU
+MIN_TURNS = 10          # fewer hand-overs are too few to tell time slicing from chance (one step of the bundled job: 16 per pair)
+
+DOCS = ("ranks time-slicing one GPU, told from their kernels (traceflow/derive/gpu_sharing.py)", {
+    "device_key": "host:device index ('' where no host is recorded)",
+    "ranks": "the ranks of one group: every pair's kernels take turns on the device, or (time_sliced false) the rest",
+    "time_sliced": "the ranks' kernels never overlap (preempted spans left out) over 10 hand-overs or more",
+    "turn_ns": "the time slice: the 90th percentile of turns (ns); NULL where not time-sliced",
+    "how": "how it was told, with the figures",
+    "overlap_pct": "share of the ranks' kernel time overlapping another rank's (preempted spans left out)",
+    "turns": "hand-overs counted"})
+
+DDL = """CREATE OR REPLACE TABLE gpu_sharing (device_key VARCHAR, ranks INTEGER[], time_sliced BOOLEAN,
+    turn_ns BIGINT, how VARCHAR, overlap_pct DOUBLE, turns BIGINT)"""
+
+_KERNELS = """
+SELECT coalesce(t.hostname, '') || ':' || g.device AS device_key, g.rank, g.start_ns, g.end_ns
+FROM gpu_ops g JOIN (SELECT rank, any_value(hostname) AS hostname FROM traces GROUP BY rank) t USING (rank)
+WHERE g.kind = 'kernel' AND g.category = 'compute' AND g.device IS NOT NULL AND g.end_ns > g.start_ns
+  AND (coalesce(t.hostname, '') || ':' || g.device) IN (
+      SELECT coalesce(t2.hostname, '') || ':' || g2.device FROM gpu_ops g2
+      JOIN (SELECT rank, any_value(hostname) AS hostname FROM traces GROUP BY rank) t2 USING (rank)
+      WHERE g2.kind = 'kernel' AND g2.device IS NOT NULL GROUP BY 1 HAVING count(DISTINCT g2.rank) > 1)
+ORDER BY device_key, start_ns, end_ns
+"""
+
+
+def _union_ns(s: np.ndarray, e: np.ndarray) -> int:
+    """Length of the union of intervals sorted by start."""
+    if not len(s):
+        return 0
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    ends = np.maximum.reduceat(e, idx)
+    return int(np.sum(ends - s[idx]))
+
+
+def _preempted(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Kernels whose span holds a whole kernel of another rank: on a shared GPU, preempted at the end
+    of a turn and resumed in the next. (The first other-rank kernel starting after it is the test.)"""
+    out = np.zeros(len(s), dtype=bool)
+    for r in np.unique(rank):
+        mine, other = rank == r, rank != r
+        os_, oe = s[other], e[other]
+        if not len(os_):
+            continue
+        j = np.searchsorted(os_, s[mine], side="left")
+        ok = j < len(os_)
+        hold = np.zeros(int(mine.sum()), dtype=bool)
+        hold[ok] = oe[j[ok]] <= e[mine][ok]
+        out[np.flatnonzero(mine)] = hold
+    return out
+
+
+def measure(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> tuple[float, int, int | None]:
+    """(overlap %, turns, median turn ns) of one device's kernels sorted by start."""
+    keep = ~_preempted(s, e, rank)
+    s, e, rank = s[keep], e[keep], rank[keep]
+    per_rank = sum(_union_ns(s[rank == r], e[rank == r]) for r in np.unique(rank))
+    overlap = 100.0 * (per_rank - _union_ns(s, e)) / per_rank if per_rank else 0.0
+    if not len(s):
+        return overlap, 0, None
+    change = np.ones(len(s), dtype=bool)
+    change[1:] = rank[1:] != rank[:-1]
+    idx = np.flatnonzero(change)
+    turn_ns = np.maximum.reduceat(e, idx) - s[idx]
+    # a turn cut by the time slice is as long as the slice; shorter ones end when the rank runs out
+    # of queued work: the 90th percentile is the slice (bundled ddp4_sync_stall: 2.08 ms; median 1.95)
+    return overlap, len(idx), int(np.percentile(turn_ns, 90))
+
+
+def _device_kernels(con) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """{device key: (starts, ends, ranks)} of the candidate devices' compute kernels, sorted by start."""
+    k = con.execute(_KERNELS).fetchnumpy()
+    keys = np.asarray(k["device_key"], dtype=object)
+    out = {}
+    for key in dict.fromkeys(keys.tolist()):
+        sel = keys == key
+        out[key] = (np.asarray(k["start_ns"][sel], dtype=np.int64), np.asarray(k["end_ns"][sel], dtype=np.int64),
+                    np.asarray(k["rank"][sel], dtype=np.int64))
+    return out
+
+
+def _sliced(s: np.ndarray, e: np.ndarray, rank: np.ndarray, ranks) -> tuple[bool, float, int, int | None]:
+    sel = np.isin(rank, list(ranks))
+    overlap, turns, turn_ns = measure(s[sel], e[sel], rank[sel])
+    return overlap < OVERLAP_MAX_PCT and turns >= MIN_TURNS, overlap, turns, turn_ns
+
+
+def _groups(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> list[list[int]]:
+    """Ranks that take turns with every other rank of their group (a rank whose clock is off
+    overlaps some of them: it is left out, and clock alignment fits it back)."""
+    groups: list[list[int]] = []
+    for r in sorted(int(x) for x in np.unique(rank)):
+        home = next((g for g in groups if all(_sliced(s, e, rank, (q, r))[0] for q in g)), None)
+        if home is None:
+            groups.append([r])
+        else:
+            home.append(r)
+    return groups
+
+
+def detect(con) -> None:
+    """Fill gpu_sharing from gpu_ops (times as they stand: clock alignment calls it on the recorded ones)."""
+    con.execute(DDL)
+    rows = []
+    for key, (s, e, rank) in _device_kernels(con).items():
+        where = ("the same device index (no host recorded)" if key.startswith(":")
+                 else "the same host and device index")
+        groups = _groups(s, e, rank)
+        rest = sorted(r for g in groups if len(g) == 1 for r in g)
+        for g in [g for g in groups if len(g) > 1] + ([rest] if rest else []):
+            sliced, overlap, turns, turn_ns = _sliced(s, e, rank, g)
+            sliced = sliced and len(g) > 1
+            how = (f"{where}; {overlap:.2f} % of their kernel time overlaps another rank's (preempted spans left out), "
+                   f"{turns} turns" + (f", slices of {turn_ns / 1e6:.2f} ms" if sliced and turn_ns else ""))
+            rows.append((key, g, sliced, turn_ns if sliced else None, how, round(overlap, 3), turns))
+    if rows:
+        con.executemany("INSERT INTO gpu_sharing VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    from .. import comments
+    comments.comment_table(con, "gpu_sharing", *DOCS)
+
+
+FIT_WINDOW_NS = 10_000_000  # the collective estimate is off by the ranks' natural offsets: 1.4-6.6 ms measured
+FIT_COARSE_NS = 100_000    # steps of the search; a turn is ~2 ms, so the coarse minimum lies in the right one
+FIT_FINE_NS = 2_000
+FIT_SPAN_NS = 500_000_000  # half the stretch of kernels searched on (100 ms held spurious fits: 13.5 ms for 20)
+
+
+def _shifted_overlap(s: np.ndarray, e: np.ndarray, rk: np.ndarray, rank: int, d: float) -> float:
+    """overlap % with `rank`'s kernels moved by -d"""
+    mine = rk == rank
+    s2, e2 = s.copy(), e.copy()
+    s2[mine] -= round(d)
+    e2[mine] -= round(d)
+    o = np.argsort(s2, kind="stable")
+    return measure(s2[o], e2[o], rk[o])[0]
+
+
+def fit_offset(con, rank: int, estimate_ns: float) -> float | None:
+    """The offset near `estimate_ns` (subtracted from `rank`'s times) at which its kernels take turns
+    with a time-sliced group on its device without overlap; None where no such group or offset.
+    A shift found from collective ends carries the ranks' natural offsets on a shared GPU (bundled
+    ddp4_sync_stall, rank 3 moved +20 ms: estimate 21.44 ms); the kernels' interleaving is exact."""
+    groups = con.execute("SELECT device_key, ranks FROM gpu_sharing WHERE time_sliced").fetchall()
+    for key, (s, e, rk) in _device_kernels(con).items():
+        group = next((list(g) for k, g in groups if k == key and rank not in g), None)
+        if group is None or rank not in set(rk.tolist()):
+            continue
+        sel = np.isin(rk, group + [rank])
+        s, e, rk = s[sel], e[sel], rk[sel]
+        # search on 1 s of the rank's kernels (the middle of its capture), check on all
+        mid = int(np.median(s[rk == rank]))
+        win = (s > mid - FIT_SPAN_NS - FIT_WINDOW_NS) & (s < mid + FIT_SPAN_NS + FIT_WINDOW_NS)
+
+        def overlap(d: float, part: np.ndarray | None = None, s=s, e=e, rk=rk) -> float:
+            return _shifted_overlap(s, e, rk, rank, d) if part is None else \
+                _shifted_overlap(s[part], e[part], rk[part], rank, d)
+        coarse = np.arange(estimate_ns - FIT_WINDOW_NS, estimate_ns + FIT_WINDOW_NS + 1, FIT_COARSE_NS)
+        cv = np.array([overlap(d, win) for d in coarse])
+        lows = coarse[cv <= cv.min() + 1e-9]
+        best = lows[np.argmin(np.abs(lows - estimate_ns))]  # of equal fits, the nearest the estimate
+        fine = np.arange(best - 1.5 * FIT_COARSE_NS, best + 1.5 * FIT_COARSE_NS + 1, FIT_FINE_NS)
+        fv = np.array([overlap(d, win) for d in fine])
+        best = float(np.median(fine[fv <= fv.min() + 1e-9]))  # the middle of the offsets that fit as well
+        return float(best) if overlap(best) < OVERLAP_MAX_PCT else None
+    return None
+
+
+if __name__ == "__main__":
+    import sys
+
+    import duckdb
+    mem = duckdb.connect()
+    mem.execute(f"ATTACH '{sys.argv[1]}' AS src (READ_ONLY)")
+    mem.execute("CREATE TABLE gpu_ops AS SELECT * FROM src.gpu_ops; CREATE TABLE traces AS SELECT * FROM src.traces")
+    detect(mem)
+    for row in mem.execute("SELECT * FROM gpu_sharing").fetchall():
+        print(row)
