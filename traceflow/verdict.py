@@ -535,7 +535,7 @@ def _short_form(out: dict):
     caveats = ([steps] if steps else []) + [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "partial_capture"]
     caveats += [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
     caveats += [_fit(f"Turns on the shared GPU: {r['n']} collectives late by whole turns ({_ms(r['value_ns'])}) are "
-                     "left out of stragglers and peer waits", LINE_MAX) for r in rows if r["kind"] == "sharing" and r["n"]]
+                     "left out of stragglers and peer waits.", LINE_MAX) for r in rows if r["kind"] == "sharing" and r["n"]]
     cannot = [r["sentence"] for r in rows if r["kind"] == "cannot_answer"]
     if cannot:
         caveats.append(_fit("Not computable: " + "; ".join(cannot), LINE_MAX))
