@@ -1,0 +1,108 @@
+"""Issue 45's hostile round: what a hostile tester reproduced on the landed code, each held to
+docs/bad-input.md's promise (one line, the right exit code, nothing lost, nothing left behind).
+
+Inputs are derived at test time from real files: a database written by a real ingest of a bundled
+trace, then tampered with; real traces and pickles re-packed. Every case runs the real command in a
+subprocess (test_files_and_processes.Run) with a timeout, so a hang fails the test instead of the run.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import test_files_and_processes
+from test_files_and_processes import assert_clean, assert_refused, snapshot
+
+one_rank_db = test_files_and_processes.one_rank_db
+sandbox = test_files_and_processes.sandbox
+
+
+def _tamper(db: Path, *statements: str) -> None:
+    import duckdb
+    con = duckdb.connect(str(db))
+    for s in statements:
+        con.execute(s)
+    con.close()
+
+
+# --- 1. a database someone sends you is untrusted -------------------------------------------------
+
+def test_a_macro_named_current_setting_does_not_undo_the_lock(sandbox):
+    """`CREATE MACRO current_setting(x) AS true` made lock_down believe it was already applied: the
+    view over /etc/passwd was then shown by `query` and `sql`. Refused at open, before any view runs."""
+    run, trace, db = sandbox
+    _tamper(db, "CREATE MACRO current_setting(x) AS true", "DROP TABLE idle_gaps",
+            "CREATE VIEW idle_gaps AS SELECT content AS next_op FROM read_text('/etc/passwd')")
+    before = snapshot(run.root)
+    for cmd in (["query", db, "idle-gaps"], ["sql", db, "select * from idle_gaps"],
+                ["report", db, "-o", run.root / "r.html"]):
+        r = run(*cmd, timeout=120)
+        assert_refused(r, 3, db.name, "macro named current_setting")
+        assert "root:" not in r.stdout
+    assert_clean(run, before, run.root)
+
+
+@pytest.mark.parametrize("macro", ["CREATE MACRO round(x, y) AS 0", "CREATE MACRO enable_logging() AS 1",
+                                   "CREATE MACRO greatest(a, b) AS TABLE SELECT 1"])
+def test_a_macro_shadowing_a_builtin_is_refused(sandbox, macro):
+    """Macros named like DuckDB's own functions ran in place of them in traceflow's SQL: internal errors."""
+    run, trace, db = sandbox
+    _tamper(db, macro)
+    before = snapshot(run.root)
+    name = macro.split()[2].split("(")[0]
+    for cmd in (["query", db, "steps"], ["sql", db, "select 1"], ["report", db, "-o", run.root / "r.html"]):
+        assert_refused(run(*cmd, timeout=120), 3, db.name, f"macro named {name}")
+    assert_clean(run, before, run.root)
+
+
+def test_a_macro_of_the_users_own_is_kept(sandbox):
+    """A macro with a name of its own (a user's helper) shadows nothing: the database still opens."""
+    run, trace, db = sandbox
+    _tamper(db, "CREATE MACRO my_ms(ns) AS ns / 1e6")
+    r = run("sql", db, "SELECT my_ms(2000000) AS ms", "--format", "csv", timeout=120)
+    assert (r.returncode, r.stdout.split()) == (0, ["ms", "2.0"]), r.stderr
+
+
+@pytest.mark.parametrize("view", [
+    "SELECT range AS next_op FROM range(1000000000000)",
+    "WITH RECURSIVE t(next_op) AS (SELECT 1 UNION ALL SELECT next_op + 1 FROM t) SELECT * FROM t",
+    "SELECT x AS next_op FROM (SELECT 1) s, LATERAL generate_series(1, 1000000000000) g(x)",
+])
+def test_a_view_without_a_bound_on_its_cost_is_refused(sandbox, view):
+    """Views over range() or a recursive CTE made `query`, `report` and `sql` run until killed."""
+    run, trace, db = sandbox
+    _tamper(db, "DROP TABLE idle_gaps", f"CREATE VIEW idle_gaps AS {view}")
+    before = snapshot(run.root)
+    for cmd in (["query", db, "idle-gaps"], ["sql", db, "select count(*) from idle_gaps"],
+                ["report", db, "-o", run.root / "r.html"]):
+        t0 = time.monotonic()
+        r = run(*cmd, timeout=120)
+        assert_refused(r, 3, db.name, "its view idle_gaps reads")
+        assert time.monotonic() - t0 < 60
+    assert_clean(run, before, run.root)
+
+
+# --- 2. read-only `sql` stays read-only inside EXPLAIN and PREPARE --------------------------------
+
+def test_explain_analyze_and_prepare_never_write(sandbox):
+    """`EXPLAIN ANALYZE COPY ...` and `PREPARE p AS COPY ...; EXECUTE p` were taken for reads by their
+    outer kind and wrote into the folder the lock allows (a cluster job's shards, beside the database)."""
+    run, trace, db = sandbox
+    parts = run.root / f"{db.name}.parts-0"  # the one folder beside the database its connection may write in
+    parts.mkdir()
+    (parts / "0.gpu_ops.parquet").write_bytes(b"a shard")
+    before = snapshot(run.root)
+    for text in (f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{parts}/0.gpu_ops.parquet'",
+                 f"EXPLAIN (FORMAT json) COPY (SELECT 1) TO '{parts}/new.csv'",
+                 f"PREPARE p AS COPY (SELECT 1) TO '{parts}/0.gpu_ops.parquet'; EXECUTE p",
+                 f"SELECT 1; PREPARE \"q r\" AS COPY (SELECT 2) TO '{parts}/x.csv'; EXECUTE \"q r\"",
+                 f"EXPLAIN /* a comment */ ANALYZE COPY (SELECT 1) TO '{parts}/y.csv'"):
+        r = run("sql", db, text, timeout=120)
+        assert_refused(r, 2)
+        assert sorted(p.name for p in parts.iterdir()) == ["0.gpu_ops.parquet"], text
+    assert_clean(run, before, run.root)
+    r = run("sql", db, "PREPARE p AS SELECT count(*) AS n FROM traces; EXECUTE p", "--format", "csv", timeout=120)
+    assert (r.returncode, r.stdout.split()) == (0, ["n", "1"]), r.stderr
+    r = run("sql", db, "EXPLAIN ANALYZE SELECT count(*) FROM traces", timeout=120)
+    assert r.returncode == 0, r.stderr
