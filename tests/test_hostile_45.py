@@ -7,6 +7,8 @@ subprocess (test_files_and_processes.Run) with a timeout, so a hang fails the te
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -106,3 +108,60 @@ def test_explain_analyze_and_prepare_never_write(sandbox):
     assert (r.returncode, r.stdout.split()) == (0, ["n", "1"]), r.stderr
     r = run("sql", db, "EXPLAIN ANALYZE SELECT count(*) FROM traces", timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+# --- 3. a write-ahead log beside the database, a writer beside the append -------------------------
+
+def _leave_a_wal(db: Path) -> Path:
+    """A program that adds a table and ends without closing the file: its write-ahead log stays."""
+    code = ("import duckdb, os, sys\ncon = duckdb.connect(sys.argv[1])\ncon.execute(\"SET checkpoint_threshold = '1TB'\")\n"
+            "con.execute('CREATE TABLE precious AS SELECT range AS i FROM range(1000)')\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True, timeout=60)
+    wal = Path(f"{db}.wal")
+    assert wal.stat().st_size > 0
+    return wal
+
+
+def test_a_left_over_wal_is_never_lost(sandbox):
+    """Re-ingest or --append beside a left-over `job.duckdb.wal` replaced the database, then exit 3
+    "not a readable DuckDB database": the database no longer opened and the log's table was lost."""
+    import duckdb
+    run, trace, db = sandbox
+    wal = _leave_a_wal(db)
+    before = snapshot(run.root)
+    assert_refused(run("ingest", trace, "-o", db, timeout=300), 3, db.name, "job.duckdb.wal beside it holds writes")
+    assert_clean(run, before, run.root)
+    from test_files_and_processes import KINETO
+    r = run("ingest", KINETO[1], "-o", db, "--append", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not wal.exists()
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*), sum(i) FROM precious").fetchone() == (1000, sum(range(1000)))
+    assert con.execute("SELECT count(*) FROM traces").fetchone()[0] == 2
+    con.close()
+    r = run("query", db, "steps", timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_writer_beside_an_append_is_kept_out(sandbox):
+    """A table another process added while --append ran was lost with the replace (or the run ended
+    in exit 3 after it). The database is held from the copy to the replace: the writer is refused by
+    DuckDB's own lock, the append completes, and the file opens."""
+    import duckdb
+    from test_files_and_processes import KINETO, wait_for_phase
+    run, trace, db = sandbox
+    p = run.popen("ingest", KINETO[1], "-o", db, "--append")
+    try:
+        assert wait_for_phase(p, "reading", run, db), p.communicate()
+        code = ("import duckdb, sys\ntry:\n    duckdb.connect(sys.argv[1]).execute('CREATE TABLE mine AS SELECT 1')\n"
+                "    print('wrote')\nexcept duckdb.Error as e:\n    print('refused', 'lock' in str(e).lower())\n")
+        w = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=60)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert w.stdout.split() == ["refused", "True"], w.stdout + w.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM traces").fetchone()[0] == 2
+    con.close()
