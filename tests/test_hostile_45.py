@@ -165,3 +165,72 @@ def test_a_writer_beside_an_append_is_kept_out(sandbox):
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*) FROM traces").fetchone()[0] == 2
     con.close()
+
+
+# --- 4. bombs: every expansion bounded by the input's size ---------------------------------------
+
+def _real_frames(n: int) -> list[dict]:
+    """Frames made of the real CPU op names of a bundled trace (a Flight Recorder frame's shape)."""
+    import gzip
+    import json
+    from test_files_and_processes import KINETO
+    events = json.loads(gzip.open(KINETO[0]).read())["traceEvents"]
+    names = sorted({e["name"] for e in events if e.get("cat") == "cpu_op"})
+    return [{"filename": "train.py", "line": i, "name": names[i % len(names)]} for i in range(n)]
+
+
+def test_a_pickle_of_shared_references_is_refused_in_bounded_time(tmp_path):
+    """205 KB of a Flight Recorder dump held 2,000 entries sharing one list of 100 k frame references:
+    minutes of walking. An allocator snapshot of shared block lists: 25 M rows, out of memory."""
+    import pickle
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    frame = _real_frames(1)[0]
+    shared = [frame] * 100_000
+    fr = {"version": "2.2", "pg_config": {}, "entries": [
+        {"record_id": i, "seq_id": i, "profiling_name": "nccl:all_reduce", "frames": shared, "state": "completed"}
+        for i in range(2_000)]}
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(fr, protocol=4))
+    blocks = [{"address": 1 << 20, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": []}] * 5_000
+    snap = {"segments": [{"device": 0, "address": 1 << 30, "total_size": 1 << 21, "blocks": blocks}] * 5_000,
+            "device_traces": []}
+    (tmp_path / "rank0_memory_snapshot.pickle").write_bytes(pickle.dumps(snap, protocol=4))
+    for name in ("nccl_trace_rank_0", "rank0_memory_snapshot.pickle"):
+        f = tmp_path / name
+        assert f.stat().st_size < 300_000
+        t0 = time.monotonic()
+        r = run("ingest", f, "-o", tmp_path / "job.duckdb", timeout=120)
+        assert_refused(r, 3, name, "refusing a likely bomb")
+        assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "job.duckdb").exists()
+
+
+def test_a_bytearray_of_a_count_is_refused():
+    """An 84-byte pickle asked for bytearray(10**9): a gigabyte allocated by the restricted unpickler."""
+    import pickle
+    from traceflow.errors import InputError
+    from traceflow.readers import safe_pickle
+
+    class Big:
+        def __reduce__(self):
+            return bytearray, (10**9,)
+    data = pickle.dumps(Big(), protocol=3)
+    assert len(data) < 100
+    with pytest.raises(InputError, match="a bytearray made from a count"):
+        safe_pickle.loads(data, "big.pkl")
+    assert safe_pickle.loads(pickle.dumps(bytearray(b"bytes"), protocol=3), "ok.pkl") == bytearray(b"bytes")
+
+
+def test_a_gzip_with_a_sparse_zero_tail_stops_early(sandbox):
+    """A .json.gz followed by 5 GB of (sparse) zero bytes was read to its end."""
+    run, trace, db = sandbox
+    bomb = run.root / "rank-0.json.gz"
+    bomb.write_bytes(trace.read_bytes())
+    with open(bomb, "r+b") as f:
+        f.truncate(5 << 30)
+    t0 = time.monotonic()
+    r = run("ingest", bomb, "-o", run.root / "new.duckdb", timeout=120)
+    assert_refused(r, 3, bomb.name, "zero bytes after the gzip data")
+    assert time.monotonic() - t0 < 60
+    assert not (run.root / "new.duckdb").exists()
+    bomb.unlink()
