@@ -234,3 +234,32 @@ def test_a_gzip_with_a_sparse_zero_tail_stops_early(sandbox):
     assert time.monotonic() - t0 < 60
     assert not (run.root / "new.duckdb").exists()
     bomb.unlink()
+
+
+@pytest.mark.parametrize("rowid", [2**33, 2**62])
+def test_an_nsys_rowid_jump_reads_by_rows(sandbox, rowid):
+    """A kernel's rowid set to 2**33 in a small export made 34,000 read ranges (52 s); 2**62 ran out
+    of memory. The ranges follow the row count; every kernel is read once."""
+    import shutil
+    import sqlite3
+    from test_files_and_processes import NSYS_SMALL
+    if not NSYS_SMALL.exists():
+        pytest.skip(f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
+    run, trace, db = sandbox
+    sq = run.root / "rank0.sqlite"
+    shutil.copyfile(NSYS_SMALL, sq)
+    con = sqlite3.connect(sq)
+    n = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = ? WHERE rowid = (SELECT max(rowid) FROM "
+                "CUPTI_ACTIVITY_KIND_KERNEL)", [rowid])
+    con.commit()
+    con.close()
+    t0 = time.monotonic()
+    r = run("ingest", sq, "-o", run.root / "n.duckdb", timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 120
+    import duckdb
+    con = duckdb.connect(str(run.root / "n.duckdb"), read_only=True)
+    got = con.execute("SELECT count(*) FROM gpu_ops WHERE category IN ('compute', 'communication')").fetchone()[0]
+    con.close()
+    assert got == n
