@@ -253,6 +253,8 @@ def test_an_nsys_rowid_jump_reads_by_rows(sandbox, rowid):
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = ? WHERE rowid = (SELECT max(rowid) FROM "
                 "CUPTI_ACTIVITY_KIND_KERNEL)", [rowid])
     con.commit()
+    from traceflow.readers.nsys import ROWS_PER_TASK, _row_ranges
+    assert len(_row_ranges(con.cursor(), "CUPTI_ACTIVITY_KIND_KERNEL")) <= 1 + n // ROWS_PER_TASK
     con.close()
     t0 = time.monotonic()
     r = run("ingest", sq, "-o", run.root / "n.duckdb", timeout=240)
