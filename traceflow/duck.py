@@ -56,9 +56,14 @@ NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensio
 
 
 def connect(database: str | PathLike = ":memory:", read_only: bool = False, config: dict | None = None):
-    """`duckdb.connect` with NO_EXTENSIONS (and `config`): the one way traceflow opens DuckDB."""
+    """`duckdb.connect` with NO_EXTENSIONS (and `config`): the one way traceflow opens DuckDB; a signal
+    interrupts its queries (interrupts.watch)."""
     import duckdb
-    return duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **(config or {})})
+
+    from .interrupts import watch
+    con = duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **(config or {})})
+    watch(con)  # Ctrl-C and SIGTERM stop its queries at once (a recursive CTE: lost otherwise)
+    return con
 
 
 def lock_down(con, allowed: list[str] | tuple = (), paths: list[str] | tuple = ()) -> None:

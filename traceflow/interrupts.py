@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import weakref
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
@@ -122,12 +123,56 @@ def _unraisable(u) -> None:
     sys.__unraisablehook__(u)
 
 
+_watched: weakref.WeakSet = weakref.WeakSet()  # DuckDB connections a signal interrupts (watch())
+
+
+def watch(con) -> None:
+    """A DuckDB connection that a signal interrupts at once. Python runs a signal's handler only when
+    the main thread is back in Python: while DuckDB ran a query (a recursive CTE typed into `sql`, a
+    view in a database someone sent) Ctrl-C and SIGTERM were lost in most tries, one core at 100 %
+    until kill -9. The signal's byte reaches a thread of ours through the wakeup fd (written from C,
+    at once), which calls `con.interrupt()`: DuckDB then raises in the main thread."""
+    _watched.add(con)
+
+
+def _interrupter(fd: int) -> None:
+    while True:
+        try:
+            got = os.read(fd, 64)
+        except OSError:
+            return
+        if not got:
+            return
+        signums = [b for b in got if b in tuple(int(s) for s in SIGNALS)]
+        if not signums:
+            continue
+        if _seen["signal"] is None:
+            _seen["signal"] = signal.Signals(signums[0])
+        for con in list(_watched):
+            try:
+                con.interrupt()
+            except Exception:  # noqa: BLE001, S112 - a connection closed meanwhile
+                continue
+
+
+def _start_interrupter() -> None:
+    """The thread of watch(): started once, from the main thread (set_wakeup_fd's rule)."""
+    if getattr(_start_interrupter, "started", False):
+        return
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    threading.Thread(target=_interrupter, args=(r,), name="traceflow-interrupter", daemon=True).start()
+    _start_interrupter.started = True  # type: ignore[attr-defined]
+
+
 def install() -> None:
     """From here on, Ctrl-C and SIGTERM raise KeyboardInterrupt in the main thread (the command
-    cleans up and ends with exit_interrupted())."""
+    cleans up and ends with exit_interrupted()), and interrupt the DuckDB queries running (watch())."""
     from .outputs import BEFORE_REPLACE
     for s in SIGNALS:
         signal.signal(s, _on_signal)
+    _start_interrupter()
     sys.unraisablehook = _unraisable
     _hold_signals_in_extension_inits()
     if raise_if_interrupted not in BEFORE_REPLACE:
