@@ -309,3 +309,56 @@ def test_a_signal_stops_a_query_that_never_ends(sandbox, sig, where):
     assert p.returncode == {"SIGINT": 130, "SIGTERM": 143}[sig], err
     assert err.strip() == {"SIGINT": "traceflow: interrupted", "SIGTERM": "traceflow: terminated"}[sig]
     assert_clean(run, before, run.root)
+
+
+def _server(answer: bytes | None):
+    """A TCP server on 127.0.0.1 that accepts and then says nothing (`answer` None) or sends
+    `answer`; stopped by the test."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+    held = []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            held.append(c)
+            if answer is not None:
+                c.sendall(answer)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(5)
+        for c in held:
+            c.close()
+        srv.close()
+    return f"tcp://127.0.0.1:{srv.getsockname()[1]}", close
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"])
+def test_a_cluster_address_that_is_no_scheduler(sandbox, answer):
+    """`--cluster tcp://HOST:PORT` to a port that accepts and says nothing waited forever with no
+    output; one answering non-Dask bytes ended in "internal error (MemoryError: Unable to allocate
+    3.07 EiB)". One line, exit 3, in bounded time, nothing left."""
+    pytest.importorskip("distributed")
+    run, trace, db = sandbox
+    address, close = _server(answer)
+    before = snapshot(run.root)
+    try:
+        t0 = time.monotonic()
+        r = run("ingest", trace, "-o", run.root / "c.duckdb", "--cluster", address, timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        close()
+    assert_refused(r, 3, address, "not a Dask scheduler")
+    assert took < 60
+    assert_clean(run, before, run.root)
