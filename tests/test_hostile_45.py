@@ -362,3 +362,54 @@ def test_a_cluster_address_that_is_no_scheduler(sandbox, answer):
     assert_refused(r, 3, address, "not a Dask scheduler")
     assert took < 60
     assert_clean(run, before, run.root)
+
+
+SLOW_NSYS = """#!{py}
+# A stand-in for `nsys export` that is slow: the first half of the real export it stands for is
+# written to --output, then it waits (the test interrupts it there).
+import pathlib, sys, time
+args = sys.argv[1:]
+out = pathlib.Path(args[args.index("--output") + 1])
+data = pathlib.Path(pathlib.Path(args[-1]).read_text().splitlines()[1]).read_bytes()
+out.write_bytes(data[: len(data) // 2])
+time.sleep(300)
+"""
+
+
+def test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache(sandbox):
+    """Ctrl-C during `nsys export` left the partial export in traceflow's cache for good (the next
+    run then took it for the export). It is written in the run's scratch folder now."""
+    import os
+    import signal
+    from test_files_and_processes import NSYS_SMALL
+    if not NSYS_SMALL.exists():
+        pytest.skip(f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
+    run, trace, db = sandbox
+    exe = run.root / "bin" / "nsys"
+    exe.parent.mkdir()
+    exe.write_text(SLOW_NSYS.format(py=sys.executable))
+    exe.chmod(0o755)
+    rep = run.root / "rank0.nsys-rep"
+    rep.write_text(f"NSYS-REP stand-in\n{NSYS_SMALL}\n")
+    cache = run.root / "cache"
+    before = snapshot(run.root)
+    p = subprocess.Popen([*test_files_and_processes.TRACEFLOW, "ingest", str(rep), "-o", str(run.root / "n.duckdb"),
+                          "--nsys", str(exe)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, **run.env, "TRACEFLOW_CACHE": str(cache)}, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < end and not any(
+                f.stat().st_size > 0 for where in (cache, run.tmpdir) if where.exists()
+                for f in where.rglob("*.sqlite") if f.is_file()):
+            time.sleep(0.02)
+        assert p.poll() is None, p.communicate()
+        os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert p.returncode == 130, err
+    assert err.strip() == "traceflow: interrupted"
+    assert [f.name for f in cache.rglob("*") if f.is_file()] == []
+    assert_clean(run, before, run.root)
