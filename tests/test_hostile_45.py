@@ -413,3 +413,58 @@ def test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache(sandbox):
     assert err.strip() == "traceflow: interrupted"
     assert [f.name for f in cache.rglob("*") if f.is_file()] == []
     assert_clean(run, before, run.root)
+
+
+# --- 6. output injection ---------------------------------------------------------------------------
+
+FORGED = "=cmd|' /C calc'!A0\ntraceflow: error: forged line"
+
+
+def _forged_trace(folder: Path) -> Path:
+    """The bundled rank 0 with its longest kernel renamed to FORGED (a formula and a newline)."""
+    import gzip
+    import json
+    from collections import Counter
+    from test_files_and_processes import KINETO
+    d = json.loads(gzip.open(KINETO[0]).read())
+    time_of: Counter = Counter()
+    for e in d["traceEvents"]:
+        if e.get("cat") == "kernel":
+            time_of[e["name"]] += e.get("dur", 0)
+    top = time_of.most_common(1)[0][0]
+    for e in d["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"] == top:
+            e["name"] = FORGED
+    out = folder / "rank-0.pt.trace.json.gz"
+    with gzip.open(out, "wt") as f:
+        json.dump(d, f)
+    return out
+
+
+def _forged_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "forged" in line and line.startswith("traceflow: error")]
+
+
+def test_a_newline_in_a_trace_string_forges_no_line(tmp_path):
+    """A kernel name holding `\\ntraceflow: error: ...` printed a forged line of traceflow's shape in
+    the verdict; a file name holding one did in the notes. Escaped as tables escape it: `\\x0a`."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    (tmp_path / "in").mkdir()
+    trace = _forged_trace(tmp_path / "in")
+    r = run("postmortem", trace, "-o", tmp_path / "pm", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert _forged_lines(r.stdout + r.stderr) == []
+    assert "\\x0atraceflow: error: forged line" in r.stdout  # the verdict names the kernel, escaped
+    twin = tmp_path / "in" / "a\ntraceflow: error: forged note.json.gz"
+    twin.write_bytes(trace.read_bytes())
+    r = run("ingest", trace, twin, "-o", tmp_path / "twice.duckdb", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "same content" in r.stderr and _forged_lines(r.stderr) == [], r.stderr
+    # CSV: a cell a spreadsheet would run as a formula gets a leading ', numbers stay numbers
+    r = run("sql", tmp_path / "pm" / "job.duckdb", "SELECT DISTINCT name, -1 AS n FROM gpu_ops WHERE name LIKE '=%'",
+            "--format", "csv", timeout=120)
+    import csv
+    import io
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert rows == [["name", "n"], ["'" + FORGED, "-1"]], r.stdout
