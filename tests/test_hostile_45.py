@@ -468,3 +468,50 @@ def test_a_newline_in_a_trace_string_forges_no_line(tmp_path):
     import io
     rows = list(csv.reader(io.StringIO(r.stdout)))
     assert rows == [["name", "n"], ["'" + FORGED, "-1"]], r.stdout
+
+
+# --- 7. numbers ------------------------------------------------------------------------------------
+
+def _edited(folder: Path, edit) -> Path:
+    import gzip
+    import json
+    from test_files_and_processes import KINETO
+    d = json.loads(gzip.open(KINETO[0]).read())
+    edit(d)
+    out = folder / "rank-0.pt.trace.json.gz"
+    with gzip.open(out, "wt") as f:
+        json.dump(d, f)
+    return out
+
+
+@pytest.mark.parametrize("base", [2**63 - 1, 2**62, -1])
+def test_a_time_base_past_what_int64_holds_is_refused(tmp_path, base):
+    """baseTimeNanoseconds of 2^63-1 wrapped silently to the year 1677; 2^62 ended in an internal
+    error (INT64 overflow adding two times). One line, exit 3."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    trace = _edited(tmp_path, lambda d: d.__setitem__("baseTimeNanoseconds", base))
+    r = run("ingest", trace, "-o", tmp_path / "b.duckdb", timeout=300)
+    assert_refused(r, 3, trace.name, f"baseTimeNanoseconds {base} is no time a profiler writes")
+    assert not (tmp_path / "b.duckdb").exists()
+
+
+def test_flop_counts_past_int64_are_dropped_and_counted(tmp_path):
+    """A FLOP count of 2^62 on two matmuls (their sum past INT64) ended `ingest` / `query mfu` in an
+    internal error. Such counts are NULL, counted in a warning; the MFU pack runs."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    marked = []
+
+    def edit(d):
+        for e in d["traceEvents"]:
+            if e.get("cat") == "cpu_op" and e.get("name") in ("aten::mm", "aten::addmm") and len(marked) < 2:
+                e.setdefault("args", {})["flops"] = 2**62
+                marked.append(e["name"])
+    trace = _edited(tmp_path, edit)
+    assert len(marked) == 2
+    r = run("ingest", trace, "-o", tmp_path / "f.duckdb", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "2 ops with a FLOP count that is negative or past 2^50" in r.stderr, r.stderr
+    r = run("query", tmp_path / "f.duckdb", "mfu", "--format", "csv", timeout=120)
+    assert r.returncode == 0, r.stderr
