@@ -515,3 +515,41 @@ def test_flop_counts_past_int64_are_dropped_and_counted(tmp_path):
     assert "2 ops with a FLOP count that is negative or past 2^50" in r.stderr, r.stderr
     r = run("query", tmp_path / "f.duckdb", "mfu", "--format", "csv", timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+# --- 8. limits of the machine ----------------------------------------------------------------------
+
+def test_option_and_name_extremes_are_one_line(sandbox):
+    """`sql DB ""`, `--peak-tflops 1e-300` and an output name of 232-236 characters were internal errors."""
+    run, trace, db = sandbox
+    before = snapshot(run.root)
+    assert_refused(run("sql", db, "", timeout=120), 2, "no SQL statement given")
+    assert_refused(run("sql", db, "/* only a comment */", timeout=120), 2, "no SQL statement given")
+    r = run("ingest", trace, "-o", run.root / "p.duckdb", "--peak-tflops", "1e-300", timeout=120)
+    assert_refused(r, 2, "--peak-tflops must be a positive number")
+    for n in (232, 236):
+        out = run.root / ("a" * (n - len(".duckdb")) + ".duckdb")
+        assert_refused(run("ingest", trace, "-o", out, timeout=120), 3, "bytes long", "name it in")
+    assert_clean(run, before, run.root)
+
+
+def test_sighup_cleans_up_as_sigterm_does(tmp_path):
+    """SIGHUP (a terminal closed, an ssh session dropped) left the temp database, its WAL, the lock and
+    the scratch folder behind: handled as SIGTERM now, exit 129."""
+    import signal
+    from test_files_and_processes import KINETO, Run, wait_for_phase
+    run = Run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run.popen("ingest", *KINETO, "-o", out / "job.duckdb")
+    try:
+        assert wait_for_phase(p, "loading", run, out), p.communicate()
+        p.send_signal(signal.SIGHUP)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert (p.returncode, err.strip()) == (129, "traceflow: hung up"), err
+    assert list(out.iterdir()) == []
+    assert_clean(run, {}, tmp_path)

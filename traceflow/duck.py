@@ -176,6 +176,8 @@ def check_read_only(con, text: str) -> None:
     or that calls a logging function (LOGGING_FUNCTIONS), also inside an EXPLAIN or a PREPARE. A
     statement DuckDB cannot parse raises duckdb.Error here."""
     statements = list(con.extract_statements(text))
+    if not statements:  # "" or only comments: DuckDB ran nothing and returned no result (an internal error)
+        raise ValueError("no SQL statement given")
     while statements:
         st = statements.pop(0)
         kind = getattr(st.type, "name", "")

@@ -23,8 +23,11 @@ import sys
 import threading
 import weakref
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+# SIGHUP (the terminal closed, an ssh session dropped) is handled as SIGTERM is: by default it ended
+# the process with no cleanup, leaving the temp database, its WAL, the lock, the scratch and parts
+# folders. Unless the command was started ignoring it (nohup): then it stays ignored.
+SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else ())
+EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"), signal.SIGHUP: (129, "hung up")}
 
 _seen: dict = {"signal": None}  # the first signal the command received
 

@@ -166,6 +166,10 @@ def check_output(path, kind: str, inputs=(), force: bool = False, appending: boo
     first (`--append`), so it must be a database traceflow can open (a missing one is made anew).
     """
     p = Path(path)
+    longest = 255 - len(f".{TMP_MARK}{4194304}.wal")  # NAME_MAX less the temp file's additions (pid_max: 7 digits)
+    if len(os.fsencode(p.name)) > longest:  # 232-236 characters: the temp name failed, an internal error
+        raise OutputError(p, f"its name is {len(os.fsencode(p.name))} bytes long, and traceflow's temp file beside it "
+                          f"needs {255 - longest} more than the 255 a file name may have: name it in {longest} bytes or fewer")
     if kind == "database" and not is_utf8_name(os.path.abspath(p)):
         raise OutputError(p, "its name is not valid UTF-8, which DuckDB cannot open: name another file")
     try:
