@@ -553,3 +553,23 @@ def test_sighup_cleans_up_as_sigterm_does(tmp_path):
     assert (p.returncode, err.strip()) == (129, "traceflow: hung up"), err
     assert list(out.iterdir()) == []
     assert_clean(run, {}, tmp_path)
+
+
+def test_a_huge_kernel_name_is_cut(tmp_path):
+    """A 200 MB kernel name became 2 GB of piped output and a 1 GB report (here 20 MB: an 88 MB
+    report). Names past 64 KiB are cut at ingest, with a warning; the outputs stay bounded."""
+    from test_files_and_processes import Run
+
+    def edit(d):
+        kernels = [e for e in d["traceEvents"] if e.get("cat") == "kernel"]
+        max(kernels, key=lambda e: e.get("dur", 0))["name"] = "void k<" + "x" * (8 << 20) + ">()"
+    run = Run(tmp_path)
+    (tmp_path / "in").mkdir()
+    trace = _edited(tmp_path / "in", edit)
+    r = run("postmortem", trace, "-o", tmp_path / "pm", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "1 gpu_ops.name values longer than 64 KiB cut" in r.stderr, r.stderr
+    r = run("sql", tmp_path / "pm" / "job.duckdb", "SELECT max(strlen(name)) AS n FROM gpu_ops", "--format", "csv",
+            timeout=120)
+    assert r.stdout.split() == ["n", str((64 << 10) + len(" [cut]"))], r.stdout + r.stderr
+    assert (tmp_path / "pm" / "report.html").stat().st_size < 8 << 20

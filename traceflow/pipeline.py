@@ -19,7 +19,7 @@ from .derive import derive_all
 from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
-from .load import TRACE_SPANS, create_tables, load_all
+from .load import TRACE_SPANS, create_tables, cut_long_names, load_all
 from .machine import db_config
 from .outputs import PARTS, atomic_output, scratch_folder
 from .packs import compute_all
@@ -201,6 +201,7 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
         con.execute("BEGIN TRANSACTION")
     _build(con, traces, result, append, rank_pattern,
            lambda loads: load_all(con, scratch, loads, 1 if small else workers(jobs, len(loads))), scratch)
+    result.warnings.extend(cut_long_names(con))
     if small:
         _commit_to_file(con)
         con.execute("RESET checkpoint_threshold")
