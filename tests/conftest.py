@@ -171,6 +171,14 @@ SLOW_TESTS = {
     "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
     "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
+    # issue 45's hostile round (tests/test_hostile_45.py): each runs a command until a signal or a bound
+    "test_a_signal_stops_a_query_that_never_ends": "a query runs 4 s of CPU before its signal, four times",
+    "test_a_cluster_address_that_is_no_scheduler": "waits out the 10 s probe of a silent port",
+    "test_a_pickle_of_shared_references_is_refused_in_bounded_time": "builds and refuses two pickle bombs",
+    "test_an_nsys_rowid_jump_reads_by_rows": "ingests an edited nsys export",
+    "test_a_newline_in_a_trace_string_forges_no_line": "a postmortem and two ingests",
+    "test_a_huge_kernel_name_is_cut": "a postmortem of a trace with an 8 MB name",
+    "test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache": "interrupts an export",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

@@ -173,6 +173,7 @@ def _real_frames(n: int) -> list[dict]:
     """Frames made of the real CPU op names of a bundled trace (a Flight Recorder frame's shape)."""
     import gzip
     import json
+
     from test_files_and_processes import KINETO
     events = json.loads(gzip.open(KINETO[0]).read())["traceEvents"]
     names = sorted({e["name"] for e in events if e.get("cat") == "cpu_op"})
@@ -183,6 +184,7 @@ def test_a_pickle_of_shared_references_is_refused_in_bounded_time(tmp_path):
     """205 KB of a Flight Recorder dump held 2,000 entries sharing one list of 100 k frame references:
     minutes of walking. An allocator snapshot of shared block lists: 25 M rows, out of memory."""
     import pickle
+
     from test_files_and_processes import Run
     run = Run(tmp_path)
     frame = _real_frames(1)[0]
@@ -208,6 +210,7 @@ def test_a_pickle_of_shared_references_is_refused_in_bounded_time(tmp_path):
 def test_a_bytearray_of_a_count_is_refused():
     """An 84-byte pickle asked for bytearray(10**9): a gigabyte allocated by the restricted unpickler."""
     import pickle
+
     from traceflow.errors import InputError
     from traceflow.readers import safe_pickle
 
@@ -242,6 +245,7 @@ def test_an_nsys_rowid_jump_reads_by_rows(sandbox, rowid):
     of memory. The ranges follow the row count; every kernel is read once."""
     import shutil
     import sqlite3
+
     from test_files_and_processes import NSYS_SMALL
     if not NSYS_SMALL.exists():
         pytest.skip(f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
@@ -284,6 +288,7 @@ def test_a_signal_stops_a_query_that_never_ends(sandbox, sig, where):
     """While DuckDB ran a recursive CTE, Ctrl-C and SIGTERM were lost in most tries: one core at
     100 % until kill -9. The signal now interrupts the query: one line, exit 130 / 143, nothing left."""
     import signal
+
     from test_files_and_processes import wait_for_phase
     run, trace, db = sandbox
     endless = "WITH RECURSIVE t(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM t) SELECT count(*) FROM t"
@@ -381,6 +386,7 @@ def test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache(sandbox):
     run then took it for the export). It is written in the run's scratch folder now."""
     import os
     import signal
+
     from test_files_and_processes import NSYS_SMALL
     if not NSYS_SMALL.exists():
         pytest.skip(f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
@@ -425,6 +431,7 @@ def _forged_trace(folder: Path) -> Path:
     import gzip
     import json
     from collections import Counter
+
     from test_files_and_processes import KINETO
     d = json.loads(gzip.open(KINETO[0]).read())
     time_of: Counter = Counter()
@@ -475,6 +482,7 @@ def test_a_newline_in_a_trace_string_forges_no_line(tmp_path):
 def _edited(folder: Path, edit) -> Path:
     import gzip
     import json
+
     from test_files_and_processes import KINETO
     d = json.loads(gzip.open(KINETO[0]).read())
     edit(d)
@@ -537,6 +545,7 @@ def test_sighup_cleans_up_as_sigterm_does(tmp_path):
     """SIGHUP (a terminal closed, an ssh session dropped) left the temp database, its WAL, the lock and
     the scratch folder behind: handled as SIGTERM now, exit 129."""
     import signal
+
     from test_files_and_processes import KINETO, Run, wait_for_phase
     run = Run(tmp_path)
     out = tmp_path / "out"

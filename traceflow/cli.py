@@ -23,8 +23,7 @@ import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
-from .terminal import (Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say,
-                       say_line)
+from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say, say_line
 from .text import printable
 
 EXIT_INPUT = 3

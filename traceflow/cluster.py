@@ -148,7 +148,7 @@ def _probe_scheduler(address: str) -> None:
                 if not got:
                     raise InputError(where, "the other end closed the connection without a word: not a Dask scheduler")
                 head += got
-    except socket.timeout:
+    except TimeoutError:
         raise InputError(where, f"the other end accepts connections but sent nothing in {PROBE_TIMEOUT_S:g} s: not a Dask "
                          "scheduler (or a busy one: try again)") from None
     except OSError as e:

@@ -154,7 +154,7 @@ def _interrupter(fd: int) -> None:
         for con in list(_watched):
             try:
                 con.interrupt()
-            except Exception:  # noqa: BLE001, S112 - a connection closed meanwhile
+            except Exception:  # noqa: BLE001 - a connection closed meanwhile
                 continue
 
 

@@ -138,13 +138,13 @@ def csv_cell(v):
 def print_csv(cols: list[str], rows: list):
     import csv
     w = csv.writer(sys.stdout)
-    cols = [csv_cell(c) for c in cols]
-    rows = ([csv_cell(v) for v in r] for r in rows)
-    if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw (header too: a PIVOT names columns by values)
-        cols = [printable(c) for c in cols]
-        rows = ([printable(v) if isinstance(v, str) else v for v in r] for r in rows)
-    w.writerow(cols)
-    w.writerows(rows)
+    tty = sys.stdout.isatty()  # to a file the values stay as they are; to a terminal, never raw (header too: a PIVOT names columns by values)
+
+    def cell(v):
+        v = csv_cell(v)
+        return printable(v) if tty and isinstance(v, str) else v
+    w.writerow([cell(c) for c in cols])
+    w.writerows([cell(v) for v in r] for r in rows)
 
 
 def print_frame(df, limit: int | None):
