@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from os import PathLike
+
+# Every connection traceflow opens (connect): a signal to the command interrupts their queries
+# (interrupts._interrupter); weak, so a closed and dropped connection leaves the set.
+WATCHED: weakref.WeakSet = weakref.WeakSet()
 
 INTERNAL = "tf_internal"  # helper tables (step windows, islands, the walk's graph): out of `.tables`' main list
 
@@ -59,10 +64,8 @@ def connect(database: str | PathLike = ":memory:", read_only: bool = False, conf
     """`duckdb.connect` with NO_EXTENSIONS (and `config`): the one way traceflow opens DuckDB; a signal
     interrupts its queries (interrupts.watch)."""
     import duckdb
-
-    from .interrupts import watch
     con = duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **(config or {})})
-    watch(con)  # Ctrl-C and SIGTERM stop its queries at once (a recursive CTE: lost otherwise)
+    WATCHED.add(con)  # Ctrl-C and SIGTERM stop its queries at once (interrupts._interrupter)
     return con
 
 

@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import threading
-import weakref
+import time
 
 # SIGHUP (the terminal closed, an ssh session dropped) is handled as SIGTERM is: by default it ended
 # the process with no cleanup, leaving the temp database, its WAL, the lock, the scratch and parts
@@ -29,7 +29,8 @@ import weakref
 SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else ())
 EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"), signal.SIGHUP: (129, "hung up")}
 
-_seen: dict = {"signal": None}  # the first signal the command received
+_seen: dict = {"signal": None}
+LAST_RESORT_S = 20.0  # after a signal, DuckDB's queries are interrupted this long, then the process ends (cleanup takes seconds)  # the first signal the command received
 
 
 def _while_starting(signum, frame):
@@ -126,19 +127,15 @@ def _unraisable(u) -> None:
     sys.__unraisablehook__(u)
 
 
-_watched: weakref.WeakSet = weakref.WeakSet()  # DuckDB connections a signal interrupts (watch())
-
-
-def watch(con) -> None:
-    """A DuckDB connection that a signal interrupts at once. Python runs a signal's handler only when
-    the main thread is back in Python: while DuckDB ran a query (a recursive CTE typed into `sql`, a
-    view in a database someone sent) Ctrl-C and SIGTERM were lost in most tries, one core at 100 %
-    until kill -9. The signal's byte reaches a thread of ours through the wakeup fd (written from C,
-    at once), which calls `con.interrupt()`: DuckDB then raises in the main thread."""
-    _watched.add(con)
-
-
 def _interrupter(fd: int) -> None:
+    """Python runs a signal's handler only when the main thread is back in Python: while DuckDB ran
+    a query (a recursive CTE typed into `sql`, a view in a database someone sent) Ctrl-C and SIGTERM
+    were lost in most tries, one core at 100 % until kill -9. The signal's byte reaches this thread
+    through the wakeup fd (written from C, at once); from then on it interrupts every connection
+    traceflow opened (duck.WATCHED) every 50 ms until the process ends: a single interrupt() that
+    lands before DuckDB starts the query (still parsing it) is cleared by the query's start."""
+    from .duck import WATCHED
+    wanted = {int(s) for s in SIGNALS}
     while True:
         try:
             got = os.read(fd, 64)
@@ -146,20 +143,28 @@ def _interrupter(fd: int) -> None:
             return
         if not got:
             return
-        signums = [b for b in got if b in tuple(int(s) for s in SIGNALS)]
-        if not signums:
-            continue
-        if _seen["signal"] is None:
-            _seen["signal"] = signal.Signals(signums[0])
-        for con in list(_watched):
+        signums = [b for b in got if b in wanted]
+        if signums:
+            break
+    if _seen["signal"] is None:
+        _seen["signal"] = signal.Signals(signums[0])
+    end = time.monotonic() + LAST_RESORT_S
+    while time.monotonic() < end:
+        for con in list(WATCHED):
             try:
                 con.interrupt()
             except Exception:  # noqa: BLE001 - a connection closed meanwhile
                 continue
+        time.sleep(0.05)
+    # DuckDB did not stop (an interrupt that landed while it set the query up, its close() waiting for
+    # a query of a multi-statement text): 1 of 3 runs of an endless `sql` ran on. The process ends.
+    code, word = EXIT.get(_seen["signal"], EXIT[signal.SIGINT])
+    os.write(2, f"traceflow: {word}\n".encode())
+    os._exit(code)
 
 
 def _start_interrupter() -> None:
-    """The thread of watch(): started once, from the main thread (set_wakeup_fd's rule)."""
+    """The thread of _interrupter: started once, from the main thread (set_wakeup_fd's rule)."""
     if getattr(_start_interrupter, "started", False):
         return
     r, w = os.pipe()
@@ -171,7 +176,7 @@ def _start_interrupter() -> None:
 
 def install() -> None:
     """From here on, Ctrl-C and SIGTERM raise KeyboardInterrupt in the main thread (the command
-    cleans up and ends with exit_interrupted()), and interrupt the DuckDB queries running (watch())."""
+    cleans up and ends with exit_interrupted()), and interrupt the DuckDB queries running (_interrupter)."""
     from .outputs import BEFORE_REPLACE
     for s in SIGNALS:
         signal.signal(s, _on_signal)
