@@ -29,8 +29,8 @@ import time
 SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else ())
 EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"), signal.SIGHUP: (129, "hung up")}
 
-_seen: dict = {"signal": None}
-LAST_RESORT_S = 20.0  # after a signal, DuckDB's queries are interrupted this long, then the process ends (cleanup takes seconds)  # the first signal the command received
+_seen: dict = {"signal": None}  # the first signal the command received
+LAST_RESORT_S = 20.0  # after a signal, DuckDB's queries are interrupted this long, then the process ends (cleanup takes seconds)
 
 
 def _while_starting(signum, frame):
