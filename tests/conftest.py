@@ -189,6 +189,14 @@ SLOW_TESTS = {
     "test_clock_keeps_time_sliced_ranks_interleaved": "two ingests of the bundled job, raw kernels (25 s each)",
     "test_sharing_lateness_is_not_blamed": "ingests the bundled job, reads its raw launches (20 s)",
     "test_partial_capture_and_point_to_point_hta": "ingests the HTA pair (20 s)",
+    # issue 45's hostile round (tests/test_hostile_45.py): each runs a command until a signal or a bound
+    "test_a_signal_stops_a_query_that_never_ends": "a query runs 4 s of CPU before its signal, four times",
+    "test_a_cluster_address_that_is_no_scheduler": "waits out the 10 s probe of a silent port",
+    "test_a_pickle_of_shared_references_is_refused_in_bounded_time": "builds and refuses two pickle bombs",
+    "test_an_nsys_rowid_jump_reads_by_rows": "ingests an edited nsys export",
+    "test_a_newline_in_a_trace_string_forges_no_line": "a postmortem and two ingests",
+    "test_a_huge_kernel_name_is_cut": "a postmortem of a trace with an 8 MB name",
+    "test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache": "interrupts an export",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

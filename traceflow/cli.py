@@ -23,7 +23,7 @@ import click
 
 from .errors import InputError, UsageError, one_line
 from .outputs import disk_problem, os_problem
-from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say
+from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say, say_line
 from .text import printable
 
 EXIT_INPUT = 3
@@ -138,9 +138,9 @@ def _do_ingest(paths, output, append, rank_pattern, align, nsys, step_pattern, j
                      step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
                      peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster, name=name)
     for w in res.warnings:
-        say(f"traceflow: warning: {w}", err=True)
+        say_line(f"traceflow: warning: {w}", err=True)
     for s in res.skipped:
-        say(f"traceflow: note: {s}", err=True)
+        say_line(f"traceflow: note: {s}", err=True)
     return res
 
 
@@ -309,7 +309,8 @@ def postmortem(files, outdir, explain, append, rank_pattern, align, nsys, step_p
                        peak_tflops, peak_gbps, cluster, name) as job, \
             Progress(0, interrupts.raise_if_interrupted) as progress:
         out = finish(job, outdir, force=force, progress=progress, explain=explain)
-    say(out["verdict"])
+    for line in out["verdict"].splitlines():  # each line escaped (verdict.text escapes every line's trace text)
+        say_line(line)
     say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
 
 
@@ -402,10 +403,10 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
         for r in d.comparability:
             say(f"{r['what']:<14} a: {r['a']:<40} b: {r['b']}" + ("" if r["same"] else "   (differs)"))
         for warning in d.warnings:
-            say(f"traceflow: warning: {warning}", err=True)
+            say_line(f"traceflow: warning: {warning}", err=True)
         say("")
         for sentence in d.sentences:
-            say(sentence)
+            say_line(sentence)
         n = None if limit == 0 else limit
         steps = d.tables["steps"]
         shown = {
@@ -452,10 +453,10 @@ def scaling_cmd(runs, mode, fmt, output, force):
         print_csv(s.table.columns, s.table.rows())
     else:
         for warning in s.warnings:
-            say(f"traceflow: warning: {warning}", err=True)
+            say_line(f"traceflow: warning: {warning}", err=True)
         print_frame(s.table.drop("run"), None)
         for sentence in s.sentences:
-            say(sentence)
+            say_line(sentence)
     if output:
         say(f"wrote {s.write_html(output, force=force)}")
 

@@ -111,12 +111,52 @@ def client_for(cluster: Any, scratch: str | None = None):
             _close_clusters(distributed)
             config.__exit__(None, None, None)  # Dask's temporary-directory as it was
         return
+    _probe_scheduler(text)
     try:
         client = distributed.Client(text, timeout="10s")
     except (OSError, TimeoutError, ValueError) as e:
         raise UsageError(f"--cluster {text}: cannot reach the Dask scheduler ({type(e).__name__}: {e})") from None
     with client:
         yield client
+
+
+PROBE_TIMEOUT_S = 10.0
+HANDSHAKE_MAX = 1 << 20  # a scheduler's first message (its handshake: versions, compression) is ~200 bytes
+
+
+def _probe_scheduler(address: str) -> None:
+    """A Dask scheduler speaks first: once it accepts a connection it sends its handshake, an 8-byte
+    length and that many bytes. Dask's own client waits for it without end (a port that accepts and
+    then says nothing hung the run with no output) and believes any length it reads (a port answering
+    other bytes: "MemoryError: Unable to allocate 3.07 EiB"). Checked here first, bounded in time;
+    InputError (exit 3) when the address is no Dask scheduler. Only tcp:// is probed."""
+    import socket
+    import struct
+    if not address.startswith("tcp://"):
+        return
+    host, _, port = address[len("tcp://"):].rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return  # Dask's own parse says what is wrong
+    where = f"--cluster {address}"
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S) as sock:
+            sock.settimeout(PROBE_TIMEOUT_S)
+            head = b""
+            while len(head) < 8:
+                got = sock.recv(8 - len(head))
+                if not got:
+                    raise InputError(where, "the other end closed the connection without a word: not a Dask scheduler")
+                head += got
+    except TimeoutError:
+        raise InputError(where, f"the other end accepts connections but sent nothing in {PROBE_TIMEOUT_S:g} s: not a Dask "
+                         "scheduler (or a busy one: try again)") from None
+    except OSError as e:
+        raise UsageError(f"{where}: cannot reach the Dask scheduler ({type(e).__name__}: {e})") from None
+    (n,) = struct.unpack("<Q", head)
+    if not 0 < n <= HANDSHAKE_MAX:
+        raise InputError(where, f"the other end answers with bytes that are not Dask's protocol ({head!r}): not a "
+                         "Dask scheduler")
 
 
 def _quiet_resource_tracker() -> None:

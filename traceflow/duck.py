@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from os import PathLike
+
+# Every connection traceflow opens (connect): a signal to the command interrupts their queries
+# (interrupts._interrupter); weak, so a closed and dropped connection leaves the set.
+WATCHED: weakref.WeakSet = weakref.WeakSet()
 
 INTERNAL = "tf_internal"  # helper tables (step windows, islands, the walk's graph): out of `.tables`' main list
 
@@ -56,24 +61,82 @@ NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensio
 
 
 def connect(database: str | PathLike = ":memory:", read_only: bool = False, config: dict | None = None):
-    """`duckdb.connect` with NO_EXTENSIONS (and `config`): the one way traceflow opens DuckDB."""
+    """`duckdb.connect` with NO_EXTENSIONS (and `config`): the one way traceflow opens DuckDB; a signal
+    interrupts its queries (interrupts.watch)."""
     import duckdb
-    return duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **(config or {})})
+    con = duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **(config or {})})
+    WATCHED.add(con)  # Ctrl-C and SIGTERM stop its queries at once (interrupts._interrupter)
+    return con
 
 
-def lock_down(con, allowed: list[str] | tuple = ()) -> None:
-    """No file outside the database itself and the folders `allowed` (a cluster job's shard folder,
-    read by its views) can be read or written through `con`, and no setting changed afterwards:
-    COPY ... TO, EXPORT DATABASE, ATTACH, INSTALL / LOAD, read_csv('/etc/...') all fail. DuckDB
-    allows writing in `allowed` too: statements that write are refused by kind (check_read_only).
-    (DuckDB shares one instance among the connections of a process to the same file: when it is
-    already locked, it was locked here, with the same folders.)"""
-    if con.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+def lock_down(con, allowed: list[str] | tuple = (), paths: list[str] | tuple = ()) -> None:
+    """No file outside the folders `allowed` (a cluster job's shard folder, read by its views) and
+    the files `paths` (the database to attach, its WAL) can be read or written through `con`, and no
+    setting changed afterwards: COPY ... TO, EXPORT DATABASE, ATTACH of anything else, INSTALL /
+    LOAD, read_csv('/etc/...') all fail. DuckDB allows writing in `allowed` too: statements that
+    write are refused by kind (check_read_only).
+    Called on a fresh in-memory connection, before the database is attached: a database someone sent
+    may hold a macro named current_setting (always true), which made the check below believe the
+    lock was already on, and its views then read /etc/passwd. Nothing of the database exists yet
+    here, and the check names DuckDB's own function all the same."""
+    if con.execute("SELECT system.main.current_setting('lock_configuration')").fetchone()[0]:
         return
+    if paths:
+        con.execute("SET allowed_paths = [" + ", ".join(sql_string(p) for p in paths) + "]")
     if allowed:
         con.execute("SET allowed_directories = [" + ", ".join(sql_string(os.path.join(d, "")) for d in allowed) + "]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
+
+
+def shadowing_macros(con, catalog: str) -> list[str]:
+    """The functions and macros of the attached database `catalog` named like one of DuckDB's own
+    (`round`, `current_setting`, `enable_logging`): once the database is in use, its macro is the
+    one a bare name calls, in traceflow's SQL too. traceflow never writes one."""
+    return [r[0] for r in con.execute(
+        "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE database_name = ? AND NOT internal "
+        "AND function_name IN (SELECT function_name FROM system.main.duckdb_functions() WHERE database_name = 'system') "
+        "ORDER BY 1", [catalog]).fetchall()]
+
+
+# A view's cost must stay bounded by the database it reads: a view over range(10^12) or a recursive
+# CTE with no end made `query`, `report` and `sql` run until killed. traceflow's own views read its
+# tables and, for a --cluster job, read_parquet over its shard folder. A table function that reads a
+# file is bounded by that file (and lock_down refuses every file but the database's own, naming it);
+# any other (range, generate_series, unnest, a function DuckDB adds later) is refused.
+def _reads_a_file(name: str) -> bool:
+    return name.startswith(("read_", "parquet_")) or name in ("glob", "sniff_csv")
+
+
+_VIEW_HEAD = re.compile(r'^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?VIEW\s+(?:"(?:[^"]|"")*"|[^\s("]+)'
+                        r'(?:\.(?:"(?:[^"]|"")*"|[^\s("]+))*\s*(?:\((?:"(?:[^"]|"")*"|[^)"])*\))?\s*AS\s', re.I | re.S)
+
+
+def unbounded_view(con, sql: str) -> str | None:
+    """What makes the view `sql` (its CREATE VIEW text, as duckdb_views() gives it) unbounded in
+    cost: a recursive CTE, or a table function that reads no file (range, generate_series, ...); None when it has neither. Read from DuckDB's own parse tree
+    (json_serialize_sql), never from the text."""
+    import json
+    head = _VIEW_HEAD.match(sql or "")
+    if head is None:
+        return "a definition traceflow cannot read"
+    tree = json.loads(con.execute("SELECT system.main.json_serialize_sql(?)", [sql[head.end():].rstrip().rstrip(";")]).fetchone()[0])
+    if tree.get("error"):
+        return "a definition traceflow cannot read"
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "RECURSIVE_CTE_NODE":
+                return "a recursive CTE"
+            if node.get("type") == "TABLE_FUNCTION":
+                name = str((node.get("function") or {}).get("function_name", "")).lower()
+                if not _reads_a_file(name):
+                    return f"{name}()"
+            stack.extend(node.values())
+    return None
 
 
 # What `traceflow sql` and Job.sql run: reads, and what lives only in the session (temp tables and
@@ -90,11 +153,36 @@ READ_ONLY_KINDS = {"SELECT", "EXPLAIN", "PRAGMA", "CALL", "SET", "VARIABLE_SET",
 LOGGING_FUNCTIONS = re.compile(r"\b(enable_logging|disable_logging|truncate_duckdb_logs)\b", re.IGNORECASE)
 
 
+# EXPLAIN and PREPARE carry a statement of their own, which DuckDB's parser reports only as
+# "EXPLAIN" / "PREPARE": `EXPLAIN ANALYZE COPY ... TO` and `PREPARE p AS COPY ...; EXECUTE p` ran the
+# COPY (a cluster job's shard overwritten through its allowed parts folder). The inner statement is
+# parsed again by DuckDB and held to the same rule; EXECUTE runs only what a checked PREPARE made.
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\b(?:\s*\((?:[^()']|'[^']*')*\))?(?:\s+ANALY[SZ]E\b)?", re.I)
+_PREPARE = re.compile(r'^\s*PREPARE\s+(?:"(?:[^"]|"")*"|[^\s"]+)\s+AS\b', re.I)
+
+
+def _inner(st) -> str | None:
+    """The statement an EXPLAIN or PREPARE statement carries (its text), else None."""
+    kind = getattr(st.type, "name", "")
+    pattern = {"EXPLAIN": _EXPLAIN, "PREPARE": _PREPARE}.get(kind)
+    if pattern is None:
+        return None
+    m = pattern.match(st.query)
+    if m is None:
+        raise ValueError(f"{kind} statements that traceflow cannot read are refused: traceflow sql reads the database "
+                         "and never writes")
+    return st.query[m.end():]
+
+
 def check_read_only(con, text: str) -> None:
     """Raises ValueError naming the first statement of `text` that is not a read (see READ_ONLY_KINDS)
-    or that calls a logging function (LOGGING_FUNCTIONS). A statement DuckDB cannot parse raises
-    duckdb.Error here."""
-    for st in con.extract_statements(text):
+    or that calls a logging function (LOGGING_FUNCTIONS), also inside an EXPLAIN or a PREPARE. A
+    statement DuckDB cannot parse raises duckdb.Error here."""
+    statements = list(con.extract_statements(text))
+    if not statements:  # "" or only comments: DuckDB ran nothing and returned no result (an internal error)
+        raise ValueError("no SQL statement given")
+    while statements:
+        st = statements.pop(0)
         kind = getattr(st.type, "name", "")
         kind = kind if kind.isidentifier() else "unknown"
         if kind not in READ_ONLY_KINDS:
@@ -104,3 +192,9 @@ def check_read_only(con, text: str) -> None:
         if found:
             raise ValueError(f"{found.group(1).lower()} is refused: traceflow sql reads the database and never writes "
                              "(a log file included)")
+        inner = _inner(st)
+        if inner is not None:
+            carried = list(con.extract_statements(inner))
+            if len(carried) != 1:
+                raise ValueError(f"{kind} of {len(carried)} statements is refused: traceflow sql reads the database")
+            statements.insert(0, carried[0])

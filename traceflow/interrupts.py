@@ -21,11 +21,16 @@ import os
 import signal
 import sys
 import threading
+import time
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+# SIGHUP (the terminal closed, an ssh session dropped) is handled as SIGTERM is: by default it ended
+# the process with no cleanup, leaving the temp database, its WAL, the lock, the scratch and parts
+# folders. Unless the command was started ignoring it (nohup): then it stays ignored.
+SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else ())
+EXIT = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated"), signal.SIGHUP: (129, "hung up")}
 
 _seen: dict = {"signal": None}  # the first signal the command received
+LAST_RESORT_S = 20.0  # after a signal, DuckDB's queries are interrupted this long, then the process ends (cleanup takes seconds)
 
 
 def _while_starting(signum, frame):
@@ -122,12 +127,60 @@ def _unraisable(u) -> None:
     sys.__unraisablehook__(u)
 
 
+def _interrupter(fd: int) -> None:
+    """Python runs a signal's handler only when the main thread is back in Python: while DuckDB ran
+    a query (a recursive CTE typed into `sql`, a view in a database someone sent) Ctrl-C and SIGTERM
+    were lost in most tries, one core at 100 % until kill -9. The signal's byte reaches this thread
+    through the wakeup fd (written from C, at once); from then on it interrupts every connection
+    traceflow opened (duck.WATCHED) every 50 ms until the process ends: a single interrupt() that
+    lands before DuckDB starts the query (still parsing it) is cleared by the query's start."""
+    from .duck import WATCHED
+    wanted = {int(s) for s in SIGNALS}
+    while True:
+        try:
+            got = os.read(fd, 64)
+        except OSError:
+            return
+        if not got:
+            return
+        signums = [b for b in got if b in wanted]
+        if signums:
+            break
+    if _seen["signal"] is None:
+        _seen["signal"] = signal.Signals(signums[0])
+    end = time.monotonic() + LAST_RESORT_S
+    while time.monotonic() < end:
+        for con in list(WATCHED):
+            try:
+                con.interrupt()
+            except Exception:  # noqa: BLE001 - a connection closed meanwhile
+                continue
+        time.sleep(0.05)
+    # DuckDB did not stop (an interrupt that landed while it set the query up, its close() waiting for
+    # a query of a multi-statement text): 1 of 3 runs of an endless `sql` ran on. The process ends.
+    code, word = EXIT.get(_seen["signal"], EXIT[signal.SIGINT])
+    os.write(2, f"traceflow: {word}\n".encode())
+    os._exit(code)
+
+
+def _start_interrupter() -> None:
+    """The thread of _interrupter: started once, from the main thread (set_wakeup_fd's rule)."""
+    if getattr(_start_interrupter, "started", False):
+        return
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    threading.Thread(target=_interrupter, args=(r,), name="traceflow-interrupter", daemon=True).start()
+    _start_interrupter.started = True  # type: ignore[attr-defined]
+
+
 def install() -> None:
     """From here on, Ctrl-C and SIGTERM raise KeyboardInterrupt in the main thread (the command
-    cleans up and ends with exit_interrupted())."""
+    cleans up and ends with exit_interrupted()), and interrupt the DuckDB queries running (_interrupter)."""
     from .outputs import BEFORE_REPLACE
     for s in SIGNALS:
         signal.signal(s, _on_signal)
+    _start_interrupter()
     sys.unraisablehook = _unraisable
     _hold_signals_in_extension_inits()
     if raise_if_interrupted not in BEFORE_REPLACE:

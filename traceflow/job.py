@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from . import db_format
-from .duck import LOGGING_FUNCTIONS, check_read_only, lock_down, relation, sql_string, use_internal_schema
+from .duck import LOGGING_FUNCTIONS, check_read_only, lock_down, relation, shadowing_macros, sql_string, unbounded_view, use_internal_schema
 from .duck import connect as duck_connect
 from .errors import InputError, UsageError, one_line
 from .outputs import is_duckdb_file, is_utf8_name, os_problem, parts_folders
@@ -391,16 +391,19 @@ def connect(database: str) -> duckdb.DuckDBPyConnection:
     # settings (a user's own duckdb.connect(path), open beside a Job, made traceflow.open fail), and
     # the locked settings would have reached that user's connection. DuckDB spills where it would
     # for the file itself, beside it (<db>.tmp), never into the current folder.
+    # Locked before the database is attached: nothing of a database someone sent (a macro, a view)
+    # exists on the connection until no setting can change and no other file can be reached.
     real = os.path.realpath(database)
     con = duck_connect(config={"temp_directory": f"{real}.tmp"})
     try:
+        lock_down(con, [str(p) for p in parts_folders(database)], [real, f"{real}.wal"])
         con.execute(f"ATTACH {sql_string(real)} AS {_alias(real)} (READ_ONLY)")
         con.execute(f"USE {_alias(real)}")
     except duckdb.Error as e:
         con.close()
         raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
     try:
-        lock_down(con, [str(p) for p in parts_folders(database)])
+        _check_macros(con, database, _alias(real).strip('"'))
         _check_views(con, database)
         use_internal_schema(con)
         db_format.check(con, database)
@@ -422,14 +425,29 @@ def _alias(path: str) -> str:
     return f'"{stem}"' if ok else "job"
 
 
+def _check_macros(con, database: str, catalog: str):
+    """A database holding a macro named like one of DuckDB's functions (duck.shadowing_macros) is
+    refused: `CREATE MACRO round(x) AS ...` in it ran in place of DuckDB's round in traceflow's own
+    SQL (internal errors; `current_setting` fooled the lock-down)."""
+    names = shadowing_macros(con, catalog)
+    if names:
+        raise InputError(database, f"it holds a macro named {names[0]}, like DuckDB's own function, which traceflow "
+                         "never writes: not a database traceflow wrote")
+
+
 def _check_views(con, database: str):
     """A database whose views call DuckDB's logging functions (duck.LOGGING_FUNCTIONS) is refused
-    before any is read: reading one on the locked connection aborts the process."""
-    for name, text in con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal").fetchall():
+    before any is read: reading one on the locked connection aborts the process. So is one whose view
+    has no bound on its cost (duck.unbounded_view: range(), a recursive CTE), which ran until killed."""
+    for name, text in con.execute("SELECT view_name, sql FROM system.main.duckdb_views() WHERE NOT internal").fetchall():
         found = LOGGING_FUNCTIONS.search(text or "")
         if found:
             raise InputError(database, f"its view {name} calls {found.group(1).lower()}, which traceflow never runs: "
                              "not a database traceflow wrote")
+        why = unbounded_view(con, text)
+        if why is not None:
+            raise InputError(database, f"its view {name} reads {why}, which traceflow never writes (its cost has no "
+                             "bound): not a database traceflow wrote")
 
 
 def _check_parts(con, database: str):

@@ -72,3 +72,21 @@ def load_trace(con, sink_folder: str, trace: ProcessTrace, trace_id: int, rank: 
                 con.execute(f"INSERT INTO {table} ({cols}, trace_id, rank) SELECT {cols}, ?, ? FROM incoming",
                             [trace_id, rank])
             del incoming
+
+
+# A name longer than this is no kernel's, op's or range's (the longest C++ kernel names in the wild
+# corpus are a few KiB): a 200 MB kernel name became 2 GB of piped `query` output and a 1 GB report.
+NAME_LIMIT = 64 << 10
+NAMED = (("gpu_ops", "name"), ("gpu_ops", "short_name"), ("host_ops", "name"), ("ranges", "name"))
+
+
+def cut_long_names(con) -> list[str]:
+    """Names past NAME_LIMIT cut to it (marked with a trailing ' [cut]'), one warning per table."""
+    warnings = []
+    for table, col in NAMED:
+        n = con.execute(f"UPDATE {table} SET {col} = left({col}, {NAME_LIMIT}) || ' [cut]' "
+                        f"WHERE strlen({col}) > {NAME_LIMIT}").fetchone()[0]
+        if n:
+            warnings.append(f"{n} {table}.{col} values longer than {NAME_LIMIT >> 10} KiB cut to their first "
+                            f"{NAME_LIMIT >> 10} KiB (no real name is that long; outputs stay bounded)")
+    return warnings

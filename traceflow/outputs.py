@@ -166,6 +166,10 @@ def check_output(path, kind: str, inputs=(), force: bool = False, appending: boo
     first (`--append`), so it must be a database traceflow can open (a missing one is made anew).
     """
     p = Path(path)
+    longest = 255 - len(f".{TMP_MARK}{4194304}.wal")  # NAME_MAX less the temp file's additions (pid_max: 7 digits)
+    if len(os.fsencode(p.name)) > longest:  # 232-236 characters: the temp name failed, an internal error
+        raise OutputError(p, f"its name is {len(os.fsencode(p.name))} bytes long, and traceflow's temp file beside it "
+                          f"needs {255 - longest} more than the 255 a file name may have: name it in {longest} bytes or fewer")
     if kind == "database" and not is_utf8_name(os.path.abspath(p)):
         raise OutputError(p, "its name is not valid UTF-8, which DuckDB cannot open: name another file")
     try:
@@ -254,6 +258,47 @@ def _temp_files(tmp: Path) -> list[Path]:
     return [tmp, Path(f"{tmp}.wal")]
 
 
+def _hold_database(target: Path, appending: bool) -> int | None:
+    """An existing database target, held until it is replaced: a read lock of DuckDB's kind (a POSIX
+    record lock, which every DuckDB process that opens the file for writing takes) keeps another
+    program from writing it meanwhile (a table another process added during --append was lost with
+    the replace). Its write-ahead log left beside it (a program that ended without closing the file)
+    holds writes that are part of it: --append carries the log into the copy, where DuckDB replays
+    it; a plain ingest refuses, as replacing the file beside that log made the next open fail ("not
+    a readable DuckDB database") and lost the log's tables. Returns the open descriptor, None where
+    there is no file to hold."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise OutputBusy(target, "is open for writing in another program (DuckDB holds its lock): close it first") from None
+    wal = Path(f"{target}.wal")
+    if not appending and wal.exists() and wal.stat().st_size:
+        os.close(fd)
+        raise OutputError(target, f"{wal.name} beside it holds writes not yet in the database (a program ended without "
+                          "closing it): open the database once with DuckDB, which moves them in, or remove that file; "
+                          "traceflow does not replace it meanwhile")
+    return fd
+
+
+def _copy_database(fd: int, target: Path, tmp: Path) -> None:
+    """The held database (and its write-ahead log, when there is one) copied to `tmp`, read through
+    the descriptor that holds the lock: closing any other descriptor of the file in this process
+    would release it (POSIX record locks belong to the process)."""
+    if os.fstat(fd).st_size:
+        with open(tmp, "wb") as out:
+            os.lseek(fd, 0, os.SEEK_SET)
+            while chunk := os.read(fd, 1 << 22):
+                out.write(chunk)
+    wal = Path(f"{target}.wal")
+    if wal.exists() and wal.stat().st_size:
+        shutil.copyfile(wal, f"{tmp}.wal")
+
+
 # Run just before an output replaces its target. The command adds one that raises a Ctrl-C which an
 # extension module swallowed (interrupts.raise_if_interrupted): pyarrow and DuckDB, importing a module
 # mid-call, turned the KeyboardInterrupt into an error of their own and went on (2 of 60 runs
@@ -268,19 +313,25 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
     target = check_output(path, kind, inputs, force, appending=copy_existing)
     tmp = target.with_name(f".{target.name}{TMP_MARK}{os.getpid()}")
     lock = None
+    held = None
     try:
         lock = _lock(target)  # inside the try: a signal right after it must not leave the lock file
         # Holding the lock, any temp file of this target is a dead writer's (kill -9, power loss).
         for stale in target.parent.glob(f".{target.name}{TMP_MARK}*"):
             stale.unlink(missing_ok=True)
-        if copy_existing and target.exists() and target.stat().st_size:
-            shutil.copyfile(target, tmp)
+        held = _hold_database(target, copy_existing) if kind == "database" else None
+        if copy_existing and held is not None:
+            _copy_database(held, target, tmp)
         yield tmp
         for check in BEFORE_REPLACE:
             check()
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)
+        if held is not None:
+            # the old file's log, now in the new file (--append replayed it there): never left beside
+            # the new file, where DuckDB would replay it again and refuse the file
+            Path(f"{target}.wal").unlink(missing_ok=True)
         _sync_dir(target.parent)
     except (InputError, UsageError):
         raise
@@ -298,6 +349,8 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
                 leftover.unlink(missing_ok=True)
             except OSError:
                 pass
+        if held is not None:
+            os.close(held)
         if lock is not None:
             _unlock(*lock)
 

@@ -19,7 +19,7 @@ from .derive import derive_all
 from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
-from .load import TRACE_SPANS, create_tables, load_all
+from .load import TRACE_SPANS, create_tables, cut_long_names, load_all
 from .machine import db_config
 from .outputs import PARTS, atomic_output, scratch_folder
 from .packs import compute_all
@@ -217,6 +217,7 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
         con.execute("BEGIN TRANSACTION")
     _build(con, traces, result, append, rank_pattern,
            lambda loads: load_all(con, scratch, loads, 1 if small else workers(jobs, len(loads))), scratch)
+    result.warnings.extend(cut_long_names(con))
     if small:
         _commit_to_file(con)
         con.execute("RESET checkpoint_threshold")
@@ -239,8 +240,9 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
                          "shards; ingest all the rank files again")
     for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
-        if v is not None and not (v > 0 and v < 1e7):
-            raise UsageError(f"{flag} must be a positive number (TFLOP/s, GB/s), not {v}")
+        # below 1e-3 (1 GFLOP/s, 1 MB/s: no GPU) a time at the roof is past INT64 (1e-300: an internal error)
+        if v is not None and not (v >= 1e-3 and v < 1e7):
+            raise UsageError(f"{flag} must be a positive number from 0.001 to 1e7 (TFLOP/s, GB/s), not {v}")
     if align not in ("off", "auto", "collectives"):
         raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
     if step_pattern is not None:

@@ -20,6 +20,13 @@ def say(text, err: bool = False):
     click.echo("\n".join(printable(line) for line in str(text).split("\n")), err=err)
 
 
+def say_line(text, err: bool = False):
+    """click.echo of one line that may hold text from a trace (a warning, a verdict's paragraph): its
+    newlines escaped too, as every control character. A kernel name holding `\ntraceflow: error: ...`
+    printed a forged line of traceflow's own shape in the warnings and the verdict."""
+    click.echo(printable(text), err=err)
+
+
 class Progress:
     """The progress line on a terminal (stderr): files read, then each phase by name, so that it
     never sits at "4/4 files" through the analyses, the report and the Perfetto trace.
@@ -118,14 +125,26 @@ def _fetch_rows(rel) -> list:
     return [tuple(r.values()) for r in table.to_pylist()]
 
 
+# A text cell a spreadsheet would run as a formula (`=cmd|' /C calc'!A0`, from a kernel or file name
+# in a trace someone sent): written with a leading ' (OWASP's guard), which spreadsheets show as text.
+# Numbers are numbers, never guarded.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(v):
+    return "'" + v if isinstance(v, str) and v.startswith(_FORMULA_START) else v
+
+
 def print_csv(cols: list[str], rows: list):
     import csv
     w = csv.writer(sys.stdout)
-    if sys.stdout.isatty():  # to a file the values stay as they are; to a terminal, never raw (header too: a PIVOT names columns by values)
-        cols = [printable(c) for c in cols]
-        rows = [[printable(v) if isinstance(v, str) else v for v in r] for r in rows]
-    w.writerow(cols)
-    w.writerows(rows)
+    tty = sys.stdout.isatty()  # to a file the values stay as they are; to a terminal, never raw (header too: a PIVOT names columns by values)
+
+    def cell(v):
+        v = csv_cell(v)
+        return printable(v) if tty and isinstance(v, str) else v
+    w.writerow([cell(c) for c in cols])
+    w.writerows([cell(v) for v in r] for r in rows)
 
 
 def print_frame(df, limit: int | None):

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import memory
 from .hang import findings as hang_findings
-from .text import short_name, size
+from .text import printable, short_name, size
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
@@ -556,8 +556,9 @@ def text(f: dict, explain: bool = False) -> str:
     """The verdict to read in 30 seconds: the headline, at most five findings, the caveats apart; or
     (explain) every sentence, the long form."""
     if explain:
-        return " ".join(f["sentences"])
-    out = [f["headline"]] + [f"- {x}" for x in f["lines"]]
+        return printable(" ".join(f["sentences"]))
+    # each line escaped on its own: a name from a trace holding a newline never forges a line of ours
+    out = [printable(f["headline"])] + [f"- {printable(x)}" for x in f["lines"]]
     if f["caveats"]:
-        out += ["Caveats:"] + [f"- {x}" for x in f["caveats"]]
+        out += ["Caveats:"] + [f"- {printable(x)}" for x in f["caveats"]]
     return "\n".join(out)

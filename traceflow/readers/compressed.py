@@ -15,6 +15,7 @@ from ..errors import InputError, UsageError
 DEFAULT_LIMIT = "100x"
 RATIO_FLOOR = 256 << 20
 RAW_CHUNK = 1 << 20      # compressed bytes per inflate call
+MAX_PADDING = 1 << 20    # zero bytes allowed after the last gzip member (a tape or disk block pads to 512 B-64 KiB)
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
 _LIMIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:(x)|([kmgt]i?)?b?)\s*$", re.IGNORECASE)
 
@@ -72,8 +73,13 @@ class BoundedReader:
         while want > 0:
             if self.z.eof:  # a member ended: what follows is another member, zero padding, or the end
                 rest = (self.z.unused_data + self.pending).lstrip(b"\0")
+                zeros = 0
                 while not rest and (more := self.raw.read(RAW_CHUNK)):
                     rest = more.lstrip(b"\0")
+                    zeros += len(more) - len(rest)
+                    if zeros > MAX_PADDING:  # a 5 GB sparse tail of zeros was read to its end
+                        raise OSError(f"more than {MAX_PADDING >> 20} MiB of zero bytes after the gzip data (padding "
+                                      "is a block at most): not a trace as written")
                 if not rest:
                     break
                 if not rest.startswith(b"\x1f\x8b"):

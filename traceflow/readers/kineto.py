@@ -264,6 +264,8 @@ def _read(path, sink, key):
         except msgspec.DecodeError as e:
             raise InputError(path, f"truncated or invalid JSON ({one_line(e, 200)})") from None
         late = meta_tail.baseTimeNanoseconds
+        if late is not None:
+            conv.check_base(int(late))
         if late is not None and int(late) != conv.base and sum(conv.n.values()):
             # the time base comes after the events (a trace re-serialised with its keys in another
             # order): the batches already written were timed without it. Half of a public MI300 trace
@@ -450,6 +452,13 @@ class _ByRank:
         return out
 
 
+# Absolute times stay below 2^62 ns (the year 2116): the analyses add two times (a midpoint, an
+# interval's sum), which overflowed INT64 above it ("internal error (OutOfRangeException ...)" for a
+# baseTimeNanoseconds of 2^62), and 2^63 - 1 wrapped silently to the year 1677.
+TIME_LIMIT_NS = 1 << 62
+TIME_LIMIT_YEAR = 2116
+
+
 class _Converter:
     """Turns decoded event batches into Arrow batches of the canonical tables."""
 
@@ -465,6 +474,7 @@ class _Converter:
         self.bad_time = 0
         self.negative = 0
         self.odd: dict[str, int] = {}  # GPU ops with a field of the wrong kind or sign, per field
+        self.bad_flops = 0  # ops whose FLOP count is negative or past FLOPS_LIMIT (NULL)
         self.any_events = False
         self.version = None
         self.notes: set[str] = set()
@@ -473,8 +483,14 @@ class _Converter:
         self.layout = xla_trace.Layout()  # an XLA trace's devices and lines; empty for Kineto's
         self.legacy = False  # a top-level list of events: the autograd profiler's (_legacy)
 
+    def check_base(self, base: int) -> None:
+        if not 0 <= base < TIME_LIMIT_NS:
+            raise InputError(self.path, f"baseTimeNanoseconds {base} is no time a profiler writes (times must lie "
+                             f"between 1970 and {TIME_LIMIT_YEAR}, below 2^62 ns)")
+
     def set_meta(self, m: Meta):
         if m.baseTimeNanoseconds is not None:
+            self.check_base(int(m.baseTimeNanoseconds))
             self.base = int(m.baseTimeNanoseconds)
         di = m.distributedInfo or {}
         if isinstance(di, dict):
@@ -521,6 +537,8 @@ class _Converter:
         if not xs:
             return
         col = _strict_columns(xs) if isinstance(xs[0], StrictEvent) else _loose_columns(xs)
+        col["flops"], bad_flops = col["flops"]
+        self.bad_flops += bad_flops
         if self.layout.xla:
             self.layout.remap(col)
         elif self.legacy:
@@ -545,6 +563,8 @@ class _Converter:
         """start/end ns, and a mask of events whose ts/dur are usable (finite, dur >= 0)."""
         ts_a, du_a = col["ts"][idx], col["dur"][idx]
         ok = np.isfinite(ts_a) & np.isfinite(du_a) & (du_a >= 0) & (np.abs(ts_a) < 9e15) & (du_a < 9e15)  # µs: ns fit int64
+        with np.errstate(invalid="ignore", over="ignore"):
+            ok &= (ts_a + du_a) * 1e3 < TIME_LIMIT_NS - self.base  # the absolute end below TIME_LIMIT_NS
         self.bad_time += int((~ok).sum())
         # A profiler writes times after its base (epoch or baseTimeNanoseconds): one event before it
         # would stretch the rank's timeline over days and every figure with it.
@@ -638,6 +658,8 @@ class _Converter:
                 "bytes": "with a negative byte count (NULL)", "device": "with a negative device index (NULL)"}
         for field, k in sorted(self.odd.items()):
             warnings.append(f"{k} GPU ops {what[field]}")
+        if self.bad_flops:
+            warnings.append(f"{self.bad_flops} ops with a FLOP count that is negative or past 2^50 (NULL: no work known)")
         device = {c: k for c, k in self.unread.items() if c not in _HOST_ONLY_CATS}
         if self.n["gpu_ops"] == 0 and device:
             # HTA's MTIA traces: their device work is `mtia_ccp_events`, launched by `mtia_runtime`
@@ -756,6 +778,18 @@ def _ints(values: list) -> pa.Array:
         return pa.array(values, pa.int64())
 
 
+# One op's FLOPs: below 2^50 (1.1e15, a 50k-cube matmul is 2.5e14). A count past it, or negative, is
+# no measure (NULL, counted): 2^62 or a sum past INT64 ended the MFU pack in an internal error.
+FLOPS_LIMIT = 1 << 50
+
+
+def _flops(values: list) -> tuple[pa.Array, int]:
+    """The FLOP counts as int64, those out of [0, FLOPS_LIMIT) NULL; their count is the array's
+    null count less the values that were missing (see _Converter.add)."""
+    return pa.array([v if v is None or (isinstance(v, int) and 0 <= v < FLOPS_LIMIT) else None for v in values],
+                    pa.int64()), sum(v is not None and not (isinstance(v, int) and 0 <= v < FLOPS_LIMIT) for v in values)
+
+
 def _strict_columns(evs: list) -> dict:
     """Batch-wide columns of StrictEvents: C loops only, except over the few collectives."""
     n = len(evs)
@@ -789,7 +823,7 @@ def _strict_columns(evs: list) -> dict:
         "bytes": pa.array(nbytes, pa.int64()),
         "collective": pa.array(coll, pa.string()),
         "comm": pa.array(comm, pa.string()),
-        "flops": pa.array(list(map(_get["flops"], args)), pa.int64()),
+        "flops": _flops(list(map(_get["flops"], args))),
         "bind_id": pa.array(list(map(_get["bind_id"], evs)), pa.int64()),
         "input_dims": _raw_text(list(map(_get["input_dims"], args))),
         "input_types": _raw_text(list(map(_get["input_types"], args))),
@@ -823,7 +857,7 @@ def _loose_columns(evs: list) -> dict:
         "bytes": pa.array([_nbytes(_int_or_none(a.bytes), a.in_nelems, a.dtype) for a in args], pa.int64()),
         "collective": pa.array([_collective(a.collective) for a in args], pa.string()),
         "comm": pa.array([_comm(a.pg_name) for a in args], pa.string()),
-        "flops": pa.array([_int_or_none(a.flops) for a in args], pa.int64()),
+        "flops": _flops([_int_or_none(a.flops) for a in args]),
         "bind_id": pa.array([_int_or_none(e.bind_id) for e in evs], pa.int64()),
         "input_dims": _raw_text([a.input_dims for a in args]),
         "input_types": _raw_text([a.input_types for a in args]),

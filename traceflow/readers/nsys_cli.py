@@ -46,8 +46,13 @@ def _file_key(path: str) -> str:
     return hashlib.blake2b(f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}".encode(), digest_size=10).hexdigest()
 
 
-def export_sqlite(rep: str, nsys: str | None = None, timeout: int = 3600) -> str:
-    """`nsys export --type sqlite` of a report into the cache; returns the .sqlite path."""
+def export_sqlite(rep: str, nsys: str | None = None, timeout: int = 3600, scratch: str | None = None) -> str:
+    """`nsys export --type sqlite` of a report into the cache; returns the .sqlite path.
+
+    nsys writes into the run's `scratch` folder (removed with the run, also on Ctrl-C, SIGTERM or a
+    killed reader), and the finished export is then copied into the cache under a temp name and
+    renamed: a Ctrl-C during the export left its partial file in the cache for good. A temp file of
+    a process that is gone (killed during the copy) is removed by the next export."""
     exe = find_nsys(nsys)
     if exe is None:
         raise InputError(rep, "is an .nsys-rep report and no `nsys` was found (not on PATH, no --nsys): "
@@ -56,18 +61,32 @@ def export_sqlite(rep: str, nsys: str | None = None, timeout: int = 3600) -> str
     out = cache_dir() / f"{Path(rep).stem}-{_file_key(rep)}.sqlite"
     if out.exists() and out.stat().st_size > 0:
         return str(out)
-    tmp = out.with_suffix(f".tmp{os.getpid()}.sqlite")
+    _remove_dead_temps(out)
+    part = out.with_suffix(f".tmp{os.getpid()}.sqlite")
+    tmp = Path(scratch) / out.name if scratch else part
     cmd = [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp), rep]
     try:
-        r = _run(cmd, timeout)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise InputError(rep, f"`nsys export` failed to run ({e})") from None
-    if r.returncode != 0 or not tmp.exists():
-        tmp.unlink(missing_ok=True)
-        msg = (r.stderr or r.stdout or "").strip().splitlines()
-        raise InputError(rep, f"`nsys export` exited {r.returncode}: {msg[-1] if msg else 'no output'}")
-    os.replace(tmp, out)
+        try:
+            r = _run(cmd, timeout)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise InputError(rep, f"`nsys export` failed to run ({e})") from None
+        if r.returncode != 0 or not tmp.exists():
+            msg = (r.stderr or r.stdout or "").strip().splitlines()
+            raise InputError(rep, f"`nsys export` exited {r.returncode}: {msg[-1] if msg else 'no output'}")
+        if tmp != part:
+            shutil.copyfile(tmp, part)
+        os.replace(part, out)
+    finally:
+        for leftover in {tmp, part}:
+            leftover.unlink(missing_ok=True)
     return str(out)
+
+
+def _remove_dead_temps(out: Path) -> None:
+    for p in out.parent.glob(f"{out.stem}.tmp*.sqlite"):
+        pid = p.name[len(out.stem) + 4:-len(".sqlite")]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            p.unlink(missing_ok=True)
 
 
 def run_recipe(name: str, reports: list[str], nsys: str | None = None, timeout: int = 3600) -> Path:

@@ -104,7 +104,7 @@ def _read_file(inp: Input, folder, index, nsys_exe):
             traces = memory_snapshot.read(path, sink, key=f"f{index}p0")
         elif fmt == "nsys-rep":
             from .nsys_cli import export_sqlite
-            traces = nsys.read(export_sqlite(path, nsys_exe), sink, key=f"f{index}p")
+            traces = nsys.read(export_sqlite(path, nsys_exe, scratch=folder), sink, key=f"f{index}p")
         elif fmt in ("sqlite-gz", "sqlite-xz"):
             fd, scratch = tempfile.mkstemp(suffix=".sqlite", dir=folder)
             with os.fdopen(fd, "wb") as out, BoundedReader(path, "gzip" if fmt == "sqlite-gz" else "xz") as src:

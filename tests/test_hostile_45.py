@@ -1,0 +1,580 @@
+"""Issue 45's hostile round: what a hostile tester reproduced on the landed code, each held to
+docs/bad-input.md's promise (one line, the right exit code, nothing lost, nothing left behind).
+
+Inputs are derived at test time from real files: a database written by a real ingest of a bundled
+trace, then tampered with; real traces and pickles re-packed. Every case runs the real command in a
+subprocess (test_files_and_processes.Run) with a timeout, so a hang fails the test instead of the run.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import test_files_and_processes
+from test_files_and_processes import assert_clean, assert_refused, snapshot
+
+one_rank_db = test_files_and_processes.one_rank_db
+sandbox = test_files_and_processes.sandbox
+
+
+def _tamper(db: Path, *statements: str) -> None:
+    import duckdb
+    con = duckdb.connect(str(db))
+    for s in statements:
+        con.execute(s)
+    con.close()
+
+
+# --- 1. a database someone sends you is untrusted -------------------------------------------------
+
+def test_a_macro_named_current_setting_does_not_undo_the_lock(sandbox):
+    """`CREATE MACRO current_setting(x) AS true` made lock_down believe it was already applied: the
+    view over /etc/passwd was then shown by `query` and `sql`. Refused at open, before any view runs."""
+    run, trace, db = sandbox
+    _tamper(db, "CREATE MACRO current_setting(x) AS true", "DROP TABLE idle_gaps",
+            "CREATE VIEW idle_gaps AS SELECT content AS next_op FROM read_text('/etc/passwd')")
+    before = snapshot(run.root)
+    for cmd in (["query", db, "idle-gaps"], ["sql", db, "select * from idle_gaps"],
+                ["report", db, "-o", run.root / "r.html"]):
+        r = run(*cmd, timeout=120)
+        assert_refused(r, 3, db.name, "macro named current_setting")
+        assert "root:" not in r.stdout
+    assert_clean(run, before, run.root)
+
+
+@pytest.mark.parametrize("macro", ["CREATE MACRO round(x, y) AS 0", "CREATE MACRO enable_logging() AS 1",
+                                   "CREATE MACRO greatest(a, b) AS TABLE SELECT 1"])
+def test_a_macro_shadowing_a_builtin_is_refused(sandbox, macro):
+    """Macros named like DuckDB's own functions ran in place of them in traceflow's SQL: internal errors."""
+    run, trace, db = sandbox
+    _tamper(db, macro)
+    before = snapshot(run.root)
+    name = macro.split()[2].split("(")[0]
+    for cmd in (["query", db, "steps"], ["sql", db, "select 1"], ["report", db, "-o", run.root / "r.html"]):
+        assert_refused(run(*cmd, timeout=120), 3, db.name, f"macro named {name}")
+    assert_clean(run, before, run.root)
+
+
+def test_a_macro_of_the_users_own_is_kept(sandbox):
+    """A macro with a name of its own (a user's helper) shadows nothing: the database still opens."""
+    run, trace, db = sandbox
+    _tamper(db, "CREATE MACRO my_ms(ns) AS ns / 1e6")
+    r = run("sql", db, "SELECT my_ms(2000000) AS ms", "--format", "csv", timeout=120)
+    assert (r.returncode, r.stdout.split()) == (0, ["ms", "2.0"]), r.stderr
+
+
+@pytest.mark.parametrize("view", [
+    "SELECT range AS next_op FROM range(1000000000000)",
+    "WITH RECURSIVE t(next_op) AS (SELECT 1 UNION ALL SELECT next_op + 1 FROM t) SELECT * FROM t",
+    "SELECT x AS next_op FROM (SELECT 1) s, LATERAL generate_series(1, 1000000000000) g(x)",
+])
+def test_a_view_without_a_bound_on_its_cost_is_refused(sandbox, view):
+    """Views over range() or a recursive CTE made `query`, `report` and `sql` run until killed."""
+    run, trace, db = sandbox
+    _tamper(db, "DROP TABLE idle_gaps", f"CREATE VIEW idle_gaps AS {view}")
+    before = snapshot(run.root)
+    for cmd in (["query", db, "idle-gaps"], ["sql", db, "select count(*) from idle_gaps"],
+                ["report", db, "-o", run.root / "r.html"]):
+        t0 = time.monotonic()
+        r = run(*cmd, timeout=120)
+        assert_refused(r, 3, db.name, "its view idle_gaps reads")
+        assert time.monotonic() - t0 < 60
+    assert_clean(run, before, run.root)
+
+
+# --- 2. read-only `sql` stays read-only inside EXPLAIN and PREPARE --------------------------------
+
+def test_explain_analyze_and_prepare_never_write(sandbox):
+    """`EXPLAIN ANALYZE COPY ...` and `PREPARE p AS COPY ...; EXECUTE p` were taken for reads by their
+    outer kind and wrote into the folder the lock allows (a cluster job's shards, beside the database)."""
+    run, trace, db = sandbox
+    parts = run.root / f"{db.name}.parts-0"  # the one folder beside the database its connection may write in
+    parts.mkdir()
+    (parts / "0.gpu_ops.parquet").write_bytes(b"a shard")
+    before = snapshot(run.root)
+    for text in (f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{parts}/0.gpu_ops.parquet'",
+                 f"EXPLAIN (FORMAT json) COPY (SELECT 1) TO '{parts}/new.csv'",
+                 f"PREPARE p AS COPY (SELECT 1) TO '{parts}/0.gpu_ops.parquet'; EXECUTE p",
+                 f"SELECT 1; PREPARE \"q r\" AS COPY (SELECT 2) TO '{parts}/x.csv'; EXECUTE \"q r\"",
+                 f"EXPLAIN /* a comment */ ANALYZE COPY (SELECT 1) TO '{parts}/y.csv'"):
+        r = run("sql", db, text, timeout=120)
+        assert_refused(r, 2)
+        assert sorted(p.name for p in parts.iterdir()) == ["0.gpu_ops.parquet"], text
+    assert_clean(run, before, run.root)
+    r = run("sql", db, "PREPARE p AS SELECT count(*) AS n FROM traces; EXECUTE p", "--format", "csv", timeout=120)
+    assert (r.returncode, r.stdout.split()) == (0, ["n", "1"]), r.stderr
+    r = run("sql", db, "EXPLAIN ANALYZE SELECT count(*) FROM traces", timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+# --- 3. a write-ahead log beside the database, a writer beside the append -------------------------
+
+def _leave_a_wal(db: Path) -> Path:
+    """A program that adds a table and ends without closing the file: its write-ahead log stays."""
+    code = ("import duckdb, os, sys\ncon = duckdb.connect(sys.argv[1])\ncon.execute(\"SET checkpoint_threshold = '1TB'\")\n"
+            "con.execute('CREATE TABLE precious AS SELECT range AS i FROM range(1000)')\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code, str(db)], check=True, timeout=60)
+    wal = Path(f"{db}.wal")
+    assert wal.stat().st_size > 0
+    return wal
+
+
+def test_a_left_over_wal_is_never_lost(sandbox):
+    """Re-ingest or --append beside a left-over `job.duckdb.wal` replaced the database, then exit 3
+    "not a readable DuckDB database": the database no longer opened and the log's table was lost."""
+    import duckdb
+    run, trace, db = sandbox
+    wal = _leave_a_wal(db)
+    before = snapshot(run.root)
+    assert_refused(run("ingest", trace, "-o", db, timeout=300), 3, db.name, "job.duckdb.wal beside it holds writes")
+    assert_clean(run, before, run.root)
+    from test_files_and_processes import KINETO
+    r = run("ingest", KINETO[1], "-o", db, "--append", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not wal.exists()
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*), sum(i) FROM precious").fetchone() == (1000, sum(range(1000)))
+    assert con.execute("SELECT count(*) FROM traces").fetchone()[0] == 2
+    con.close()
+    r = run("query", db, "steps", timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_writer_beside_an_append_is_kept_out(sandbox):
+    """A table another process added while --append ran was lost with the replace (or the run ended
+    in exit 3 after it). The database is held from the copy to the replace: the writer is refused by
+    DuckDB's own lock, the append completes, and the file opens."""
+    import duckdb
+    from test_files_and_processes import KINETO, wait_for_phase
+    run, trace, db = sandbox
+    p = run.popen("ingest", KINETO[1], "-o", db, "--append")
+    try:
+        assert wait_for_phase(p, "reading", run, db), p.communicate()
+        code = ("import duckdb, sys\ntry:\n    duckdb.connect(sys.argv[1]).execute('CREATE TABLE mine AS SELECT 1')\n"
+                "    print('wrote')\nexcept duckdb.Error as e:\n    print('refused', 'lock' in str(e).lower())\n")
+        w = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=60)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert w.stdout.split() == ["refused", "True"], w.stdout + w.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM traces").fetchone()[0] == 2
+    con.close()
+
+
+# --- 4. bombs: every expansion bounded by the input's size ---------------------------------------
+
+def _real_frames(n: int) -> list[dict]:
+    """Frames made of the real CPU op names of a bundled trace (a Flight Recorder frame's shape)."""
+    import gzip
+    import json
+
+    from test_files_and_processes import KINETO
+    events = json.loads(gzip.open(KINETO[0]).read())["traceEvents"]
+    names = sorted({e["name"] for e in events if e.get("cat") == "cpu_op"})
+    return [{"filename": "train.py", "line": i, "name": names[i % len(names)]} for i in range(n)]
+
+
+def test_a_pickle_of_shared_references_is_refused_in_bounded_time(tmp_path):
+    """205 KB of a Flight Recorder dump held 2,000 entries sharing one list of 100 k frame references:
+    minutes of walking. An allocator snapshot of shared block lists: 25 M rows, out of memory."""
+    import pickle
+
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    frame = _real_frames(1)[0]
+    shared = [frame] * 100_000
+    fr = {"version": "2.2", "pg_config": {}, "entries": [
+        {"record_id": i, "seq_id": i, "profiling_name": "nccl:all_reduce", "frames": shared, "state": "completed"}
+        for i in range(2_000)]}
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(fr, protocol=4))
+    blocks = [{"address": 1 << 20, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": []}] * 5_000
+    snap = {"segments": [{"device": 0, "address": 1 << 30, "total_size": 1 << 21, "blocks": blocks}] * 5_000,
+            "device_traces": []}
+    (tmp_path / "rank0_memory_snapshot.pickle").write_bytes(pickle.dumps(snap, protocol=4))
+    for name in ("nccl_trace_rank_0", "rank0_memory_snapshot.pickle"):
+        f = tmp_path / name
+        assert f.stat().st_size < 300_000
+        t0 = time.monotonic()
+        r = run("ingest", f, "-o", tmp_path / "job.duckdb", timeout=120)
+        assert_refused(r, 3, name, "refusing a likely bomb")
+        assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "job.duckdb").exists()
+
+
+def test_a_bytearray_of_a_count_is_refused():
+    """An 84-byte pickle asked for bytearray(10**9): a gigabyte allocated by the restricted unpickler."""
+    import pickle
+
+    from traceflow.errors import InputError
+    from traceflow.readers import safe_pickle
+
+    class Big:
+        def __reduce__(self):
+            return bytearray, (10**9,)
+    data = pickle.dumps(Big(), protocol=3)
+    assert len(data) < 100
+    with pytest.raises(InputError, match="a bytearray made from a count"):
+        safe_pickle.loads(data, "big.pkl")
+    assert safe_pickle.loads(pickle.dumps(bytearray(b"bytes"), protocol=3), "ok.pkl") == bytearray(b"bytes")
+
+
+def test_a_gzip_with_a_sparse_zero_tail_stops_early(sandbox):
+    """A .json.gz followed by 5 GB of (sparse) zero bytes was read to its end."""
+    run, trace, db = sandbox
+    bomb = run.root / "rank-0.json.gz"
+    bomb.write_bytes(trace.read_bytes())
+    with open(bomb, "r+b") as f:
+        f.truncate(5 << 30)
+    t0 = time.monotonic()
+    r = run("ingest", bomb, "-o", run.root / "new.duckdb", timeout=120)
+    assert_refused(r, 3, bomb.name, "zero bytes after the gzip data")
+    assert time.monotonic() - t0 < 60
+    assert not (run.root / "new.duckdb").exists()
+    bomb.unlink()
+
+
+@pytest.mark.parametrize("rowid", [2**33, 2**62])
+def test_an_nsys_rowid_jump_reads_by_rows(sandbox, rowid):
+    """A kernel's rowid set to 2**33 in a small export made 34,000 read ranges (52 s); 2**62 ran out
+    of memory. The ranges follow the row count; every kernel is read once."""
+    import shutil
+    import sqlite3
+
+    from test_files_and_processes import NSYS_SMALL
+    if not NSYS_SMALL.exists():
+        pytest.skip(f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
+    run, trace, db = sandbox
+    sq = run.root / "rank0.sqlite"
+    shutil.copyfile(NSYS_SMALL, sq)
+    con = sqlite3.connect(sq)
+    n = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = ? WHERE rowid = (SELECT max(rowid) FROM "
+                "CUPTI_ACTIVITY_KIND_KERNEL)", [rowid])
+    con.commit()
+    from traceflow.readers.nsys import ROWS_PER_TASK, _row_ranges
+    assert len(_row_ranges(con.cursor(), "CUPTI_ACTIVITY_KIND_KERNEL")) <= 1 + n // ROWS_PER_TASK
+    con.close()
+    t0 = time.monotonic()
+    r = run("ingest", sq, "-o", run.root / "n.duckdb", timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 120
+    import duckdb
+    con = duckdb.connect(str(run.root / "n.duckdb"), read_only=True)
+    got = con.execute("SELECT count(*) FROM gpu_ops WHERE category IN ('compute', 'communication')").fetchone()[0]
+    con.close()
+    assert got == n
+
+
+# --- 5. signals and remote ends --------------------------------------------------------------------
+
+def _cpu_seconds(pid: int) -> float:
+    import os
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_stops_a_query_that_never_ends(sandbox, sig):
+    """While DuckDB ran a recursive CTE, Ctrl-C and SIGTERM were lost in most tries: one core at
+    100 % until kill -9. The signal now interrupts the query: one line, exit 130 / 143, nothing left.
+    (A view in a database someone sent is refused at open; a temp view made and read in one `sql`
+    text is not yet covered: there DuckDB's close() waits for the query, docs/bad-input.md.)"""
+    import signal
+
+    from test_files_and_processes import wait_for_phase
+    run, trace, db = sandbox
+    text = "WITH RECURSIVE t(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM t) SELECT count(*) FROM t"
+    before = snapshot(run.root)
+    p = run.popen("sql", db, text)
+    try:
+        assert wait_for_phase(p, "starting", run, run.root), p.communicate()
+        end = time.monotonic() + 120
+        while p.poll() is None and _cpu_seconds(p.pid) < 4 and time.monotonic() < end:
+            time.sleep(0.05)  # in the query by then: start-up and the open take ~1.5 s of CPU
+        assert p.poll() is None, p.communicate()
+        p.send_signal(getattr(signal, sig))
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == {"SIGINT": 130, "SIGTERM": 143}[sig], err
+    assert err.strip() == {"SIGINT": "traceflow: interrupted", "SIGTERM": "traceflow: terminated"}[sig]
+    assert_clean(run, before, run.root)
+
+
+def _server(answer: bytes | None):
+    """A TCP server on 127.0.0.1 that accepts and then says nothing (`answer` None) or sends
+    `answer`; stopped by the test."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+    held = []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            held.append(c)
+            if answer is not None:
+                c.sendall(answer)
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(5)
+        for c in held:
+            c.close()
+        srv.close()
+    return f"tcp://127.0.0.1:{srv.getsockname()[1]}", close
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"])
+def test_a_cluster_address_that_is_no_scheduler(sandbox, answer):
+    """`--cluster tcp://HOST:PORT` to a port that accepts and says nothing waited forever with no
+    output; one answering non-Dask bytes ended in "internal error (MemoryError: Unable to allocate
+    3.07 EiB)". One line, exit 3, in bounded time, nothing left."""
+    pytest.importorskip("distributed")
+    run, trace, db = sandbox
+    address, close = _server(answer)
+    before = snapshot(run.root)
+    try:
+        t0 = time.monotonic()
+        r = run("ingest", trace, "-o", run.root / "c.duckdb", "--cluster", address, timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        close()
+    assert_refused(r, 3, address, "not a Dask scheduler")
+    assert took < 60
+    assert_clean(run, before, run.root)
+
+
+SLOW_NSYS = """#!{py}
+# A stand-in for `nsys export` that is slow: the first half of the real export it stands for is
+# written to --output, then it waits (the test interrupts it there).
+import pathlib, sys, time
+args = sys.argv[1:]
+out = pathlib.Path(args[args.index("--output") + 1])
+data = pathlib.Path(pathlib.Path(args[-1]).read_text().splitlines()[1]).read_bytes()
+out.write_bytes(data[: len(data) // 2])
+time.sleep(300)
+"""
+
+
+def test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache(sandbox):
+    """Ctrl-C during `nsys export` left the partial export in traceflow's cache for good (the next
+    run then took it for the export). It is written in the run's scratch folder now."""
+    import os
+    import signal
+
+    from test_files_and_processes import NSYS_SMALL
+    if not NSYS_SMALL.exists():
+        pytest.skip(f"nsys fixture not found at {NSYS_SMALL} (../shared is absent)")
+    run, trace, db = sandbox
+    exe = run.root / "bin" / "nsys"
+    exe.parent.mkdir()
+    exe.write_text(SLOW_NSYS.format(py=sys.executable))
+    exe.chmod(0o755)
+    rep = run.root / "rank0.nsys-rep"
+    rep.write_text(f"NSYS-REP stand-in\n{NSYS_SMALL}\n")
+    cache = run.root / "cache"
+    before = snapshot(run.root)
+    p = subprocess.Popen([*test_files_and_processes.TRACEFLOW, "ingest", str(rep), "-o", str(run.root / "n.duckdb"),
+                          "--nsys", str(exe)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, **run.env, "TRACEFLOW_CACHE": str(cache)}, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < end and not any(
+                f.stat().st_size > 0 for where in (cache, run.tmpdir) if where.exists()
+                for f in where.rglob("*.sqlite") if f.is_file()):
+            time.sleep(0.02)
+        assert p.poll() is None, p.communicate()
+        os.killpg(p.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert p.returncode == 130, err
+    assert err.strip() == "traceflow: interrupted"
+    assert [f.name for f in cache.rglob("*") if f.is_file()] == []
+    assert_clean(run, before, run.root)
+
+
+# --- 6. output injection ---------------------------------------------------------------------------
+
+FORGED = "=cmd|' /C calc'!A0\ntraceflow: error: forged line"
+
+
+def _forged_trace(folder: Path) -> Path:
+    """The bundled rank 0 with its longest kernel renamed to FORGED (a formula and a newline)."""
+    import gzip
+    import json
+    from collections import Counter
+
+    from test_files_and_processes import KINETO
+    d = json.loads(gzip.open(KINETO[0]).read())
+    time_of: Counter = Counter()
+    for e in d["traceEvents"]:
+        if e.get("cat") == "kernel":
+            time_of[e["name"]] += e.get("dur", 0)
+    top = time_of.most_common(1)[0][0]
+    for e in d["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"] == top:
+            e["name"] = FORGED
+    out = folder / "rank-0.pt.trace.json.gz"
+    with gzip.open(out, "wt") as f:
+        json.dump(d, f)
+    return out
+
+
+def _forged_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "forged" in line and line.startswith("traceflow: error")]
+
+
+def test_a_newline_in_a_trace_string_forges_no_line(tmp_path):
+    """A kernel name holding `\\ntraceflow: error: ...` printed a forged line of traceflow's shape in
+    the verdict; a file name holding one did in the notes. Escaped as tables escape it: `\\x0a`."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    (tmp_path / "in").mkdir()
+    trace = _forged_trace(tmp_path / "in")
+    r = run("postmortem", trace, "-o", tmp_path / "pm", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert _forged_lines(r.stdout + r.stderr) == []
+    assert "\\x0atraceflow: error: forged line" in r.stdout  # the verdict names the kernel, escaped
+    twin = tmp_path / "in" / "a\ntraceflow: error: forged note.json.gz"
+    twin.write_bytes(trace.read_bytes())
+    r = run("ingest", trace, twin, "-o", tmp_path / "twice.duckdb", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "same content" in r.stderr and _forged_lines(r.stderr) == [], r.stderr
+    # CSV: a cell a spreadsheet would run as a formula gets a leading ', numbers stay numbers
+    r = run("sql", tmp_path / "pm" / "job.duckdb", "SELECT DISTINCT name, -1 AS n FROM gpu_ops WHERE name LIKE '=%'",
+            "--format", "csv", timeout=120)
+    import csv
+    import io
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert rows == [["name", "n"], ["'" + FORGED, "-1"]], r.stdout
+
+
+# --- 7. numbers ------------------------------------------------------------------------------------
+
+def _edited(folder: Path, edit) -> Path:
+    import gzip
+    import json
+
+    from test_files_and_processes import KINETO
+    d = json.loads(gzip.open(KINETO[0]).read())
+    edit(d)
+    out = folder / "rank-0.pt.trace.json.gz"
+    with gzip.open(out, "wt") as f:
+        json.dump(d, f)
+    return out
+
+
+@pytest.mark.parametrize("base", [2**63 - 1, 2**62, -1])
+def test_a_time_base_past_what_int64_holds_is_refused(tmp_path, base):
+    """baseTimeNanoseconds of 2^63-1 wrapped silently to the year 1677; 2^62 ended in an internal
+    error (INT64 overflow adding two times). One line, exit 3."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    trace = _edited(tmp_path, lambda d: d.__setitem__("baseTimeNanoseconds", base))
+    r = run("ingest", trace, "-o", tmp_path / "b.duckdb", timeout=300)
+    assert_refused(r, 3, trace.name, f"baseTimeNanoseconds {base} is no time a profiler writes")
+    assert not (tmp_path / "b.duckdb").exists()
+
+
+def test_flop_counts_past_int64_are_dropped_and_counted(tmp_path):
+    """A FLOP count of 2^62 on two matmuls (their sum past INT64) ended `ingest` / `query mfu` in an
+    internal error. Such counts are NULL, counted in a warning; the MFU pack runs."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    marked = []
+
+    def edit(d):
+        for e in d["traceEvents"]:
+            if e.get("cat") == "cpu_op" and e.get("name") in ("aten::mm", "aten::addmm") and len(marked) < 2:
+                e.setdefault("args", {})["flops"] = 2**62
+                marked.append(e["name"])
+    trace = _edited(tmp_path, edit)
+    assert len(marked) == 2
+    r = run("ingest", trace, "-o", tmp_path / "f.duckdb", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "2 ops with a FLOP count that is negative or past 2^50" in r.stderr, r.stderr
+    r = run("query", tmp_path / "f.duckdb", "mfu", "--format", "csv", timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+# --- 8. limits of the machine ----------------------------------------------------------------------
+
+def test_option_and_name_extremes_are_one_line(sandbox):
+    """`sql DB ""`, `--peak-tflops 1e-300` and an output name of 232-236 characters were internal errors."""
+    run, trace, db = sandbox
+    before = snapshot(run.root)
+    assert_refused(run("sql", db, "", timeout=120), 2, "no SQL statement given")
+    assert_refused(run("sql", db, "/* only a comment */", timeout=120), 2, "no SQL statement given")
+    r = run("ingest", trace, "-o", run.root / "p.duckdb", "--peak-tflops", "1e-300", timeout=120)
+    assert_refused(r, 2, "--peak-tflops must be a positive number")
+    for n in (232, 236):
+        out = run.root / ("a" * (n - len(".duckdb")) + ".duckdb")
+        assert_refused(run("ingest", trace, "-o", out, timeout=120), 3, "bytes long", "name it in")
+    assert_clean(run, before, run.root)
+
+
+def test_sighup_cleans_up_as_sigterm_does(tmp_path):
+    """SIGHUP (a terminal closed, an ssh session dropped) left the temp database, its WAL, the lock and
+    the scratch folder behind: handled as SIGTERM now, exit 129."""
+    import signal
+
+    from test_files_and_processes import KINETO, Run, wait_for_phase
+    run = Run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run.popen("ingest", *KINETO, "-o", out / "job.duckdb")
+    try:
+        assert wait_for_phase(p, "loading", run, out), p.communicate()
+        p.send_signal(signal.SIGHUP)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert (p.returncode, err.strip()) == (129, "traceflow: hung up"), err
+    assert list(out.iterdir()) == []
+    assert_clean(run, {}, tmp_path)
+
+
+def test_a_huge_kernel_name_is_cut(tmp_path):
+    """A 200 MB kernel name became 2 GB of piped output and a 1 GB report (here 20 MB: an 88 MB
+    report). Names past 64 KiB are cut at ingest, with a warning; the outputs stay bounded."""
+    from test_files_and_processes import Run
+
+    def edit(d):
+        kernels = [e for e in d["traceEvents"] if e.get("cat") == "kernel"]
+        max(kernels, key=lambda e: e.get("dur", 0))["name"] = "void k<" + "x" * (8 << 20) + ">()"
+    run = Run(tmp_path)
+    (tmp_path / "in").mkdir()
+    trace = _edited(tmp_path / "in", edit)
+    r = run("postmortem", trace, "-o", tmp_path / "pm", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "1 gpu_ops.name values longer than 64 KiB cut" in r.stderr, r.stderr
+    r = run("sql", tmp_path / "pm" / "job.duckdb", "SELECT max(strlen(name)) AS n FROM gpu_ops", "--format", "csv",
+            timeout=120)
+    assert r.stdout.split() == ["n", str((64 << 10) + len(" [cut]"))], r.stdout + r.stderr
+    assert (tmp_path / "pm" / "report.html").stat().st_size < 8 << 20
