@@ -174,7 +174,7 @@ def _repro(r: dict) -> str | None:
                 f"AND class = '{r['class']}' AND cause = '{r['cause']}'")
     if k == "straggler":
         return (f"SELECT median(d)::DOUBLE AS figure FROM (SELECT s.step, coalesce(sum(x.last_by_ns), 0) AS d FROM {_STEPS_SQL} s "
-                f"LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = {r['rank']} GROUP BY s.step)")
+                f"LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = {r['rank']} AND NOT x.sharing GROUP BY s.step)")
     if k == "dominant":
         return (f"SELECT sum(path_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM step_causes "
                 f"WHERE class = '{r['class']}' AND step IN {_STEPS_SQL}")

@@ -387,6 +387,9 @@ class _ByRank:
                 total[k] = total.get(k, 0) + v
         return total
 
+    def check_base(self, base: int) -> None:
+        self.plain.check_base(base)
+
     def set_meta(self, m: Meta):
         self.metas.append(m)
         for c in (self.plain, *self.ranks.values()):
