@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -89,8 +90,11 @@ def on_a_terminal(*args, env=None, columns: int = 100, program=None) -> str:
 
 
 # Temporary files stay inside the clone (ignored by git), not in /tmp/pytest-of-<user>: one folder per run,
-# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN); the folders of the
-# last three runs that ended are kept for a look, older ones removed.
+# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN). TMPDIR points into it too,
+# so what the commands under test write to the temp folder (their scratch, Dask's, nsys exports) goes
+# there. Each passing test's tmp_path goes as it passes (pyproject: tmp_path_retention_policy =
+# "failed"); a run that passes removes its folder and `.pytest-tmp` (a full run had left 3.0 GB: every
+# test's derived traces and databases); a failed run keeps its folder for a look, the last one only.
 TMP_ROOT = ROOT / ".pytest-tmp"
 
 
@@ -99,14 +103,35 @@ def pytest_configure(config):
     if config.option.basetemp or hasattr(config, "workerinput"):  # given, or a worker (xdist gave it one)
         return
     TMP_ROOT.mkdir(exist_ok=True)
-    ended = []
-    for d in TMP_ROOT.glob("run-*"):
+    for d in TMP_ROOT.glob("run-*"):  # the folders of runs that ended (failed ones): this run replaces them
         pid = d.name[4:]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            ended.append(d)
-    for d in sorted(ended, key=lambda d: d.stat().st_mtime)[:-3]:
-        shutil.rmtree(d, ignore_errors=True)
-    config.option.basetemp = str(TMP_ROOT / f"run-{os.getpid()}")
+            shutil.rmtree(d, ignore_errors=True)
+    run = TMP_ROOT / f"run-{os.getpid()}"
+    config.option.basetemp = str(run)
+    config._tf_run_dir = run
+    scratch = run / "TMPDIR"
+    scratch.mkdir(parents=True, exist_ok=True)
+    import tempfile
+    os.environ["TMPDIR"] = str(scratch)  # the workers and every subprocess inherit it
+    tempfile.tempdir = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    run = getattr(config, "_tf_run_dir", None)
+    if run is None or getattr(config, "_tf_failed", True):
+        return
+    shutil.rmtree(run, ignore_errors=True)
+    try:
+        TMP_ROOT.rmdir()  # only when no other run's folder is in it
+    except OSError:
+        pass
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not hasattr(session.config, "workerinput"):
+        session.config._tf_failed = exitstatus not in (0, 5)  # 5: no tests collected
 
 
 # --- the quick suite and the slow one --------------------------------------------------------------
@@ -270,11 +295,27 @@ class loose_decoding:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line saying how many tests skipped for want of ../shared, so a short run is never a surprise."""
+    """The skips in one closing line, counted per reason (`-q` hides them): a short run is never a
+    surprise, and ../shared's absence is named."""
     skipped = terminalreporter.stats.get("skipped", [])
-    n = sum(1 for r in skipped if "../shared" in str(r.longrepr) or str(FIX) in str(r.longrepr))
-    if n:
-        terminalreporter.write_line(f"{n} tests skipped: the real fixtures are not at {FIX} (../shared is absent)")
+    reasons: Counter = Counter()
+    for r in skipped:
+        lr = r.longrepr
+        text = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+        text = text.removeprefix("Skipped: ")
+        if str(FIX) in text or "../shared" in text:
+            text = f"the real fixtures are not at {FIX} (../shared is absent)"
+        elif str(WILD) in text:
+            text = f"not in the wild corpus at {WILD}"
+        reasons[_short(text)] += 1
+    if reasons:
+        terminalreporter.write_line(f"{sum(reasons.values())} skipped: " + "; ".join(
+            f"{n} × {why}" for why, n in reasons.most_common()))
+
+
+def _short(text: str, width: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def tagged_processes(tag: str) -> list[int]:
@@ -288,3 +329,23 @@ def tagged_processes(tag: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+# --- CPU-seconds per test (wall time under a shared machine's load says little) -------------------
+# TRACEFLOW_CPU_TIMES=FILE: each test's CPU time (its process and the subprocesses it waited for,
+# setup included) appended to FILE as `seconds<TAB>nodeid`; `sort -rn FILE | head -40` ranks them.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    out = os.environ.get("TRACEFLOW_CPU_TIMES")
+    if not out:
+        yield
+        return
+    import resource
+
+    def cpu() -> float:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    t0 = cpu()
+    yield
+    with open(out, "a") as f:
+        f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\n")

@@ -6,7 +6,6 @@ import re
 from collections import Counter
 
 import pytest
-
 from conftest import BUNDLED
 
 JOB = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.pt.trace.json.gz"))

@@ -141,7 +141,7 @@ def _comparability(con) -> tuple[list[dict], list[str]]:
         "shared GPU": both("""SELECT count(*) > 0 FROM (SELECT coalesce(gpu_uuid, hostname || ':' || device, ':' || device)
                               FROM {run}.gpu_devices GROUP BY 1 HAVING count(DISTINCT rank) > 1)"""),
     }
-    out = [{"what": k, "a": str(v[0]), "b": str(v[1]), "same": v[0] == v[1]} for k, v in rows.items()]
+    out = [{"what": k, "a": _text(v[0]), "b": _text(v[1]), "same": v[0] == v[1]} for k, v in rows.items()]
     warnings = []
     if rows["ranks"][0] != rows["ranks"][1]:
         warnings.append(f"not comparable as one job: run a has {rows['ranks'][0]} ranks, run b {rows['ranks'][1]}: "
@@ -164,6 +164,17 @@ def _comparability(con) -> tuple[list[dict], list[str]]:
         if rows[what][0] != rows[what][1]:
             warnings.append(f"only run {'a' if rows[what][0] else 'b'} has data for the {what}: its comparison is one-sided")
     return out, warnings
+
+
+def _text(v) -> str:
+    """A comparability figure as a person reads it: `yes` / `no`, not Python's `True`; a count that
+    DuckDB's median made a double, `168`, not `168.0`."""
+    from .text import decimal_text
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{int(v):,}" if v.is_integer() else decimal_text(v)
+    return "none" if v is None else str(v)
 
 
 def _ms(ns: float) -> str:
