@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
-from conftest import BUNDLED
+from conftest import BUNDLED, run_cli
 
 JOB = sorted(str(p) for p in (BUNDLED / "ddp4_sync_stall").glob("rank-*.pt.trace.json.gz"))
 # the SQL types DuckDB names (duckdb_columns().data_type shows them; a comment repeating one read as
@@ -18,12 +19,17 @@ SHARED_BY_MEANING: set[tuple[str, str]] = set()
 
 
 @pytest.fixture(scope="module")
-def demo_db(tmp_path_factory):
-    """The demo's database: `make demo`'s job ingested (every pack)."""
-    import traceflow
+def demo(tmp_path_factory):
+    """The demo's job ingested by the command, as `make demo` does: (database, the command's result)."""
     out = tmp_path_factory.mktemp("demo") / "job.duckdb"
-    traceflow.ingest(JOB, str(out)).close()
-    return str(out)
+    r = run_cli("ingest", *JOB, "-o", out)
+    assert r.returncode == 0, r.stderr
+    return str(out), r
+
+
+@pytest.fixture(scope="module")
+def demo_db(demo):
+    return demo[0]
 
 
 def _catalog(path):
@@ -98,3 +104,114 @@ def test_grouped_header_lines_and_types_parse_apart():
     tables, cols = comments.parse_tables(pack_sql("desync_timing"))
     assert cols["desync_timing_ranks"]["rank"] == ""  # listed bare: the glossary's, not desync_timing's
     assert tables["desync_timing_ranks"].endswith("to the end of its trace.")
+
+
+# --- output slips ---------------------------------------------------------------------------------
+
+def test_an_ingest_with_nothing_wrong_warns_of_nothing(demo):
+    """The bundled job's clocks need no shift: the note on it is the report's (inputs section, from
+    traces.clock_note), not a warning on every ingest."""
+    import duckdb
+    db, r = demo
+    assert "warning" not in r.stderr, r.stderr
+    notes = duckdb.connect(db, read_only=True).execute("SELECT rank, clock_note FROM traces ORDER BY rank").fetchall()
+    assert sum("taken to share one clock" in (n or "") for _, n in notes) == 1, notes
+    assert all(n for _, n in notes)  # every rank says what alignment did
+
+
+def test_critical_path_summary_through_a_pipe_under_a_short_table(demo_db):
+    import duckdb
+    r = run_cli("query", demo_db, "critical-path", "--step", "4")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    con = duckdb.connect(demo_db, read_only=True)
+    n, wall = con.execute("SELECT count(*), sum(end_ns - start_ns) FROM critical_path WHERE step = 4").fetchone()
+    minor = con.execute("""SELECT count(*) FROM critical_path WHERE step = 4
+                           AND (end_ns - start_ns) * 1000 < ?""", [wall]).fetchone()[0]
+    assert minor > 0
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == n - minor < 50
+    assert lines[-1].startswith(f"step 4: {wall / 1e6:.1f} ms; ")  # the summary, last
+    assert any(line.startswith(f"{minor:,} segments shorter than 0.1%") for line in lines)
+
+
+def test_sql_header_of_an_expression_is_never_folded(demo_db):
+    r = run_cli("sql", demo_db, "select count(*) from gpu_ops", env={"COLUMNS": "30"})
+    assert r.returncode == 0, r.stderr
+    assert "count_star()" in r.stdout and "count_ " not in r.stdout, r.stdout
+
+
+def test_diff_prints_words_and_counts_not_python_literals(demo_db):
+    import duckdb
+    r = run_cli("diff", demo_db, demo_db)
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.split("\n\n")[0]
+    assert "True" not in r.stdout and "False" not in r.stdout
+    kernels = duckdb.connect(demo_db, read_only=True).execute("""SELECT median(n) FROM (SELECT count(*) AS n FROM gpu_ops
+        WHERE kind = 'kernel' AND collective IS NULL AND step IS NOT NULL GROUP BY rank, step)""").fetchone()[0]
+    line = next(x for x in head.splitlines() if x.startswith("kernels per rank and step"))
+    assert line.split()[6] == f"{int(kernels):,}" and ".0" not in line, line
+    assert next(x for x in head.splitlines() if x.startswith("critical path")).split()[3] == "yes"
+
+
+def test_host_time_in_ms_and_percent_columns_in_one_format(demo_db):
+    import duckdb
+    con = duckdb.connect(demo_db, read_only=True)
+    r = run_cli("query", demo_db, "host-time", "--rank", "0", "--step", "4")
+    assert r.returncode == 0, r.stderr
+    header = next(x for x in r.stdout.splitlines() if "cause" in x)
+    cells = [[c.strip() for c in x.strip("│").split("│")] for x in r.stdout.splitlines() if x.startswith("│")]
+    cols = [c.strip() for c in header.strip("┃").split("┃")]
+    assert "time (ms)" in cols and "share (%)" in cols and "ns" not in cols, cols
+    want = {c: (ns, sh) for c, ns, sh in con.execute("SELECT cause, ns, share FROM host_time WHERE rank = 0 AND step = 4").fetchall()}
+    for row in cells:
+        got = dict(zip(cols, row))
+        ns, share = want[got["cause"]]
+        assert got["time (ms)"] == f"{ns / 1e6:,.3f}"
+        assert got["share (%)"] == f"{100 * share:,.1f}"
+    r = run_cli("query", demo_db, "step-breakdown", "--limit", "0")
+    pct = [c for x in r.stdout.splitlines() if x.startswith("│") for c in x.strip("│").split("│")[-4:]]
+    assert pct and all(re.fullmatch(r"-?[\d,]+\.\d", c.strip()) for c in pct), pct
+
+
+def test_peak_tflops_listed_before_the_likewise_of_peak_gbps():
+    out = run_cli("ingest", "--help").stdout
+    assert out.index("--peak-tflops") < out.index("--peak-gbps")
+
+
+def test_a_job_is_named_for_its_folder_not_its_profiler(tmp_path):
+    """runs/myjob/kineto/rank*.json is the job `myjob` (the title said "kineto")."""
+    import shutil
+
+    import duckdb
+    folder = tmp_path / "myjob" / "kineto"
+    folder.mkdir(parents=True)
+    for f in JOB[:2]:
+        shutil.copy(f, folder)
+    r = run_cli("ingest", folder, "-o", tmp_path / "j.duckdb")
+    assert r.returncode == 0, r.stderr
+    con = duckdb.connect(str(tmp_path / "j.duckdb"), read_only=True)
+    assert con.execute("SELECT value FROM tf_internal.metadata WHERE key = 'name'").fetchone()[0] == "myjob"
+    from traceflow.job_name import from_inputs
+    assert from_inputs(sorted(folder.iterdir())) == "myjob"
+
+
+def test_report_charts_keep_titles_and_labels_clear(demo_db):
+    """Plotly's tool bar upright at the right (across the top it covered a title's end); the what-if
+    chart's fixes named whole on its axis (on short bars they were clipped); shares in percent."""
+    import html as htmllib
+    import json
+
+    import traceflow
+    job = traceflow.open(demo_db)
+    with job:
+        fixes = job.findings().get("fixes", [])
+    assert fixes, "the bundled job has fixes worth predicting"
+    page = traceflow.report(demo_db, str(Path(demo_db).parent / "r.html"), force=True)
+    text = Path(page).read_text()
+    specs = json.loads(re.search(r'<script type="application/json" id="specs">(.*?)</script>', text, re.S).group(1))
+    assert all(s["layout"]["modebar"]["orientation"] == "v" and s["layout"]["margin"]["r"] >= 36 for s in specs)
+    what_if = next(s for s in specs if s["layout"]["title"]["text"].startswith("Predicted gain"))
+    assert [y.replace("<br>", " ") for y in what_if["data"][0]["y"]][::-1] == [f["scenario"] for f in fixes]
+    assert what_if["layout"]["yaxis"]["showticklabels"]
+    assert "share of busy (%)" in htmllib.unescape(text)
