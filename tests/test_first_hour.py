@@ -215,3 +215,75 @@ def test_report_charts_keep_titles_and_labels_clear(demo_db):
     assert [y.replace("<br>", " ") for y in what_if["data"][0]["y"]][::-1] == [f["scenario"] for f in fixes]
     assert what_if["layout"]["yaxis"]["showticklabels"]
     assert "share of busy (%)" in htmllib.unescape(text)
+
+
+# --- the regression gate ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ddp2(tmp_path_factory):
+    """The bundled 2-rank job run twice: clean, and with rank 1 stalled 40 ms in step 3 (truth file)."""
+    import traceflow
+    d = tmp_path_factory.mktemp("ddp2")
+    out = {}
+    for run in ("clean", "stall"):
+        files = sorted(str(p) for p in (BUNDLED / "ddp2_flops" / run).glob("rank-*.pt.trace.json.gz"))
+        traceflow.ingest(files, str(d / f"{run}.duckdb")).close()
+        out[run] = str(d / f"{run}.duckdb")
+    return out
+
+
+def _windows(db) -> dict[int, int]:
+    """Each step's GPU window across ranks, by plain SQL over the step windows."""
+    import duckdb
+    con = duckdb.connect(db, read_only=True)
+    return dict(con.execute("SELECT step, max(end_ns) - min(start_ns) FROM tf_internal.step_windows GROUP BY step").fetchall())
+
+
+def test_regression_gate_fails_the_stalled_step_and_names_what_grew(ddp2, tmp_path):
+    """Exit 4 only when the step time grew past the threshold and the noise; the line names the
+    critical path's part that grew (rank 1's host, where the truth file puts the stall)."""
+    import xml.etree.ElementTree as ET
+    a, b = _windows(ddp2["clean"]), _windows(ddp2["stall"])
+    grew = b[3] - a[3]
+    assert grew > 0.05 * a[3]  # the stall is a regression of step 3
+    junit = tmp_path / "gate.xml"
+    r = run_cli("diff", ddp2["clean"], ddp2["stall"], "--step-a", "3", "--step-b", "3", "--fail-on-regression", "5",
+                "--summary", "junit", junit)
+    assert r.returncode == 4, (r.returncode, r.stdout[-800:], r.stderr)
+    line = r.stdout.strip().splitlines()[-1]
+    assert line.startswith("regression gate: REGRESSION: ")
+    assert f"{a[3] / 1e6:.1f} → {b[3] / 1e6:.1f} ms ({grew / 1e6:+.1f} ms" in line, line
+    assert "on rank 1" in line.split("the critical path grew in", 1)[1].split(",")[0], line
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("failures") == "1" and suite.find("testcase/failure") is not None
+    # the same step the other way, and a step without the stall: exit 0
+    for args in (("--step-a", "3", "--step-b", "3"), ("--step-a", "2", "--step-b", "2")):
+        pair = (ddp2["stall"], ddp2["clean"]) if args[1] == "3" else (ddp2["clean"], ddp2["stall"])
+        md = tmp_path / f"gate-{args[1]}.md"
+        r = run_cli("diff", *pair, *args, "--fail-on-regression", "5", "--summary", "markdown", md)
+        assert r.returncode == 0, (args, r.stdout[-600:], r.stderr)
+        assert "regression gate: passed" in r.stdout and md.read_text().startswith("<!-- traceflow regression gate -->")
+
+
+def test_regression_gate_passes_a_run_against_itself(demo_db):
+    r = run_cli("diff", demo_db, demo_db, "--fail-on-regression", "0", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "regression gate: passed" in r.stderr and "within the runs' own step-to-step variation" in r.stderr
+    import json
+    json.loads(r.stdout)  # stdout stays the machine's
+
+
+# --- the notebook and the Slurm epilog --------------------------------------------------------------
+
+def test_a_job_shows_itself_in_a_notebook(demo_db):
+    """Job._repr_html_: the headline and one row per step with the step's GPU window across ranks."""
+    import html as htmllib
+
+    import traceflow
+    with traceflow.open(demo_db) as job:
+        page = job._repr_html_()
+        verdict = job.findings()["sentences"]
+    assert htmllib.escape(verdict[0]) in page and htmllib.escape(verdict[1]) in page
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([\d,.]+)</td>", page)
+    windows = _windows(demo_db)
+    assert {int(s): t for s, t in rows} == {s: f"{ns / 1e6:,.1f}" for s, ns in windows.items()}

@@ -399,7 +399,12 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
 @click.option("--limit", type=click.IntRange(min=0), default=12, show_default=True, help="Rows per table in table format (0: all).")
 @click.option("-o", "--output", help="Also write the diff as one HTML page (e.g. diff.html).")
 @click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
-def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
+@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
+              help="CI gate: exit 4 when B's step time grew by more than PCT percent of A's and by more than the "
+                   "runs' own step-to-step noise; the line says which part of the critical path grew.")
+@click.option("--summary", nargs=2, type=(click.Choice(["junit", "markdown"]), str), metavar="junit|markdown FILE",
+              help="Also write the gate's decision (with --fail-on-regression; else at 0%) for a CI page.")
+def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force, fail_pct, summary):
     """What changed between two runs, and why: matched steps side by side, the change in step time
     split along the critical path, kernels, collectives and idle gaps, with changes inside the runs'
     own step-to-step variation marked as noise.
@@ -412,12 +417,22 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
       traceflow diff before.duckdb after.duckdb --step-a 4 --step-b 7 -o diff.html
       traceflow diff runs/old/ runs/new/ --format json
       traceflow diff a.duckdb b.duckdb --format csv --table kernels > kernels.csv
+      traceflow diff base.duckdb new.duckdb --fail-on-regression 5 --summary junit gate.xml   (CI: exit 4)
     """
     from .job import diff
     if output:
         from .outputs import check_output
         check_output(output, "report", inputs=[a, b], force=force)  # before the work
+    if summary:
+        from .outputs import check_output
+        check_output(summary[1], "summary", inputs=[a, b], force=force)
     d = diff(a, b, step_a=step_a, step_b=step_b)
+    gate = None
+    if fail_pct is not None or summary:
+        from .gate import EXIT_REGRESSION, decide, write_summary
+        gate = decide(d, fail_pct if fail_pct is not None else 0.0)
+        if summary:
+            write_summary(gate, d, summary[0], summary[1], force=force)
     if fmt == "json":
         click.echo(json.dumps(d.to_json(), default=str, indent=1))
     elif fmt == "csv":
@@ -446,6 +461,11 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
             print_frame(t, n)
     if output:
         say(f"wrote {d.write_html(output, force=force)}")
+    if gate is not None:
+        say(gate.sentence(), err=fmt != "table")  # json / csv keep stdout for the machine
+        if fail_pct is not None and gate.regressed:
+            return EXIT_REGRESSION
+    return 0
 
 
 @main.command("scaling")

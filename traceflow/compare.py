@@ -50,7 +50,8 @@ class Diff:
         return write(self, output, force=force)
 
 
-def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -> Diff:
+def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None,
+         pairs: list[tuple[int, int]] | None = None) -> Diff:
     """Compare run `a` with run `b` (databases, or trace files / folders, which are ingested first
     into a scratch folder). `step_a` / `step_b` choose the steps to compare; by default the step
     numbers both runs have, else each run's median step."""
@@ -68,7 +69,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
                 except duckdb.Error as e:
                     raise InputError(path, f"not a readable DuckDB database ({one_line(e, 160)})") from None
                 db_format.check(con, path, catalog=name)
-            pairs = _pairs(con, step_a, step_b)
+            pairs = list(pairs) if pairs else _pairs(con, step_a, step_b)  # `pairs`: the matched steps, chosen
             con.execute("CREATE TEMP TABLE pairs (step_a INTEGER, step_b INTEGER)")
             con.executemany("INSERT INTO pairs VALUES (?, ?)", pairs)
             comparability, warnings = _comparability(con)

@@ -98,6 +98,30 @@ class Job:
     def __repr__(self) -> str:
         return f"Job({self.path!r})"
 
+    def _repr_html_(self) -> str:
+        """How a notebook shows a Job: its name, the verdict's headline (its first two sentences: the steps
+        analysed, then the finding that leads) and the
+        step table: per step, the GPU window across ranks and its parts (mean over ranks, % of each
+        rank's window), as step_breakdown holds them."""
+        import html
+        e = html.escape
+        sentences = self.findings()["sentences"]
+        rows = self.con.execute("""
+            SELECT w.step, w.wall_ns, b.compute_pct, b.exposed_comm_pct, b.exposed_memory_pct, b.idle_pct, b.ranks
+            FROM (SELECT step, max(end_ns) - min(start_ns) AS wall_ns FROM tf_internal.step_windows GROUP BY step) w
+            JOIN (SELECT step, avg(compute_pct) AS compute_pct, avg(exposed_comm_pct) AS exposed_comm_pct,
+                         avg(exposed_memory_pct) AS exposed_memory_pct, avg(idle_pct) AS idle_pct, count(*) AS ranks
+                  FROM step_breakdown WHERE part = 'step' GROUP BY step) b USING (step)
+            ORDER BY w.step""").fetchall()
+        head = ("<tr><th>step</th><th>step time (ms)</th><th>compute %</th><th>exposed comm %</th>"
+                "<th>exposed memory %</th><th>idle %</th><th>ranks</th></tr>")
+        body = "".join(f"<tr><td>{st}</td><td>{wall / 1e6:,.1f}</td>" + "".join(f"<td>{v:.1f}</td>" for v in (c, m, x, i))
+                       + f"<td>{n}</td></tr>" for st, wall, c, m, x, i, n in rows)
+        return (f"<div class=\"traceflow-job\"><b>traceflow: {e(self.name)}</b> <code>{e(self.path)}</code>"
+                f"<p>{e(' '.join(sentences[:2])) if sentences else 'no verdict: no step was analysed'}</p>"
+                f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+                f"<p><small>job.verdict() for the whole verdict; job.write_report(...) for the report</small></p></div>")
+
     # the verbs
     def relation(self, pack: str, rank: int | None = None, step: int | None = None) -> duckdb.DuckDBPyRelation:
         """A query pack's table, filtered by rank / step, as a lazy DuckDB relation."""
