@@ -287,3 +287,47 @@ def test_a_job_shows_itself_in_a_notebook(demo_db):
     rows = re.findall(r"<tr><td>(\d+)</td><td>([\d,.]+)</td>", page)
     windows = _windows(demo_db)
     assert {int(s): t for s, t in rows} == {s: f"{ns / 1e6:,.1f}" for s, ns in windows.items()}
+
+
+def test_slurm_epilog_runs_the_post_mortem_of_the_job_that_ended(tmp_path):
+    """examples/slurm_postmortem.sh as Slurm runs an epilog: no arguments, SLURM_* set, the job's
+    traces (a copy of the bundled 2-rank job) in $SLURM_SUBMIT_DIR/traceflow/$SLURM_JOB_ID."""
+    import getpass
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import duckdb
+    submit = tmp_path / "train"
+    traces = submit / "traceflow" / "4242"
+    traces.mkdir(parents=True)
+    for f in (BUNDLED / "ddp2_flops" / "clean").glob("rank-*.pt.trace.json.gz"):
+        shutil.copy(f, traces)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "gpt2",
+           "SLURM_SUBMIT_DIR": str(submit), "SLURM_JOB_USER": getpass.getuser(), "SLURM_JOB_UID": str(os.getuid())}
+    script = Path(__file__).resolve().parent.parent / "examples" / "slurm_postmortem.sh"
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = traces / "postmortem"
+    assert r.stdout.strip() == f"slurm_postmortem: job 4242: traceflow exit 0; {out}/postmortem.log"
+    assert {"report.html", "job.duckdb", "job.perfetto-trace", "postmortem.log"} <= {p.name for p in out.iterdir()}
+    log = (out / "postmortem.log").read_text()
+    assert "steps analysed" in log and f"database: {out}/job.duckdb" in log, log
+    con = duckdb.connect(str(out / "job.duckdb"), read_only=True)
+    assert con.execute("SELECT value FROM tf_internal.metadata WHERE key = 'name'").fetchone()[0] == "gpt2-4242"
+    assert con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0] == 2
+    assert "traceflow post-mortem: gpt2-4242" in (out / "report.html").read_text()
+    # a job without traces: nothing to do; a damaged trace: the log says so, the epilog still exits 0
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**env, "SLURM_JOB_ID": "4243"})
+    assert r.returncode == 0 and "wrote no traces" in r.stdout
+    bad = submit / "traceflow" / "4244"
+    bad.mkdir()
+    first = sorted(traces.glob("rank-*.gz"))[0]
+    (bad / first.name).write_bytes(first.read_bytes()[:5000])
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**env, "SLURM_JOB_ID": "4244"})
+    assert r.returncode == 0 and "traceflow exit 3" in r.stdout, (r.stdout, r.stderr)
+    assert "traceflow: error: " in (bad / "postmortem" / "postmortem.log").read_text()
