@@ -196,6 +196,8 @@ SLOW_TESTS = {
     "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
     "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
+    "test_slurm_epilog_runs_the_post_mortem_of_the_job_that_ended": "a post-mortem and two more runs through the epilog",
+    "test_regression_gate_fails_the_stalled_step_and_names_what_grew": "ingests both ddp2 runs, three diffs",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -210,6 +212,7 @@ SWEEPS = {
     "test_wild_trace", "test_each_recorded_fault_gives_its_desync_row_and_sentence", "test_bad_dumps_one_line_exit_3",
     "test_torch_fr_trace_as_oracle", "test_the_first_finding_names_the_injected_fault",
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
+    "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
 }
 
 

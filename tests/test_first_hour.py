@@ -180,20 +180,21 @@ def test_peak_tflops_listed_before_the_likewise_of_peak_gbps():
 
 
 def test_a_job_is_named_for_its_folder_not_its_profiler(tmp_path):
-    """runs/myjob/kineto/rank*.json is the job `myjob` (the title said "kineto")."""
+    """runs/myjob/kineto/rank*.json is the job `myjob` (the title said "kineto"); rank folders of one
+    job folder name it too. (The stored name and the report's title: the Slurm epilog's test.)"""
     import shutil
 
-    import duckdb
+    from traceflow.job_name import from_inputs
     folder = tmp_path / "myjob" / "kineto"
     folder.mkdir(parents=True)
-    for f in JOB[:2]:
+    for k, f in enumerate(JOB[:2]):
+        (tmp_path / "other" / f"rank{k}").mkdir(parents=True)
         shutil.copy(f, folder)
-    r = run_cli("ingest", folder, "-o", tmp_path / "j.duckdb")
-    assert r.returncode == 0, r.stderr
-    con = duckdb.connect(str(tmp_path / "j.duckdb"), read_only=True)
-    assert con.execute("SELECT value FROM tf_internal.metadata WHERE key = 'name'").fetchone()[0] == "myjob"
-    from traceflow.job_name import from_inputs
+        shutil.copy(f, tmp_path / "other" / f"rank{k}")
     assert from_inputs(sorted(folder.iterdir())) == "myjob"
+    assert from_inputs([folder]) == "myjob"
+    assert from_inputs(sorted((tmp_path / "other").glob("rank*/*.gz"))) == "other"
+    assert from_inputs([JOB[0]]) == "rank-0"  # one file: its name
 
 
 def test_report_charts_keep_titles_and_labels_clear(demo_db):
