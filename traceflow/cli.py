@@ -268,8 +268,12 @@ def sql_cmd(database, text, fmt, limit):
       traceflow sql job.duckdb "select * from idle_gaps where dur_ns > 1e6" --format csv
     """
     from .job import open as open_job
+    if not text.strip(" \t\r\n;"):  # was an internal error (DuckDB runs nothing and returns None)
+        raise UsageError('no SQL statement given; e.g. traceflow sql job.duckdb "select count(*) from gpu_ops"')
     with open_job(database) as job:
         rel = job.execute(text)  # DB-API: any statement, rows fetched as plain tuples
+        if rel is None:  # a text of comments only
+            raise UsageError("no SQL statement in the text (comments only?)")
         if rel.description is not None:
             print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
 
