@@ -56,7 +56,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--demo", default=str(ROOT / "out" / "postmortem"))
     args = ap.parse_args()
-    demo = Path(args.demo)
+    demo = Path(args.demo).resolve()
     page, db = demo / "report.html", demo / "job.duckdb"
     if not page.is_file() or not db.is_file():
         sys.exit(f"docs-figures: {demo} has no report.html and job.duckdb: run make demo first")

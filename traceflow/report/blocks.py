@@ -155,10 +155,10 @@ class Plots:
         only as {"text": ...}; the plain-string form that older versions took is silently ignored."""
         pid = f"plot{len(self.specs)}"
         # the legend on the right, clear of the x axis's title
-        # The title at the left, and Plotly's tool bar upright in a right margin of its own: across the
-        # top it covered a title's end ("... per rank a" under its icons) on every chart wider than half the page.
-        base = {"margin": {"l": 60, "r": 40, "t": 36, "b": 42}, "height": 270, "barmode": "stack",
-                "modebar": {"orientation": "v"},
+        # The title at the left. Plotly's tool bar is off (page.html.j2: displayModeBar false): across the
+        # top it covered a title's end, upright it covered the legend; dragging still zooms, a double
+        # click resets.
+        base = {"margin": {"l": 60, "r": 10, "t": 36, "b": 42}, "height": 270, "barmode": "stack",
                 "font": {"size": 12}, "title": {"text": title, "x": 0.01, "xref": "container", "xanchor": "left"}}
         for axis, text in (("xaxis", x), ("yaxis", y)):
             given = layout.pop(axis, {})

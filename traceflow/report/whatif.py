@@ -23,14 +23,14 @@ def section(f: dict, P: Plots) -> Section:
              max(r["replay_error_pct"] for r in f["steps"])) for f in fixes]
     # The fixes named as the y axis's labels, wrapped (Plotly wraps nothing itself): named on their bars
     # they were clipped where a bar was short ("no host stall on r"); the gain on the bar.
-    labels = [wrap(r[0], 28) for r in rows][::-1]
+    labels = [wrap(r[0], 40) for r in rows][::-1]
     chart = P.add([{"type": "bar", "orientation": "h", "name": "predicted gain", "y": labels,
                     "x": [round(r[1] / 1e6, 3) for r in rows][::-1], "marker": {"color": "#54a24b"},
-                    "text": [f"{r[1] / 1e6:.1f} ms" for r in rows][::-1], "textposition": "auto",
+                    "text": [f"{r[1] / 1e6:.1f} ms" for r in rows][::-1], "textposition": "auto", "textangle": 0,
                     "hovertext": [r[0] for r in rows][::-1], "hoverinfo": "text+x"}],
                   "Predicted gain on the step where each fix gains most", x="step time saved (ms)", y="fix",
                   yaxis={"showticklabels": True, "title": {"standoff": 8}},
-                  height=max(270, 60 + 34 * sum(1 + lab.count("<br>") for lab in labels)))
+                  height=max(270, 60 + 16 * sum(2 + lab.count("<br>") for lab in labels)))
     return Section("whatif", title, [
         chart,
         rows_table(["fix", "gain", "gain_pct", "steps", "err"], rows,
