@@ -51,7 +51,8 @@ def parse_tables(sql_text: str) -> tuple[dict[str, str], dict[str | None, dict[s
     tables: dict[str, str] = {}
     by_table: dict[str | None, dict[str, str]] = {None: {}}
     current: str | None = None
-    lines, fresh = [], set()  # fresh: the comment lines that begin a block (after code or a blank `--`)
+    lines: list[str] = []
+    fresh: set[int] = set()  # fresh: the comment lines that begin a block (after code or a blank `--`)
     for line in sql_text.splitlines():
         if not line.startswith("--"):
             fresh.add(len(lines))

@@ -72,7 +72,8 @@ def decide(d: Diff, threshold_pct: float) -> Gate:
         n = len(wall)
         grew = [(r["kind"], r["rank"], r["ns"] / n) for r in per.sort("ns", descending=True).iter_rows(named=True)
                 if r["ns"] > 0][:3]
-    return Gate(threshold_pct, statistics.median(a), statistics.median(b), delta, float(wall["noise_ns"].max()), grew, len(wall))
+    noise = [v for v in wall["noise_ns"].to_list() if v is not None]  # one figure for the job's wall, on every pair
+    return Gate(threshold_pct, statistics.median(a), statistics.median(b), delta, max(noise, default=0.0), grew, len(wall))
 
 
 def write_summary(gate: Gate, d: Diff, fmt: str, path: str, force: bool = False) -> str:
