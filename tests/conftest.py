@@ -196,6 +196,14 @@ SLOW_TESTS = {
     "test_wild_compute_and_host_bound_kineto": "a wild trace ingested",
     "test_a_real_cpu_run_data_loading_and_a_sleep_in_a_range": "records with torch",
     "test_snapshot_again_with_append_is_skipped": "copies and appends to the bundled job's database",
+    # the heaviest of the quick suite by CPU-seconds (TRACEFLOW_CPU_TIMES, issue 45), each an ingest or a
+    # cluster of its own rather than a share of a session's databases
+    "test_a_cluster_ingest_gives_the_local_nsys_memory_rows": "a Dask cluster (12.2 CPU-s)",
+    "test_launch_idle_after_the_call_returned_on_one_rank_names_no_cause_it_cannot_see": "one rank ingested alone (13.5 CPU-s)",
+    "test_titles_name_the_job_by_its_input": "three ingests and reports (12.6 CPU-s)",
+    "test_a_users_pickle_in_a_dump_folder_is_passed_over": "ingests of dump folders (14.7 CPU-s)",
+    "test_runs_of_different_models_are_warned_about_loudly": "ingests two jobs (9.2 CPU-s)",
+    "test_a_database_from_an_older_traceflow_is_one_line": "copies and rewrites the bundled database twice (9.0 CPU-s)",
     "test_slurm_epilog_runs_the_post_mortem_of_the_job_that_ended": "a post-mortem and two more runs through the epilog",
     "test_regression_gate_fails_the_stalled_step_and_names_what_grew": "ingests both ddp2 runs, three diffs",
 }
