@@ -4,10 +4,17 @@ reads), and from schema.py for the tables ingest loads. `duckdb job.duckdb` then
 `SELECT table_name, column_name, comment FROM duckdb_columns()` answers "what is this column".
 
 Header conventions (queries/*.sql, traceflow/derive/*.sql):
-  -- <table> (pack `name`): what the table holds ...      a table's paragraph (until a blank `--`)
-  -- <table>: what the table holds ...
-  --   col[, col...]  what the column means               a column (two or more spaces before the text);
-  --                  continued on deeper-indented lines
+  -- <table> (pack `name`): what the table holds ...      a table's paragraph: its lines of one space
+  -- <table>: what the table holds ...                    after `--`, until a blank `--`, a column line
+                                                          or a section (`-- Inputs:`); the second form
+                                                          only where a block of comments begins
+  --   col  what the column means                         a column (two or more spaces before the text),
+  --        continued on deeper-indented lines            its table the paragraph above it
+  --   rank, step                                         listed bare: the GLOSSARY's text
+One column a line, each with a text of its own (tests/test_first_hour.py checks every column of the
+demo's database: a comment each, none shared within a table, no SQL type, enumerated values the
+column's own). SQL types written beside a text (`BIGINT  ...`, `(ns, BIGINT)`) are left out of the
+comment: DuckDB shows each column's type itself.
 """
 from __future__ import annotations
 
