@@ -90,9 +90,9 @@ def on_a_terminal(*args, env=None, columns: int = 100, program=None) -> str:
 
 
 # Temporary files stay inside the clone (ignored by git), not in /tmp/pytest-of-<user>: one folder per run,
-# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN). TMPDIR points into it too,
-# so what the commands under test write to the temp folder (their scratch, Dask's, nsys exports) goes
-# there. Each passing test's tmp_path goes as it passes (pyproject: tmp_path_retention_policy =
+# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN). TMPDIR points to a folder
+# of the run's own (what the commands under test write to the temp folder: their scratch, Dask's, nsys
+# exports), removed at the end. Each passing test's tmp_path goes as it passes (pyproject: tmp_path_retention_policy =
 # "failed"); a run that passes removes its folder and `.pytest-tmp` (a full run had left 3.0 GB: every
 # test's derived traces and databases); a failed run keeps its folder for a look, the last one only.
 TMP_ROOT = ROOT / ".pytest-tmp"
@@ -110,9 +110,11 @@ def pytest_configure(config):
     run = TMP_ROOT / f"run-{os.getpid()}"
     config.option.basetemp = str(run)
     config._tf_run_dir = run
-    scratch = run / "TMPDIR"
-    scratch.mkdir(parents=True, exist_ok=True)
+    # TMPDIR: a folder of this run's own in the system's temp folder, removed at the end whatever the
+    # outcome (inside the clone its path was too long for Chromium's singleton socket: exit 21)
     import tempfile
+    scratch = Path(tempfile.mkdtemp(prefix="tf-tests-"))
+    config._tf_scratch = scratch
     os.environ["TMPDIR"] = str(scratch)  # the workers and every subprocess inherit it
     tempfile.tempdir = None
 
@@ -120,6 +122,8 @@ def pytest_configure(config):
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     run = getattr(config, "_tf_run_dir", None)
+    if (scratch := getattr(config, "_tf_scratch", None)) is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
     if run is None or getattr(config, "_tf_failed", True):
         return
     shutil.rmtree(run, ignore_errors=True)

@@ -213,37 +213,20 @@ def query(database, name, list_, rank, step, fmt, limit):
         rel = job.relation(name, rank, step)
         hidden = None
         if name == "critical-path" and fmt == "table":
-            rel, hidden = _major_segments(job, rel)
+            rel, hidden = job.major_segments(rank, step)
         print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step), pack=name)
         if fmt == "table" and (hint := job.why_empty(name)):
             say(hint)
         if hidden is not None:  # under the table, on a terminal or through a pipe alike (README)
             n, ns = hidden
             if n:
-                say(f"{plural(n, 'segment')} shorter than {MINOR_SEGMENT_PCT}% of their step's path not shown "
+                say(f"{plural(n, 'segment')} shorter than {job.MINOR_SEGMENT_PCT}% of their step's path not shown "
                     f"({ns / 1e6:.1f} ms in all); --format csv or json lists every segment")
             for line in critical_path_lines(job.con, step):
                 say(line)
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(job, rank):
                 say(line)
-
-
-# The critical path's table leaves out segments under this share of their step's path: the bundled
-# job's step 4 is 1,308 segments, 1,291 of them 1 us - 0.5 ms idle gaps, copies and launches (10.9 ms
-# of its 531.5 ms); the table showed its first 50, all of 1-8 us, and none of the 17 that make the step.
-MINOR_SEGMENT_PCT = 0.1
-
-
-def _major_segments(job, rel):
-    """The critical path's rows of at least MINOR_SEGMENT_PCT of their step's path, and (count, ns)
-    of the others."""
-    from .duck import relation
-    inner = rel.sql_query()
-    base = f"""SELECT *, (end_ns - start_ns) * 100.0 < {MINOR_SEGMENT_PCT} * sum(end_ns - start_ns) OVER (PARTITION BY step)
-                         AS _minor FROM ({inner})"""
-    n, ns = job.con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) FROM ({base}) WHERE _minor").fetchone()
-    return relation(job.con, f"SELECT * EXCLUDE (_minor) FROM ({base}) WHERE NOT _minor ORDER BY step, ordinal"), (n, ns)
 
 
 def _coverage_lines(job, rank) -> list[str]:
@@ -431,45 +414,44 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force, fail_pct, s
         from .outputs import check_output
         check_output(summary[1], "summary", inputs=[a, b], force=force)
     d = diff(a, b, step_a=step_a, step_b=step_b)
-    gate = None
-    if fail_pct is not None or summary:
-        from .gate import EXIT_REGRESSION, decide, write_summary
-        gate = decide(d, fail_pct if fail_pct is not None else 0.0)
-        if summary:
-            write_summary(gate, d, summary[0], summary[1], force=force)
+    gate = None if fail_pct is None and not summary else d.gate(fail_pct or 0.0, summary, force=force)
     if fmt == "json":
         click.echo(json.dumps(d.to_json(), default=str, indent=1))
     elif fmt == "csv":
         print_csv(d.tables[which].columns, d.tables[which].rows())
     else:
-        for r in d.comparability:
-            say(f"{r['what']:<26} a: {r['a']:<40} b: {r['b']}" + ("" if r["same"] else "   (differs)"))
-        for warning in d.warnings:
-            say(f"traceflow: warning: {warning}", err=True)
-        say("")
-        for sentence in d.sentences:
-            say(sentence)
-        n = None if limit == 0 else limit
-        steps = d.tables["steps"]
-        shown = {
-            "step breakdown (job rows, and rank rows that changed beyond noise)":
-                steps.filter(steps["rank"].is_null() | ~steps["noise"]),
-            "critical path: the change by kind and rank": d.tables["critical_path"].filter(d.tables["critical_path"]["delta_ns"] != 0),
-            "kernels: the biggest changes per matched step": d.tables["kernels"],
-            "kernels by the class of op that launched them": d.tables["op_classes"],
-            "collectives by kind and size, per matched step": d.tables["collectives"],
-            "GPU idle by cause": d.tables["idle"].filter(d.tables["idle"]["delta_ns"] != 0),
-        }
-        for title, t in shown.items():
-            say(f"\n{title}")
-            print_frame(t, n)
+        _diff_tables(d, limit)
     if output:
         say(f"wrote {d.write_html(output, force=force)}")
     if gate is not None:
         say(gate.sentence(), err=fmt != "table")  # json / csv keep stdout for the machine
-        if fail_pct is not None and gate.regressed:
-            return EXIT_REGRESSION
+        return gate.exit_code if fail_pct is not None else 0
     return 0
+
+
+def _diff_tables(d, limit):
+    """`diff`'s table format: comparability, warnings, the sentences, then each comparison's table."""
+    for r in d.comparability:
+        say(f"{r['what']:<26} a: {r['a']:<40} b: {r['b']}" + ("" if r["same"] else "   (differs)"))
+    for warning in d.warnings:
+        say(f"traceflow: warning: {warning}", err=True)
+    say("")
+    for sentence in d.sentences:
+        say(sentence)
+    n = None if limit == 0 else limit
+    steps = d.tables["steps"]
+    shown = {
+        "step breakdown (job rows, and rank rows that changed beyond noise)":
+            steps.filter(steps["rank"].is_null() | ~steps["noise"]),
+        "critical path: the change by kind and rank": d.tables["critical_path"].filter(d.tables["critical_path"]["delta_ns"] != 0),
+        "kernels: the biggest changes per matched step": d.tables["kernels"],
+        "kernels by the class of op that launched them": d.tables["op_classes"],
+        "collectives by kind and size, per matched step": d.tables["collectives"],
+        "GPU idle by cause": d.tables["idle"].filter(d.tables["idle"]["delta_ns"] != 0),
+    }
+    for title, t in shown.items():
+        say(f"\n{title}")
+        print_frame(t, n)
 
 
 @main.command("scaling")

@@ -45,6 +45,14 @@ class Diff:
                 "comparability": self.comparability, "warnings": self.warnings, "sentences": self.sentences,
                 **{name: df.to_dicts() for name, df in self.tables.items()}}
 
+    def gate(self, threshold_pct: float, summary: tuple[str, str] | None = None, force: bool = False):
+        """The regression gate's decision (traceflow/gate.py); `summary`: (junit|markdown, FILE) to write it."""
+        from .gate import decide, write_summary
+        g = decide(self, threshold_pct)
+        if summary:
+            write_summary(g, self, summary[0], summary[1], force=force)
+        return g
+
     def write_html(self, output: str = "diff.html", force: bool = False) -> str:
         from .report.diff_page import write
         return write(self, output, force=force)

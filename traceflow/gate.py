@@ -42,6 +42,10 @@ class Gate:
         return (self.delta_ns is not None and self.delta_pct is not None and self.delta_pct > self.threshold_pct
                 and self.delta_ns > (self.noise_ns or 0))
 
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REGRESSION if self.regressed else 0
+
     def sentence(self) -> str:
         if self.delta_ns is None or self.base_ns is None or self.new_ns is None:
             return "regression gate: no step both runs analysed; nothing to compare (passes)"
