@@ -252,7 +252,7 @@ def sql_cmd(database, text, fmt, limit):
     """
     from .job import open as open_job
     if not text.strip(" \t\r\n;"):  # was an internal error (DuckDB runs nothing and returns None)
-        raise UsageError('no SQL statement given; e.g. traceflow sql job.duckdb "select count(*) from gpu_ops"')
+        raise UsageError("no SQL statement given; the second argument is the SQL to run (traceflow sql --help)")
     with open_job(database) as job:
         rel = job.execute(text)  # DB-API: any statement, rows fetched as plain tuples
         if rel is None:  # a text of comments only
