@@ -214,8 +214,7 @@ def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str]
             # Nothing is wrong here (every bundled job lands here): a note for the report's inputs
             # section, on the rank that came closest, not a warning on every ingest.
             con.execute("UPDATE traces SET clock_note = concat_ws('; ', clock_note, ?) WHERE rank = ?",
-                        ["ranks of unknown host taken to share one clock, since no rank's collectives end "
-                         "consistently off its peers' (this rank came closest); --align collectives "
-                         "estimates every rank's offset anyway", ranks[big.cols[0]]])
+                        ["the ranks taken to share one clock (this rank came closest to a consistent "
+                         "offset); --align collectives shifts them anyway", ranks[big.cols[0]]])
     return notes, moved
 
