@@ -1,5 +1,5 @@
 # Two commands: `make demo` and `make test`. Both create the venv when it is missing.
-# `make test` is the quick suite (under 5 minutes on 2 cores); `make test-slow` the rest: bigger inputs,
+# `make test` is the quick suite (under 10 minutes on 2 idle cores); `make test-slow` the rest: bigger inputs,
 # Dask clusters, the bad-input corpus, the install check and the peer (HTA) comparison. CI runs both.
 PY ?= python3.11
 VENV := .venv

@@ -139,7 +139,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 # --- the quick suite and the slow one --------------------------------------------------------------
-# `make test` runs what is not marked slow (under 5 minutes on 2 cores); `make test-slow`, which CI runs
+# `make test` runs what is not marked slow (under 10 minutes on 2 idle cores); `make test-slow`, which CI runs
 # too (.ci/run), runs the rest. Measured with `pytest --durations` on 2 cores under a load of ~14
 # (session 13): the whole suite was 3,075 s of test time (27.5 min with -n 2); the tests that stay quick
 # took 608 s of it, a fifth. Marked here, in one place, with the reason, rather than in each file:
