@@ -166,7 +166,8 @@ class Job:
         inner = self.relation("critical-path", rank, step).sql_query()
         base = f"""SELECT *, (end_ns - start_ns) * 100.0 < {self.MINOR_SEGMENT_PCT}
                               * sum(end_ns - start_ns) OVER (PARTITION BY step) AS _minor FROM ({inner})"""
-        n, ns = self.con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) FROM ({base}) WHERE _minor").fetchone()
+        row = self.con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) FROM ({base}) WHERE _minor").fetchone()
+        n, ns = row if row else (0, 0)
         shown = relation(self.con, f"SELECT * EXCLUDE (_minor) FROM ({base}) WHERE NOT _minor ORDER BY step, ordinal")
         return shown, (int(n), int(ns))
 
