@@ -1,5 +1,5 @@
 # Two commands: `make demo` and `make test`. Both create the venv when it is missing.
-# `make test` is the quick suite (under 5 minutes on 2 cores); `make test-slow` the rest: bigger inputs,
+# `make test` is the quick suite (under 10 minutes on 2 idle cores); `make test-slow` the rest: bigger inputs,
 # Dask clusters, the bad-input corpus, the install check and the peer (HTA) comparison. CI runs both.
 PY ?= python3.11
 VENV := .venv
@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 SHARED ?= ../shared
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: demo demo-next test test-slow test-all fuzz bench bench-cluster venv dev chromium install-check peers lint clean
+.PHONY: demo demo-next docs-figures test test-slow test-all fuzz bench bench-cluster venv dev chromium install-check peers lint clean
 
 # The demo's venv holds only what the package declares (versions pinned by the lock as constraints);
 # the test venv adds the dev set (pytest, hypothesis, torch for recording real traces in tests).
@@ -41,6 +41,11 @@ demo-next:
 	@echo "SQL:      $(BIN)/traceflow sql out/postmortem/job.duckdb \"select * from idle_gaps order by dur_ns desc limit 5\""
 	@if [ -x $(BIN)/duckdb ]; then echo "Shell:    $(BIN)/duckdb -readonly out/postmortem/job.duckdb"; \
 	  else echo "Shell:    make dev, then $(BIN)/duckdb -readonly out/postmortem/job.duckdb (the DuckDB shell)"; fi
+
+# The docs' pictures and figures of the bundled job from the demo's output (docs/report.png, the
+# report's heights in docs/reading-the-output.md): run after a change to the report or the verdict.
+docs-figures: demo chromium
+	$(BIN)/python bench/docs_figures.py --demo out/postmortem
 
 # Debian's chromium drives the report test; installed here when missing (needs root or sudo).
 chromium:

@@ -5,7 +5,8 @@
 --
 -- One row per rank in a collective seen on at least two ranks. Times in ns.
 --   comm, step, seq, op, rank
---   start_ns, end_ns  the rank's NCCL kernel (ns since epoch)
+--   start_ns          when the rank's NCCL kernel began (ns since epoch)
+--   end_ns            when the rank's NCCL kernel ended (ns since epoch)
 --   wait_ns      from the rank's own start until the last rank started the collective (waiting for
 --                peers; capped at the kernel's length)
 --   transfer_ns  the rest of the kernel: end_ns - start_ns - wait_ns

@@ -29,7 +29,8 @@
 --   created_ns   when the first rank enqueued this seq (ns since epoch): when the waiting began
 --
 -- desync_ranks (pack `desync-ranks`): per process group and member rank, where it stood.
---   pg, rank
+--   pg              the process group's name ('0': the default group)
+--   rank
 --   dumped          FALSE: no dump from this rank
 --   last_enqueued   the last collective seq it enqueued in the group
 --   last_completed  the last one it completed: the later of pg_status's and its entries' (completed or retired)

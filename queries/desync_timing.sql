@@ -9,9 +9,13 @@
 -- profiler's Seq argument: gloo records no record_param_comms, and a sequence counted in a trace
 -- starts wherever the trace starts. Clock offsets applied to the rank's trace are applied here too.
 --
---   pg, seq, rank, op   the entry (fr_entries)
+--   pg             the entry's process group (fr_entries.pg)
+--   seq            the entry's collective sequence number in its group (fr_entries.seq)
+--   rank           the rank whose buffer holds the entry (fr_entries.rank)
+--   op             the entry's collective or p2p call (fr_entries.op)
 --   host_name      the call that enqueued it (c10d::allreduce_, record_param_comms, nccl:all_reduce ...)
---   start_ns, end_ns  the call's span on the trace's clock (ns since epoch)
+--   start_ns       when that call began, on the trace's clock (ns since epoch)
+--   end_ns         when that call returned, on the trace's clock (ns since epoch)
 --   host_op_id     host_ops.op_id of the call (NULL when it is an NVTX range)
 --
 -- desync_timing_ranks (pack `desync-timing-ranks`): per traced rank, what it did from the moment

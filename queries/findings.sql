@@ -8,8 +8,10 @@
 --                  communication, MFU) (INTEGER)
 --   kind           step_outlier | straggler | dominant | shared_gpu | sharing | partial_capture | coverage | cannot_answer | launch_bound_steps |
 --                  launch_names | exposed_comm | mfu | mfu_empty (VARCHAR)
---   rank, step     whom and when it concerns (NULL: every rank / every analysed step)
---   class, cause   as in step_causes (what kind of time; the finer cause)
+--   rank           the rank it concerns (NULL: every rank)
+--   step           the step it concerns (NULL: every analysed step)
+--   class          what kind of time, as in step_causes.class
+--   cause          the finer cause within the class, as in step_causes.cause
 --   cost_ns        what it cost over the analysed steps: for a fault its excess over the baseline
 --                  (step_outlier: in its step; straggler: per step times the steps), for the
 --                  dominant cause its time on the critical path (ns, BIGINT; NULL for notes)
@@ -21,9 +23,10 @@
 --                  per-step figures); coverage: percent of GPU time inside steps; mfu: the MFU;
 --                  launch_bound_steps: the most launch-exposed share of a step's GPU window;
 --                  cannot_answer: the share of those ranks' GPU ops the figure is missing for (DOUBLE)
---   low_pct, high_pct  dominant: the class's least and greatest share over the analysed steps;
---                  mfu: the share of compute time with known FLOPs, and of op time that is
---                  memory-bound (DOUBLE)
+--   low_pct        dominant: the class's least share over the analysed steps; mfu: the share of
+--                  compute time with known FLOPs
+--   high_pct       dominant: the class's greatest share over the analysed steps; mfu: the share of
+--                  op time that is memory-bound
 --   evidence       the op, call or kernel that shows it; cannot_answer: the figure (VARCHAR)
 --   evidence_ns    its time (ns, BIGINT): the host's longest idle gap with its cause (step_outlier),
 --                  the extra synchronising per step (straggler with cause sync), the GPU compute per

@@ -10,7 +10,8 @@
 -- or end). So a step's gaps add up to its idle_ns in step_breakdown. Gaps before the first window
 -- or after the last are listed with step NULL, as step_breakdown's 'before' / 'after' rows.
 --   rank, step
---   start_ns, end_ns  the gap (ns since epoch)
+--   start_ns          when the gap began (ns since epoch)
+--   end_ns            when the gap ended (ns since epoch)
 --   dur_ns    end_ns - start_ns (ns)
 --   cause  'host_late'       the op that ended the gap was launched after the gap began: the GPU starved
 --                             waiting for the host

@@ -9,7 +9,8 @@
 --   launch_exposed_ns   idle time inside the window during which the op that ended the idle gap was
 --                       being issued ([issue_start, gpu_start] of that op; gaps are disjoint, so
 --                       nothing is counted twice) (ns)
---   wall_ns, compute_ns  the step's GPU window and its compute time, as in step_breakdown (ns)
+--   wall_ns           the step's GPU window, as in step_breakdown (ns)
+--   compute_ns        the step's compute time, as in step_breakdown (ns)
 --   launch_exposed_pct  launch_exposed_ns in percent of wall_ns
 --   launch_bound        launch_exposed_ns is at least tf_launch_bound_share of the window and more
 --                       than the step's compute time

@@ -5,7 +5,8 @@
 --
 -- One row per launched GPU op (launch call found in the trace). Times in ns.
 --   rank, step, name, kind, stream, op_id
---   api_name, api_start_ns     the launch call and when it began (ns since epoch)
+--   api_name                   the launch call (cudaLaunchKernel, ...)
+--   api_start_ns               when the launch call began (ns since epoch)
 --   api_ns      api_end - api_start: time in the launch call
 --   queue_ns    max(0, gpu_start - api_end): waiting in the stream queue (nsys "queue time")
 --   latency_ns  gpu_start - api_start
@@ -41,7 +42,9 @@
 --   mean_queue_ns     mean wait in the stream behind earlier work, e.g. a running NCCL kernel: not a
 --                     launch cost (ns)
 --   total_latency_ns  sum of latency_ns, launch call start to kernel start: call and queue together (ns)
---   mean_latency_ns, p50_latency_ns, p99_latency_ns  mean / median / 99th percentile of latency_ns (ns)
+--   mean_latency_ns   mean of latency_ns (ns)
+--   p50_latency_ns    median of latency_ns (ns)
+--   p99_latency_ns    99th percentile of latency_ns (ns)
 --   total_api_ns      sum of api_ns (ns)
 -- launch_overhead shows first: rank, step, name, exposed_ns, gpu_ns, api_ns, queue_ns, latency_ns, dispatch_ns
 -- launch_overhead_summary shows first: rank, name, count, total_exposed_ns, total_gpu_ns, launch_bound, mean_api_ns, mean_queue_ns

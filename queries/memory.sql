@@ -10,7 +10,8 @@
 --   rank, step
 --   device_type   VARCHAR  cpu | cuda | ... as recorded (c10 DeviceType)
 --   device        INTEGER  the device index as recorded (the CPU: -1)
---   start_ns, end_ns  BIGINT  the step's host range (ns since epoch)
+--   start_ns      BIGINT  the start of the step's host range (ns since epoch)
+--   end_ns        BIGINT  the end of the step's host range (ns since epoch)
 --   start_allocated_bytes  BIGINT  allocated when the step began: the total after the last event before it
 --                                   (NULL: no event before the step)
 --   peak_allocated_bytes   BIGINT  the highest allocated total in the step (the start's, when no event in the
@@ -23,7 +24,8 @@
 --                                   held at the peak that no tensor used (its cache and fragmentation; NULL on the CPU)
 --   allocated_bytes        BIGINT  bytes allocated in the step (sum of the allocations)
 --   freed_bytes            BIGINT  bytes freed in the step (sum of the frees, positive)
---   n_allocs, n_frees      BIGINT  how many allocations and frees
+--   n_allocs               BIGINT  how many allocations the step made
+--   n_frees                BIGINT  how many frees the step made
 --   tracked_at_peak_bytes  BIGINT  bytes of the recorded allocations live at peak_ns (memory_peak_allocations lists them)
 --   untracked_at_peak_bytes  BIGINT peak_allocated_bytes - tracked_at_peak_bytes: live at the peak but allocated
 --                                   before the capture began (or its allocation was not recorded)

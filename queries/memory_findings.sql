@@ -9,7 +9,8 @@
 --               memory (memory.near_device_limit; the step with the least headroom) |
 --               memory_above_peers: a rank whose peak lies tf_memory_peer_pct [20 %] or more above its
 --               peers' median (memory_ranks.far_above_peers) (VARCHAR)
---   rank, step  the rank, and the step of its peak
+--   rank        the rank
+--   step        the step of its peak
 --   bytes       the peak: reserved (memory_near_limit) or allocated (memory_above_peers) (BIGINT)
 --   share_pct   memory_near_limit: the headroom left, percent of the device's memory; memory_above_peers:
 --               percent above the peers' median (DOUBLE)

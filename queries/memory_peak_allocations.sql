@@ -8,7 +8,9 @@
 -- here: memory.untracked_at_peak_bytes says how much that is. The op, Python frame, module and
 -- annotation are the innermost ones of their kind running on the allocating thread at the allocation:
 -- the latest-starting one whose range holds it. Bytes; ns since epoch.
---   rank, step, device_type, device   as in memory
+--   rank, step
+--   device_type  as in memory: cpu | cuda | ... (c10 DeviceType)
+--   device       as in memory: the device index (the CPU: -1)
 --   pos          BIGINT   1 = the largest allocation live at this peak, 2 the next, ... (ties: the earlier first)
 --   bytes        BIGINT   the allocation's size
 --   share_pct    DOUBLE   bytes in percent of the peak's peak_allocated_bytes

@@ -8,7 +8,8 @@
 --   dtype        the dtype that carried most of those FLOPs; its peak is the denominator (NULL: not
 --                recorded, as with nsys emit_nvtx; device_peaks.any_tflops is then the peak)
 --   peak_tflops  the device's dense peak for that dtype (TFLOP/s)
---   wall_ns, busy_ns  the step's GPU window and the time the GPU ran anything in it (step_breakdown)
+--   wall_ns           the step's GPU window (step_breakdown)
+--   busy_ns           the time the GPU ran anything in the window (step_breakdown)
 --   mfu_pct      flops / (wall_ns × peak): the share of the GPU's peak the step achieved (percent)
 --   busy_hfu_pct  flops / (busy_ns × peak): the same over the time the GPU was busy (percent);
 --                 the gap to mfu_pct is idle time

@@ -19,11 +19,17 @@
 --   no_flops_compute_ns  compute time of ops with no known FLOPs (element-wise, norms, optimizer; or
 --                        unknown to traceflow), at most what compute has left above ideal_ns (ns)
 --   below_roof_ns        the rest of the compute time: kernels with known FLOPs running below the peak (ns)
---   idle_pts, straggler_wait_pts, exposed_transfer_pts  each slice in MFU points (percent of the window)
---   exposed_memory_pts, no_flops_compute_pts, below_roof_pts  likewise; with mfu_pct, the points add up to 100
+--   idle_pts             idle_ns in MFU points (percent of the window); with mfu_pct, the *_pts add up to 100
+--   straggler_wait_pts   straggler_wait_ns in MFU points (percent of the window)
+--   exposed_transfer_pts  exposed_transfer_ns in MFU points (percent of the window)
+--   exposed_memory_pts   exposed_memory_ns in MFU points (percent of the window)
+--   no_flops_compute_pts  no_flops_compute_ns in MFU points (percent of the window)
+--   below_roof_pts       below_roof_ns in MFU points (percent of the window)
 --   path_ns              critical-path time that ran on this rank in the step (ns)
---   path_idle_ns, path_comm_ns, path_host_ns, path_compute_ns  of it: idle; NCCL kernels and peer
---                        waits; host code, syncs and launches; compute and memory kernels (ns)
+--   path_idle_ns         of path_ns: idle (ns)
+--   path_comm_ns         of path_ns: NCCL kernels and peer waits (ns)
+--   path_host_ns         of path_ns: host code, syncs and launches (ns)
+--   path_compute_ns      of path_ns: compute and memory kernels (ns)
 -- mfu_waterfall shows first: rank, step, mfu_pct, below_roof_pts, no_flops_compute_pts, idle_pts, straggler_wait_pts, exposed_transfer_pts, exposed_memory_pts
 -- requires: collective_waits, critical_path_summary, mfu, op_work, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.

@@ -21,7 +21,8 @@
 --   bytes        bytes read from the tensor inputs plus the output written where its shape follows
 --                from the op (matmul, attention, element-wise, norm, softmax); reductions count inputs only
 --   intensity    flops / bytes (FLOP per byte)
---   achieved_tflops, achieved_gbps  flops / gpu_ns and bytes / gpu_ns (TFLOP/s, GB/s)
+--   achieved_tflops  flops / gpu_ns (TFLOP/s)
+--   achieved_gbps    bytes / gpu_ns (GB/s)
 --   peak_tflops  the device's dense peak for dtype (device_peaks, TFLOP/s; an unknown dtype: any_tflops)
 --   peak_gbps    its memory bandwidth (GB/s)
 --   roof_pct     achieved / attainable, where attainable = min(peak_tflops, intensity × peak_gbps)

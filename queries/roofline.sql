@@ -4,14 +4,17 @@
 -- Inputs: op_work.
 --
 --   rank         the rank (peaks are per device)
---   op_class, op  the class (op_work.op_class) and the CPU op's name
+--   op_class      the class (op_work.op_class)
+--   op            the CPU op's name
 --   ops          ops of this name
 --   gpu_ns       their kernels' summed time (ns)
 --   time_share_pct  gpu_ns in percent of all op work's GPU time on the rank
 --   known_pct    share of gpu_ns whose ops have known flops or bytes (percent)
---   flops, bytes  summed over the ops with known work
+--   flops         FLOPs summed over the ops with known FLOPs
+--   bytes         bytes summed over the ops with known bytes
 --   median_intensity  median of the ops' flops / bytes (FLOP per byte)
---   achieved_tflops, achieved_gbps  summed work over summed time of the ops with that work known
+--   achieved_tflops  summed FLOPs over the summed time of the ops with FLOPs known (TFLOP/s)
+--   achieved_gbps    summed bytes over the summed time of the ops with bytes known (GB/s)
 --   roof_ns      the time the ops would take at the roof: Σ max(flops / peak FLOP/s, bytes / peak bandwidth) (ns)
 --   headroom_ns  gpu_ns of the ops with known work minus roof_ns: what running at the roof would save (ns)
 --   bound        the bound most of the time went to (op_work.bound)

@@ -6,12 +6,16 @@
 -- one for work after its last (step NULL): the rows of a rank tile its GPU timeline, so their
 -- busy_ns add up to the union of its GPU ops, every nanosecond once (docs/step-attribution.md).
 -- All durations in ns; *_pct in percent of wall_ns.
---   rank, step           step NULL on the outside rows
+--   rank
+--   step                 the step (NULL on the outside rows)
 --   part                 'step' | 'before' (GPU work before the first step's window: launched before
 --                        the capture's steps, or before the capture) | 'after' (after the last window)
---   start_ns, end_ns     the GPU window (ns since epoch), step_windows.sql: from the end of the previous
---                        window to the last end of the step's own ops, clipped at the next step's first op
---   host_start_ns, host_end_ns  the step's host range (ns since epoch); NULL on outside rows
+--   start_ns             the GPU window's start (ns since epoch), step_windows.sql: the end of the previous
+--                        window
+--   end_ns               the GPU window's end (ns since epoch): the last end of the step's own ops,
+--                        clipped at the next step's first op
+--   host_start_ns        the start of the step's host range (ns since epoch); NULL on outside rows
+--   host_end_ns          the end of the step's host range (ns since epoch); NULL on outside rows
 --   n_ops                GPU ops of the step (its own and those without a step whose start is in the window)
 --   wall_ns              end_ns - start_ns
 --   busy_ns              union of the rank's GPU ops (all streams) inside the window
@@ -19,7 +23,10 @@
 --   compute_ns           union of compute kernels
 --   exposed_comm_ns      communication not overlapped by compute
 --   exposed_memory_ns    memcpy/memset not overlapped by compute or communication
---   idle_pct, compute_pct, exposed_comm_pct, exposed_memory_pct  the four parts in percent of wall_ns
+--   idle_pct             idle_ns in percent of wall_ns
+--   compute_pct          compute_ns in percent of wall_ns
+--   exposed_comm_pct     exposed_comm_ns in percent of wall_ns
+--   exposed_memory_pct   exposed_memory_ns in percent of wall_ns
 --   Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
 -- step_breakdown shows first: rank, step, busy_ns, idle_ns, compute_ns, exposed_comm_ns, idle_pct, compute_pct, exposed_comm_pct, wall_ns, exposed_memory_ns, exposed_memory_pct
 -- requires: gpu_ops, gpu_state, step_windows, steps

@@ -14,7 +14,8 @@
 -- beside them: "communication-bound" is said with the 62 %, what shorter collectives could gain.
 --
 -- One row per step, rank and cause on the path:
---   step, rank     the step, and the rank whose segment it is
+--   step           the step
+--   rank           the rank whose segment it is
 --   class          compute | communication | memory copies | host | peer wait | idle (the kind of fix)
 --   cause          within the class: compute kernels; NCCL kernels; HtoD pageable | HtoD pinned |
 --                  DtoH pageable | DtoH pinned | DtoD | memset | ... (copies by direction and host

@@ -7,7 +7,8 @@
 -- memory (the driver stages them, so the host waits).
 -- One row per blocking call. Times in ns.
 --   rank, step (of the call's start), tid, name
---   start_ns, end_ns  the host call (ns since epoch)
+--   start_ns          when the host call began (ns since epoch)
+--   end_ns            when the host call returned (ns since epoch)
 --   blocked_ns        end_ns - start_ns: time the host thread spent inside it
 --   reason            'synchronize' | 'sync memcpy' | 'pageable memcpy'
 --   gpu_op            the GPU op the call launched, when it launched one (memcpy)

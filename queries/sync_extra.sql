@@ -15,9 +15,12 @@
 -- cudaStreamSynchronize that wait for nothing, 0.008 and 0.005 ms, beside the step's usual two
 -- `loss.item()` waiting for a copy to pinned memory, 7.5 and 355.6 ms: those two were called extra.)
 -- One row per extra call:
---   rank, step, name  the call (INTEGER, INTEGER, VARCHAR)
+--   rank              the rank that made the call
+--   step              the step it made the call in
+--   name              the call's name (cudaStreamSynchronize, ...)
 --   op_id             the call's host op (sync.op_id; BIGINT)
---   start_ns, end_ns  the call (ns since epoch; BIGINT)
+--   start_ns          when the call began (ns since epoch)
+--   end_ns            when the call returned (ns since epoch)
 --   blocked_ns        its time blocked (BIGINT)
 --   n                 calls of the name in the step (BIGINT)
 --   usual             the rank's median count of the name per step (DOUBLE)

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -89,8 +90,11 @@ def on_a_terminal(*args, env=None, columns: int = 100, program=None) -> str:
 
 
 # Temporary files stay inside the clone (ignored by git), not in /tmp/pytest-of-<user>: one folder per run,
-# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN); the folders of the
-# last three runs that ended are kept for a look, older ones removed.
+# `.pytest-tmp/run-<pid>`, xdist's workers each in a folder of it (popen-gwN). TMPDIR points to a folder
+# of the run's own (what the commands under test write to the temp folder: their scratch, Dask's, nsys
+# exports), removed at the end. Each passing test's tmp_path goes as it passes (pyproject: tmp_path_retention_policy =
+# "failed"); a run that passes removes its folder and `.pytest-tmp` (a full run had left 3.0 GB: every
+# test's derived traces and databases); a failed run keeps its folder for a look, the last one only.
 TMP_ROOT = ROOT / ".pytest-tmp"
 
 
@@ -99,18 +103,43 @@ def pytest_configure(config):
     if config.option.basetemp or hasattr(config, "workerinput"):  # given, or a worker (xdist gave it one)
         return
     TMP_ROOT.mkdir(exist_ok=True)
-    ended = []
-    for d in TMP_ROOT.glob("run-*"):
+    for d in TMP_ROOT.glob("run-*"):  # the folders of runs that ended (failed ones): this run replaces them
         pid = d.name[4:]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            ended.append(d)
-    for d in sorted(ended, key=lambda d: d.stat().st_mtime)[:-3]:
-        shutil.rmtree(d, ignore_errors=True)
-    config.option.basetemp = str(TMP_ROOT / f"run-{os.getpid()}")
+            shutil.rmtree(d, ignore_errors=True)
+    run = TMP_ROOT / f"run-{os.getpid()}"
+    config.option.basetemp = str(run)
+    config._tf_run_dir = run
+    # TMPDIR: a folder of this run's own in the system's temp folder, removed at the end whatever the
+    # outcome (inside the clone its path was too long for Chromium's singleton socket: exit 21)
+    import tempfile
+    scratch = Path(tempfile.mkdtemp(prefix="tf-tests-"))
+    config._tf_scratch = scratch
+    os.environ["TMPDIR"] = str(scratch)  # the workers and every subprocess inherit it
+    tempfile.tempdir = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    run = getattr(config, "_tf_run_dir", None)
+    if (scratch := getattr(config, "_tf_scratch", None)) is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if run is None or getattr(config, "_tf_failed", True):
+        return
+    shutil.rmtree(run, ignore_errors=True)
+    try:
+        TMP_ROOT.rmdir()  # only when no other run's folder is in it
+    except OSError:
+        pass
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not hasattr(session.config, "workerinput"):
+        session.config._tf_failed = exitstatus not in (0, 5)  # 5: no tests collected
 
 
 # --- the quick suite and the slow one --------------------------------------------------------------
-# `make test` runs what is not marked slow (under 5 minutes on 2 cores); `make test-slow`, which CI runs
+# `make test` runs what is not marked slow (under 10 minutes on 2 idle cores); `make test-slow`, which CI runs
 # too (.ci/run), runs the rest. Measured with `pytest --durations` on 2 cores under a load of ~14
 # (session 13): the whole suite was 3,075 s of test time (27.5 min with -n 2); the tests that stay quick
 # took 608 s of it, a fifth. Marked here, in one place, with the reason, rather than in each file:
@@ -197,6 +226,16 @@ SLOW_TESTS = {
     "test_a_newline_in_a_trace_string_forges_no_line": "a postmortem and two ingests",
     "test_a_huge_kernel_name_is_cut": "a postmortem of a trace with an 8 MB name",
     "test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache": "interrupts an export",
+    # the heaviest of the quick suite by CPU-seconds (TRACEFLOW_CPU_TIMES, issue 45), each an ingest or a
+    # cluster of its own rather than a share of a session's databases
+    "test_a_cluster_ingest_gives_the_local_nsys_memory_rows": "a Dask cluster (12.2 CPU-s)",
+    "test_launch_idle_after_the_call_returned_on_one_rank_names_no_cause_it_cannot_see": "one rank ingested alone (13.5 CPU-s)",
+    "test_titles_name_the_job_by_its_input": "three ingests and reports (12.6 CPU-s)",
+    "test_a_users_pickle_in_a_dump_folder_is_passed_over": "ingests of dump folders (14.7 CPU-s)",
+    "test_runs_of_different_models_are_warned_about_loudly": "ingests two jobs (9.2 CPU-s)",
+    "test_a_database_from_an_older_traceflow_is_one_line": "copies and rewrites the bundled database twice (9.0 CPU-s)",
+    "test_slurm_epilog_runs_the_post_mortem_of_the_job_that_ended": "a post-mortem and two more runs through the epilog",
+    "test_regression_gate_fails_the_stalled_step_and_names_what_grew": "ingests both ddp2 runs, three diffs",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -213,6 +252,7 @@ SWEEPS = {
     "test_damaged_rocprof_csv_one_line_exit_3", "test_postmortem_on_each_rocm_format",
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
     "test_fault_jobs_claims_pass_the_oracle_and_the_headline_names_the_fault", "test_wild_multi_rank_claims_pass_the_oracle",
+    "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
 }
 
 
@@ -298,11 +338,27 @@ class loose_decoding:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line saying how many tests skipped for want of ../shared, so a short run is never a surprise."""
+    """The skips in one closing line, counted per reason (`-q` hides them): a short run is never a
+    surprise, and ../shared's absence is named."""
     skipped = terminalreporter.stats.get("skipped", [])
-    n = sum(1 for r in skipped if "../shared" in str(r.longrepr) or str(FIX) in str(r.longrepr))
-    if n:
-        terminalreporter.write_line(f"{n} tests skipped: the real fixtures are not at {FIX} (../shared is absent)")
+    reasons: Counter = Counter()
+    for r in skipped:
+        lr = r.longrepr
+        text = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+        text = text.removeprefix("Skipped: ")
+        if str(FIX) in text or "../shared" in text:
+            text = f"the real fixtures are not at {FIX} (../shared is absent)"
+        elif str(WILD) in text:
+            text = f"not in the wild corpus at {WILD}"
+        reasons[_short(text)] += 1
+    if reasons:
+        terminalreporter.write_line(f"{sum(reasons.values())} skipped: " + "; ".join(
+            f"{n} × {why}" for why, n in reasons.most_common()))
+
+
+def _short(text: str, width: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def tagged_processes(tag: str) -> list[int]:
@@ -316,3 +372,23 @@ def tagged_processes(tag: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+# --- CPU-seconds per test (wall time under a shared machine's load says little) -------------------
+# TRACEFLOW_CPU_TIMES=FILE: each test's CPU time (its process and the subprocesses it waited for,
+# setup included) appended to FILE as `seconds<TAB>nodeid`; `sort -rn FILE | head -40` ranks them.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    out = os.environ.get("TRACEFLOW_CPU_TIMES")
+    if not out:
+        yield
+        return
+    import resource
+
+    def cpu() -> float:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    t0 = cpu()
+    yield
+    with open(out, "a") as f:
+        f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\n")

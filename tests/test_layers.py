@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("derive", ("derive", "hardware", "invariants")),  # derived tables, clock alignment, device peaks, absurd input
     ("analyses", ("packs", "critical_path", "whatif", "claims", "verdict", "flops_coverage", "hang", "memory")),  # the SQL packs and the Python analyses
     ("ingest", ("pipeline", "rank_task", "cluster", "recipes")),  # runs read -> load -> derive -> analyses
-    ("outputs", ("report", "perfetto", "perfetto_packets", "compare", "scaling_study")),  # pages and traces written
+    ("outputs", ("report", "perfetto", "perfetto_packets", "compare", "gate", "scaling_study")),  # pages and traces written
     ("job", ("job", "postmortem", "traceflow")),   # the public surface: traceflow.open(...) -> Job
     ("cli", ("cli", "terminal", "__main__", "mcp_server")),  # the command: one call into the Job per command; the MCP server beside it
 ]

@@ -119,9 +119,10 @@ def _ingest_options(f):
                      "its size, the default, at least 256MB) or a size such as '4GB'. Also TRACEFLOW_MAX_INFLATE.")(f)
     f = click.option("--force", is_flag=True, help="Replace an existing output file even if traceflow did not write it "
                      "(never an input, never a device or folder).")(f)
+    # click lists the options last applied first: --peak-tflops, then the --peak-gbps that says "likewise"
+    f = click.option("--peak-gbps", type=float, metavar="GBPS", help="The GPUs' peak memory bandwidth (GB/s), likewise.")(f)
     f = click.option("--peak-tflops", type=float, metavar="TFLOPS", help="The GPUs' dense peak (TFLOP/s) for the roofline "
                      "and MFU, for a device traceflow does not know (or to override its datasheet figure).")(f)
-    f = click.option("--peak-gbps", type=float, metavar="GBPS", help="The GPUs' peak memory bandwidth (GB/s), likewise.")(f)
     f = click.option("--cluster", metavar="ADDRESS", help="Read and analyse each rank file as a Dask task: 'local:N' (N worker "
                      "processes here) or a scheduler, 'tcp://host:8786'. The tasks write Parquet shards into OUTPUT.parts-*/ "
                      "beside the database, which reads them in place: on storage the workers share, kept beside it. "
@@ -210,12 +211,19 @@ def query(database, name, list_, rank, step, fmt, limit):
     from .job import open as open_job
     with open_job(database) as job:
         rel = job.relation(name, rank, step)
-        if name == "critical-path" and fmt == "table" and sys.stdout.isatty():
-            for line in critical_path_lines(job.con, step):
-                say(line)
+        hidden = None
+        if name == "critical-path" and fmt == "table":
+            rel, hidden = job.major_segments(rank, step)
         print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit, empty=empty_message(job.con, rank, step), pack=name)
         if fmt == "table" and (hint := job.why_empty(name)):
             say(hint)
+        if hidden is not None:  # under the table, on a terminal or through a pipe alike (README)
+            n, ns = hidden
+            if n:
+                say(f"{plural(n, 'segment')} shorter than {job.MINOR_SEGMENT_PCT}% of their step's path not shown "
+                    f"({ns / 1e6:.1f} ms in all); --format csv or json lists every segment")
+            for line in critical_path_lines(job.con, step):
+                say(line)
         if name == "steps" and fmt == "table":
             for line in _coverage_lines(job, rank):
                 say(line)
@@ -243,8 +251,12 @@ def sql_cmd(database, text, fmt, limit):
       traceflow sql job.duckdb "select * from idle_gaps where dur_ns > 1e6" --format csv
     """
     from .job import open as open_job
+    if not text.strip(" \t\r\n;"):  # was an internal error (DuckDB runs nothing and returns None)
+        raise UsageError("no SQL statement given; the second argument is the SQL to run (traceflow sql --help)")
     with open_job(database) as job:
         rel = job.execute(text)  # DB-API: any statement, rows fetched as plain tuples
+        if rel is None:  # a text of comments only
+            raise UsageError("no SQL statement in the text (comments only?)")
         if rel.description is not None:
             print_rows(rel, fmt, None if limit == 0 or fmt != "table" else limit)
 
@@ -376,7 +388,12 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
 @click.option("--limit", type=click.IntRange(min=0), default=12, show_default=True, help="Rows per table in table format (0: all).")
 @click.option("-o", "--output", help="Also write the diff as one HTML page (e.g. diff.html).")
 @click.option("--force", is_flag=True, help="Replace the output even if traceflow did not write it.")
-def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
+@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
+              help="CI gate: exit 4 when B's step time grew by more than PCT percent of A's and by more than the "
+                   "runs' own step-to-step noise; the line says which part of the critical path grew.")
+@click.option("--summary", nargs=2, type=(click.Choice(["junit", "markdown"]), str), metavar="junit|markdown FILE",
+              help="Also write the gate's decision (with --fail-on-regression; else at 0%) for a CI page.")
+def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force, fail_pct, summary):
     """What changed between two runs, and why: matched steps side by side, the change in step time
     split along the critical path, kernels, collectives and idle gaps, with changes inside the runs'
     own step-to-step variation marked as noise.
@@ -389,40 +406,54 @@ def diff_cmd(a, b, step_a, step_b, fmt, which, limit, output, force):
       traceflow diff before.duckdb after.duckdb --step-a 4 --step-b 7 -o diff.html
       traceflow diff runs/old/ runs/new/ --format json
       traceflow diff a.duckdb b.duckdb --format csv --table kernels > kernels.csv
+      traceflow diff base.duckdb new.duckdb --fail-on-regression 5 --summary junit gate.xml   (CI: exit 4)
     """
     from .job import diff
     if output:
         from .outputs import check_output
         check_output(output, "report", inputs=[a, b], force=force)  # before the work
+    if summary:
+        from .outputs import check_output
+        check_output(summary[1], "summary", inputs=[a, b], force=force)
     d = diff(a, b, step_a=step_a, step_b=step_b)
+    gate = None if fail_pct is None and not summary else d.gate(fail_pct or 0.0, summary, force=force)
     if fmt == "json":
         click.echo(json.dumps(d.to_json(), default=str, indent=1))
     elif fmt == "csv":
         print_csv(d.tables[which].columns, d.tables[which].rows())
     else:
-        for r in d.comparability:
-            say(f"{r['what']:<14} a: {r['a']:<40} b: {r['b']}" + ("" if r["same"] else "   (differs)"))
-        for warning in d.warnings:
-            say_line(f"traceflow: warning: {warning}", err=True)
-        say("")
-        for sentence in d.sentences:
-            say_line(sentence)
-        n = None if limit == 0 else limit
-        steps = d.tables["steps"]
-        shown = {
-            "step breakdown (job rows, and rank rows that changed beyond noise)":
-                steps.filter(steps["rank"].is_null() | ~steps["noise"]),
-            "critical path: the change by kind and rank": d.tables["critical_path"].filter(d.tables["critical_path"]["delta_ns"] != 0),
-            "kernels: the biggest changes per matched step": d.tables["kernels"],
-            "kernels by the class of op that launched them": d.tables["op_classes"],
-            "collectives by kind and size, per matched step": d.tables["collectives"],
-            "GPU idle by cause": d.tables["idle"].filter(d.tables["idle"]["delta_ns"] != 0),
-        }
-        for title, t in shown.items():
-            say(f"\n{title}")
-            print_frame(t, n)
+        _diff_tables(d, limit)
     if output:
         say(f"wrote {d.write_html(output, force=force)}")
+    if gate is not None:
+        say(gate.sentence(), err=fmt != "table")  # json / csv keep stdout for the machine
+        return gate.exit_code if fail_pct is not None else 0
+    return 0
+
+
+def _diff_tables(d, limit):
+    """`diff`'s table format: comparability, warnings, the sentences, then each comparison's table."""
+    for r in d.comparability:
+        say(f"{r['what']:<26} a: {r['a']:<40} b: {r['b']}" + ("" if r["same"] else "   (differs)"))
+    for warning in d.warnings:
+        say_line(f"traceflow: warning: {warning}", err=True)
+    say("")
+    for sentence in d.sentences:
+        say_line(sentence)
+    n = None if limit == 0 else limit
+    steps = d.tables["steps"]
+    shown = {
+        "step breakdown (job rows, and rank rows that changed beyond noise)":
+            steps.filter(steps["rank"].is_null() | ~steps["noise"]),
+        "critical path: the change by kind and rank": d.tables["critical_path"].filter(d.tables["critical_path"]["delta_ns"] != 0),
+        "kernels: the biggest changes per matched step": d.tables["kernels"],
+        "kernels by the class of op that launched them": d.tables["op_classes"],
+        "collectives by kind and size, per matched step": d.tables["collectives"],
+        "GPU idle by cause": d.tables["idle"].filter(d.tables["idle"]["delta_ns"] != 0),
+    }
+    for title, t in shown.items():
+        say(f"\n{title}")
+        print_frame(t, n)
 
 
 @main.command("scaling")

@@ -45,12 +45,21 @@ class Diff:
                 "comparability": self.comparability, "warnings": self.warnings, "sentences": self.sentences,
                 **{name: df.to_dicts() for name, df in self.tables.items()}}
 
+    def gate(self, threshold_pct: float, summary: tuple[str, str] | None = None, force: bool = False):
+        """The regression gate's decision (traceflow/gate.py); `summary`: (junit|markdown, FILE) to write it."""
+        from .gate import decide, write_summary
+        g = decide(self, threshold_pct)
+        if summary:
+            write_summary(g, self, summary[0], summary[1], force=force)
+        return g
+
     def write_html(self, output: str = "diff.html", force: bool = False) -> str:
         from .report.diff_page import write
         return write(self, output, force=force)
 
 
-def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -> Diff:
+def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None,
+         pairs: list[tuple[int, int]] | None = None) -> Diff:
     """Compare run `a` with run `b` (databases, or trace files / folders, which are ingested first
     into a scratch folder). `step_a` / `step_b` choose the steps to compare; by default the step
     numbers both runs have, else each run's median step."""
@@ -68,7 +77,7 @@ def diff(a: str, b: str, step_a: int | None = None, step_b: int | None = None) -
                 except duckdb.Error as e:
                     raise InputError(path, f"not a readable DuckDB database ({one_line(e, 160)})") from None
                 db_format.check(con, path, catalog=name)
-            pairs = _pairs(con, step_a, step_b)
+            pairs = list(pairs) if pairs else _pairs(con, step_a, step_b)  # `pairs`: the matched steps, chosen
             con.execute("CREATE TEMP TABLE pairs (step_a INTEGER, step_b INTEGER)")
             con.executemany("INSERT INTO pairs VALUES (?, ?)", pairs)
             comparability, warnings = _comparability(con)
@@ -141,7 +150,7 @@ def _comparability(con) -> tuple[list[dict], list[str]]:
         "shared GPU": both("""SELECT count(*) > 0 FROM (SELECT coalesce(gpu_uuid, hostname || ':' || device, ':' || device)
                               FROM {run}.gpu_devices GROUP BY 1 HAVING count(DISTINCT rank) > 1)"""),
     }
-    out = [{"what": k, "a": str(v[0]), "b": str(v[1]), "same": v[0] == v[1]} for k, v in rows.items()]
+    out = [{"what": k, "a": _text(v[0]), "b": _text(v[1]), "same": v[0] == v[1]} for k, v in rows.items()]
     warnings = []
     if rows["ranks"][0] != rows["ranks"][1]:
         warnings.append(f"not comparable as one job: run a has {rows['ranks'][0]} ranks, run b {rows['ranks'][1]}: "
@@ -164,6 +173,17 @@ def _comparability(con) -> tuple[list[dict], list[str]]:
         if rows[what][0] != rows[what][1]:
             warnings.append(f"only run {'a' if rows[what][0] else 'b'} has data for the {what}: its comparison is one-sided")
     return out, warnings
+
+
+def _text(v) -> str:
+    """A comparability figure as a person reads it: `yes` / `no`, not Python's `True`; a count that
+    DuckDB's median made a double, `168`, not `168.0`."""
+    from .text import decimal_text
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{int(v):,}" if v.is_integer() else decimal_text(v)
+    return "none" if v is None else str(v)
 
 
 def _ms(ns: float) -> str:

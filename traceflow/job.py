@@ -98,6 +98,30 @@ class Job:
     def __repr__(self) -> str:
         return f"Job({self.path!r})"
 
+    def _repr_html_(self) -> str:
+        """How a notebook shows a Job: its name, the verdict's headline (its first two sentences: the steps
+        analysed, then the finding that leads) and the
+        step table: per step, the GPU window across ranks and its parts (mean over ranks, % of each
+        rank's window), as step_breakdown holds them."""
+        import html
+        e = html.escape
+        sentences = self.findings()["sentences"]
+        rows = self.con.execute("""
+            SELECT w.step, w.wall_ns, b.compute_pct, b.exposed_comm_pct, b.exposed_memory_pct, b.idle_pct, b.ranks
+            FROM (SELECT step, max(end_ns) - min(start_ns) AS wall_ns FROM tf_internal.step_windows GROUP BY step) w
+            JOIN (SELECT step, avg(compute_pct) AS compute_pct, avg(exposed_comm_pct) AS exposed_comm_pct,
+                         avg(exposed_memory_pct) AS exposed_memory_pct, avg(idle_pct) AS idle_pct, count(*) AS ranks
+                  FROM step_breakdown WHERE part = 'step' GROUP BY step) b USING (step)
+            ORDER BY w.step""").fetchall()
+        head = ("<tr><th>step</th><th>step time (ms)</th><th>compute %</th><th>exposed comm %</th>"
+                "<th>exposed memory %</th><th>idle %</th><th>ranks</th></tr>")
+        body = "".join(f"<tr><td>{st}</td><td>{wall / 1e6:,.1f}</td>" + "".join(f"<td>{v:.1f}</td>" for v in (c, m, x, i))
+                       + f"<td>{n}</td></tr>" for st, wall, c, m, x, i, n in rows)
+        return (f"<div class=\"traceflow-job\"><b>traceflow: {e(self.name)}</b> <code>{e(self.path)}</code>"
+                f"<p>{e(' '.join(sentences[:2])) if sentences else 'no verdict: no step was analysed'}</p>"
+                f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+                f"<p><small>job.verdict() for the whole verdict; job.write_report(...) for the report</small></p></div>")
+
     # the verbs
     def relation(self, pack: str, rank: int | None = None, step: int | None = None) -> duckdb.DuckDBPyRelation:
         """A query pack's table, filtered by rank / step, as a lazy DuckDB relation."""
@@ -218,6 +242,23 @@ class Job:
                f"AND schema_name = {_literal(schema)} AND table_name = {_literal(name)} ORDER BY column_index")
         cols = [{"column": c, "type": t, "unit": _unit(c, m), "meaning": m} for c, t, m in self.con.execute(sql).fetchall()]
         return {"table": name, "schema": schema, "meaning": comment, "sql": sql, "columns": cols}
+
+    # The critical path's table on a terminal leaves out segments under this share of their step's
+    # path: the bundled job's step 4 is 1,308 segments, 1,291 of them 1 us - 0.5 ms idle gaps, copies
+    # and launches (10.9 ms of its 531.5 ms); the table showed its first 50, all of 1-8 us, and none of
+    # the 17 that make the step.
+    MINOR_SEGMENT_PCT = 0.1
+
+    def major_segments(self, rank: int | None = None, step: int | None = None) -> tuple[duckdb.DuckDBPyRelation, tuple[int, int]]:
+        """The critical path's segments of at least MINOR_SEGMENT_PCT of their step's path, in time
+        order, and (count, ns) of the others."""
+        inner = self.relation("critical-path", rank, step).sql_query()
+        base = f"""SELECT *, (end_ns - start_ns) * 100.0 < {self.MINOR_SEGMENT_PCT}
+                              * sum(end_ns - start_ns) OVER (PARTITION BY step) AS _minor FROM ({inner})"""
+        row = self.con.execute(f"SELECT count(*), coalesce(sum(end_ns - start_ns), 0) FROM ({base}) WHERE _minor").fetchone()
+        n, ns = row if row else (0, 0)
+        shown = relation(self.con, f"SELECT * EXCLUDE (_minor) FROM ({base}) WHERE NOT _minor ORDER BY step, ordinal")
+        return shown, (int(n), int(ns))
 
     def critical_path(self, step: int | None = None) -> pl.DataFrame:
         """The critical path's segments in time order (all steps, or one)."""

@@ -20,12 +20,27 @@ def from_inputs(files) -> str:
     if not paths:
         return "job"
     if len(paths) == 1 and os.path.isdir(paths[0]):
-        return os.path.basename(paths[0].rstrip(os.sep)) or paths[0]
+        return _folder_name(paths[0].rstrip(os.sep) or paths[0])
     folders = {p if os.path.isdir(p) else os.path.dirname(p) for p in paths}
-    if len(paths) > 1 and len(folders) == 1:
-        folder = folders.pop()
-        return os.path.basename(folder) or folder
+    if len(paths) > 1:
+        common = os.path.commonpath(sorted(folders))
+        if common != os.sep:  # rank0/, rank1/ ... of one job folder too
+            return _folder_name(common)
     return _stem(sorted(paths)[0])
+
+
+# Folders named for the profiler or the format, not the job: `runs/llama_8b/kineto/rank*.json` is
+# the job `llama_8b` (a report titled "traceflow post-mortem: kineto" named nothing).
+_GENERIC = {"kineto", "nsys", "nsight", "nsight_systems", "traces", "trace", "profiles", "profile", "profiler",
+            "pytorch_profiler", "torch_profiler", "json", "sqlite", "logs", "log", "tb", "tensorboard",
+            "plugins", "fr", "fr_dumps", "dumps", "flight_recorder", "output", "outputs", "out"}
+
+
+def _folder_name(folder: str) -> str:
+    """The folder's name, or its parent's while the name is a profiler's or a format's (_GENERIC)."""
+    while os.path.basename(folder).lower() in _GENERIC and os.path.dirname(folder) not in ("", folder, os.sep):
+        folder = os.path.dirname(folder)
+    return os.path.basename(folder) or folder
 
 
 def _stem(path: str) -> str:

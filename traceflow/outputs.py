@@ -156,7 +156,13 @@ def _is_perfetto(path: Path) -> bool:
 
 KINDS = {"database": (_is_database, "a traceflow DuckDB database"),
          "report": (_is_report, "a traceflow report"),
-         "perfetto": (_is_perfetto, "a Perfetto trace written by traceflow")}
+         "perfetto": (_is_perfetto, "a Perfetto trace written by traceflow"),
+         "summary": (lambda p: _has_mark(p, b"<!-- traceflow regression gate -->"), "a summary traceflow wrote")}
+
+
+def _has_mark(path: Path, mark: bytes) -> bool:
+    with open(path, "rb") as f:
+        return mark in f.read(4096)
 
 
 def check_output(path, kind: str, inputs=(), force: bool = False, appending: bool = False) -> Path:

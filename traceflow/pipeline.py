@@ -240,9 +240,10 @@ def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, 
         raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
                          "shards; ingest all the rank files again")
     for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
-        # below 1e-3 (1 GFLOP/s, 1 MB/s: no GPU) a time at the roof is past INT64 (1e-300: an internal error)
-        if v is not None and not (v >= 1e-3 and v < 1e7):
-            raise UsageError(f"{flag} must be a positive number from 0.001 to 1e7 (TFLOP/s, GB/s), not {v}")
+        # at least 0.001 (1 GFLOP/s, 1 MB/s): 1e-300 passed, and made the roof times infinite (an internal
+        # error at casting them to BIGINT)
+        if v is not None and not (1e-3 <= v < 1e7):
+            raise UsageError(f"{flag} must be a number from 0.001 to 10,000,000 (TFLOP/s, GB/s), not {v}")
     if align not in ("off", "auto", "collectives"):
         raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
     if step_pattern is not None:

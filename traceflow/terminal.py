@@ -7,12 +7,13 @@ shortened, numbers as the query gave them); splitting it would scatter one layou
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import contextmanager
 
 import click
 
-from .text import decimal_text, is_identifier, is_name_column, printable, short_names
+from .text import decimal_text, is_identifier, is_name_column, is_percent, is_share, printable, short_names
 
 
 def say(text, err: bool = False):
@@ -89,6 +90,8 @@ def cell(v, col: str, instant: bool, duration: bool) -> str:
     import datetime
     if v is None:
         return ""
+    if isinstance(v, bool):  # not Python's `True`
+        return "yes" if v else "no"
     if instant and isinstance(v, int):
         return datetime.datetime.fromtimestamp(v / 1e9, datetime.UTC).strftime("%H:%M:%S.%f")
     if duration and isinstance(v, (int, float)):
@@ -171,15 +174,23 @@ def print_table(cols: list[str], rows: list[tuple], first: list[str] | tuple = (
     from rich.text import Text
     # instants (ns since epoch): a trace's start/end, a Flight Recorder entry's created/started/completed
     instant = [c.endswith(("start_ns", "end_ns", "created_ns", "started_ns", "completed_ns")) for c in cols]
-    duration = [c.endswith("_ns") and not i for c, i in zip(cols, instant)]
-    units = [" (UTC)" if i else " (ms)" if d else "" for i, d in zip(instant, duration)]
-    names = [c[:-3] if u else c for c, u in zip(cols, units)]
+    duration = [(c.endswith("_ns") or c == "ns") and not i for c, i in zip(cols, instant)]
+    # percents in one format (`0.0`, `0.5`, `95.6`, not `0` beside `0.47`); a share (a fraction of 1)
+    # shown as a percent, as the percent columns beside it are
+    pct = [is_percent(c) for c in cols]
+    share = [is_share(c) for c in cols]
+    units = [" (UTC)" if i else " (ms)" if d else " (%)" if f else "" for i, d, f in zip(instant, duration, share)]
+    names = ["time" if c == "ns" else c[:-3] if u and not f else c for c, u, f in zip(cols, units, share)]
+    rows = [tuple(100 * v if share[k] and isinstance(v, (int, float)) and not isinstance(v, bool) else v
+                  for k, v in enumerate(r)) for r in rows]
     # kernel names short, and distinct within a column (text.short_names); the full name: --format json / csv
     short = [short_names(v for r in rows if isinstance(v := r[k], str)) if is_name_column(c) else None
              for k, c in enumerate(cols)]
     # a column of whole doubles (a count computed as a double) prints as integers: `4`, not `4.00`
-    whole = [all(not isinstance(v, float) or v.is_integer() for v in col) for col in zip(*rows)]
-    cells = [[cell(m.get(v, v) if (m := short[k]) is not None and isinstance(v, str) else
+    whole = [not (pct[k] or share[k]) and all(not isinstance(v, float) or v.is_integer() for v in col)
+             for k, col in enumerate(zip(*rows))]
+    cells = [[f"{v:,.1f}" if (pct[k] or share[k]) and isinstance(v, (int, float)) and not isinstance(v, bool) else
+              cell(m.get(v, v) if (m := short[k]) is not None and isinstance(v, str) else
                    int(v) if whole[k] and isinstance(v, float) and abs(v) < 1e15 else v, c, i, d)
               for k, (v, c, i, d) in enumerate(zip(r, cols, instant, duration))] for r in rows]
     numeric = [i or all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in col)
@@ -248,8 +259,8 @@ def output_width() -> int:
 def _fold(name: str, unit: str, room: int) -> str:
     """A header in lines no wider than `room` where it can be: its `_`-joined words packed greedily,
     its unit on a line of its own when the whole does not fit."""
-    if len(name) + len(unit) <= room:
-        return name + unit
+    if len(name) + len(unit) <= room or not re.fullmatch(r"\w+", name):
+        return name + unit  # an expression (`count_star()`, `sum(x)`) is not folded at its `_`
     words = name.split("_")
     lines = [words[0]]
     for w in words[1:]:

@@ -201,6 +201,16 @@ def is_name_column(col: str) -> bool:
     return col.endswith(NAME_COLUMNS)
 
 
+def is_percent(col: str) -> bool:
+    """A column in percent, by traceflow's naming (`idle_pct`, `delta_pct`, `share_pct`)."""
+    return col == "pct" or col.endswith("_pct")
+
+
+def is_share(col: str) -> bool:
+    """A column holding a fraction of 1 (`share`, `busy_share`): shown in percent."""
+    return col == "share" or col.endswith("_share")
+
+
 def decimal_text(v: float) -> str:
     """A double as a person reads it, keeping the precision the query gave it: a value the query
     rounded as it was rounded (`round(x, 1)` -> `12.3`, `4.0`), otherwise two decimals, or three

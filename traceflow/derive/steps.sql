@@ -8,8 +8,9 @@
 --   A rank with none gets the whole trace as step 0.
 -- Output columns:
 --   rank, step
---   start_ns, end_ns  the step's host range (ns since epoch); several ranges of one step
+--   start_ns          the start of the step's host range (ns since epoch); several ranges of one step
 --                     (a range and a CPU op of the same ProfilerStep) are merged
+--   end_ns            the end of the step's host range (ns since epoch)
 --   source  where the step came from: 'ProfilerStep' | 'range' | 'whole trace'
 -- requires: gpu_ops, host_ops, ranges, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.

@@ -7,7 +7,7 @@ import json
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from ..text import decimal_text, is_identifier, is_name_column, printable, short_names
+from ..text import decimal_text, is_identifier, is_name_column, is_percent, printable, short_names
 
 KIND_COLORS = {"gpu_compute": "#4c78a8", "gpu_comm": "#f58518", "gpu_memory": "#54a24b", "peer_wait": "#e45756",
                "launch": "#b279a2", "host_cpu": "#9d755d", "host_sync": "#ff9da6", "idle": "#bab0ac"}
@@ -97,6 +97,8 @@ def _cell(v, col: str = "") -> str:
         return ""
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, (int, float)) and is_percent(col):  # one format: `0.0` beside `0.5`, not `0` beside `0.47`
+        return f"{v:,.1f}"
     if isinstance(v, float):
         return decimal_text(v)
     if isinstance(v, int):
@@ -153,11 +155,14 @@ class Plots:
         only as {"text": ...}; the plain-string form that older versions took is silently ignored."""
         pid = f"plot{len(self.specs)}"
         # the legend on the right, clear of the x axis's title
+        # The title at the left. Plotly's tool bar is off (page.html.j2: displayModeBar false): across the
+        # top it covered a title's end, upright it covered the legend; dragging still zooms, a double
+        # click resets.
         base = {"margin": {"l": 60, "r": 10, "t": 36, "b": 42}, "height": 270, "barmode": "stack",
-                # the title at the left: the tool bar Plotly shows on hover sits at the right
                 "font": {"size": 12}, "title": {"text": title, "x": 0.01, "xref": "container", "xanchor": "left"}}
         for axis, text in (("xaxis", x), ("yaxis", y)):
-            base[axis] = {**layout.pop(axis, {}), "title": {"text": text}, "automargin": True}
+            given = layout.pop(axis, {})
+            base[axis] = {**given, "title": {**given.get("title", {}), "text": text}, "automargin": True}
         base.update(layout)
         self.specs.append({"id": pid, "data": data, "layout": base})
         return Plot(pid)

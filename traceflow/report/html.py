@@ -146,9 +146,11 @@ def _launch(con, P: Plots) -> Section:
                  "x": [round(t / 1e6, 3) for _, t in rows][::-1], "marker": {"color": "#4c78a8"},
                  "customdata": [label(n, 400) for n, _ in rows][::-1], "hovertemplate": "%{customdata}: %{x} ms<extra></extra>"}],
                "Top kernels, all ranks", x="total GPU time (ms)", y="kernel")
-    t4 = table(con, """SELECT rank, name, category, count, total_ns, mean_ns, busy_share FROM kernels ORDER BY total_ns DESC, rank""",
+    # the share in percent, as every other share on the page (a fraction beside percents read as 100x less)
+    t4 = table(con, """SELECT rank, name, category, count, total_ns, mean_ns, round(100 * busy_share, 1) AS busy_pct
+                       FROM kernels ORDER BY total_ns DESC, rank""",
                hint=P.hint("kernels"), caption="Top kernels",
-               headers=["rank", "kernel", "category", "count", "total (ms)", "mean (ms)", "share of busy"], ms_cols=("total_ns", "mean_ns"))
+               headers=["rank", "kernel", "category", "count", "total (ms)", "mean (ms)", "share of busy (%)"], ms_cols=("total_ns", "mean_ns"))
     return Section("launch", "Launch overhead, host syncs and top kernels", [
         t1, t3, t2, n2, p1, t4])
 

@@ -6,6 +6,12 @@ from __future__ import annotations
 from .blocks import Note, Plots, Section, rows_table
 
 
+def wrap(text: str, width: int) -> str:
+    """`text` in lines of about `width` characters, joined by Plotly's <br> (words never cut)."""
+    import textwrap
+    return "<br>".join(textwrap.wrap(text, width, break_long_words=False)) or text
+
+
 def section(f: dict, P: Plots) -> Section:
     """From the findings (verdict.findings computed the fixes once for the verdict and this page)."""
     title = "What if: the fixes worth the most"
@@ -15,12 +21,16 @@ def section(f: dict, P: Plots) -> Section:
     rows = [(f["scenario"], f["gain_ns"], f["gain_pct"],
              ", ".join(f"step {r['step']}: {r['measured_ns'] / 1e6:.1f} → {r['predicted_ns'] / 1e6:.1f} ms" for r in f["steps"]),
              max(r["replay_error_pct"] for r in f["steps"])) for f in fixes]
-    chart = P.add([{"type": "bar", "orientation": "h", "name": "predicted gain", "y": [r[0] for r in rows][::-1],
+    # The fixes named as the y axis's labels, wrapped (Plotly wraps nothing itself): named on their bars
+    # they were clipped where a bar was short ("no host stall on r"); the gain on the bar.
+    labels = [wrap(r[0], 40) for r in rows][::-1]
+    chart = P.add([{"type": "bar", "orientation": "h", "name": "predicted gain", "y": labels,
                     "x": [round(r[1] / 1e6, 3) for r in rows][::-1], "marker": {"color": "#54a24b"},
-                    "text": [r[0] for r in rows][::-1], "textposition": "auto", "cliponaxis": False}],
-                  # the fixes named on their bars: long tick labels ran under the axis title
+                    "text": [f"{r[1] / 1e6:.1f} ms" for r in rows][::-1], "textposition": "auto", "textangle": 0,
+                    "hovertext": [r[0] for r in rows][::-1], "hoverinfo": "text+x"}],
                   "Predicted gain on the step where each fix gains most", x="step time saved (ms)", y="fix",
-                  yaxis={"showticklabels": False})
+                  yaxis={"showticklabels": True, "title": {"standoff": 8}},
+                  height=max(270, 60 + 16 * sum(2 + lab.count("<br>") for lab in labels)))
     return Section("whatif", title, [
         chart,
         rows_table(["fix", "gain", "gain_pct", "steps", "err"], rows,
