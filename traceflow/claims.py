@@ -17,6 +17,8 @@ reader acts on (docs/findings.md "Claims"):
 Why at ingest: the replays take 0.1-0.7 s per scenario on the bundled jobs (3 steps x 4 ranks),
 and the terminal, the report, `traceflow query DB findings` and `job.findings()` must show the
 same rows. Warm-up steps (findings_steps.warmup) are never replayed, so they drive no advice.
+
+Size: each finding kind's fix, replay check and reproducing SQL beside the ranking they feed.
 """
 from __future__ import annotations
 

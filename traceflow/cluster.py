@@ -9,6 +9,8 @@ derive step, and writes the file's tables as Parquet shards into the parts folde
 (rank_task.py), which must be on storage every worker sees. The database's tables of per-rank rows
 are views over those shards (shard_views.py); the cross-rank phase (clock alignment, collectives,
 the analyses) runs here, on the client. Dask is an optional extra: `pip install traceflow[cluster]`.
+
+Size: the Dask map, its scheduler probe and its clean-up on every exit path, together.
 """
 from __future__ import annotations
 

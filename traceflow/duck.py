@@ -4,6 +4,8 @@ Results as Arrow or polars come from a relation (`con.sql`): on DuckDB 2 a DB-AP
 (`con.execute`) has no `.pl()` and copies every row for Arrow. But DuckDB 2 refuses `con.sql`
 while an earlier `con.execute` result is unfinished (a `fetchone()` leaves it so), where 1.5
 closed it silently; running one finished statement first closes it on both.
+
+Size: DuckDB's version differences and the read-only lock-down of an untrusted database, one leaf.
 """
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ with the failure it fixes. A library user who imports traceflow gets none of it.
 - `install()`: the handlers, the hold of signals while a C extension initialises, the hook that
   delivers a Ctrl-C lost in a weakref callback, and the check before any output replaces its target.
 - `exit_interrupted()`: the one line and the exit code.
+
+Size: every signal path (handler, DuckDB interrupter, last resort) must agree, so they live together.
 """
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ Read-only by construction: every query goes through the Job's locked-down connec
 no file but the database, no setting changed, statements that write refused by kind).
 
 Imported only by `traceflow mcp` (the `mcp` extra): `import traceflow.cli` does not import it.
+
+Size: nine tools, each a thin call of a Job method, plus the one place that bounds and pages every reply.
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ A kernel name, file name or NVTX text is data from a file someone else wrote: it
 on the terminal (an `ESC ] 0 ;` sequence sets the window title, `ESC [ 2 J` clears the screen,
 a right-to-left override reorders what the reader sees). Every terminal output goes through
 `printable`; JSON output escapes these characters by itself.
+
+Size: every text on its way to the terminal (escaping, short kernel names) in one place.
 """
 from __future__ import annotations
 

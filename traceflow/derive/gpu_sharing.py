@@ -29,6 +29,8 @@ take turns pairwise, and one row (time_sliced false) of the ranks in none:
   how          VARCHAR    how it was told, with the figures
   overlap_pct  DOUBLE     share of the ranks' kernel time (preempted spans left out) overlapping another rank's
   turns        BIGINT     turns counted
+
+Size: the detection of turns and the clock fit that uses them share the kernels' arrays.
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ Decoded with the protobuf package and the Perfetto protos the `perfetto` depende
 packet at a time from a stream (bounded memory per packet; the slices of a track are kept until the
 end). No public Perfetto trace of GPU work of another layout (GpuRenderStageEvent, PyTorch's
 cupti_monitor) was found to check a reader of it on: such a trace is refused, naming what it holds.
+
+Size: the packet decoder and the map of traceflow's own track layout back onto the tables, one concept.
 """
 from __future__ import annotations
 

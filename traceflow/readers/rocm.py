@@ -14,6 +14,8 @@ through ADBC as Arrow, and DuckDB maps them onto the canonical tables; no Python
 
 Times in both are the host's monotonic clock in ns (ns since boot), not the wall clock: they are
 kept as recorded, so processes of one host share a clock and hosts do not (docs/formats.md).
+
+Size: three SQLite formats (rocpd, .rpd, rocprof v1) share the host-call/GPU-op mapping and the checks.
 """
 from __future__ import annotations
 
