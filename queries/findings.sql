@@ -6,7 +6,8 @@
 --                  dominant cause of the typical step, then smaller faults | 3 a caveat on the
 --                  figures (shared GPUs, coverage, what the trace cannot give) | 4 a note (launch-bound kernels, exposed
 --                  communication, MFU) (INTEGER)
---   kind           step_outlier | straggler | dominant | shared_gpu | sharing | partial_capture | coverage | cannot_answer | launch_bound_steps |
+--   kind           step_outlier | straggler | extra_sync | pageable_copy | dominant | shared_gpu | sharing | partial_capture |
+--                  coverage | cannot_answer | yardstick | launch_bound_steps |
 --                  launch_names | exposed_comm | mfu | mfu_empty (VARCHAR)
 --   rank           the rank it concerns (NULL: every rank)
 --   step           the step it concerns (NULL: every analysed step)
@@ -60,7 +61,8 @@
 --   recover_ns     gain over the capture, gain per step x steps affected: the fixes' ranking (ns, BIGINT)
 --   yardstick      a bound (compute or copies twice as fast, no stragglers), never advice (BOOLEAN)
 --   repro_sql      SQL over this database whose first row's column `figure` is the claim's figure (VARCHAR)
---   figure, unit   the figure the sentence states and its unit (ns, %) (DOUBLE, VARCHAR)
+--   figure         the figure the sentence states, in `unit` (DOUBLE)
+--   unit           the figure's unit: ns or % (VARCHAR)
 --   baseline       what the figure is set against, in its unit (DOUBLE)
 --   scenario       the `traceflow whatif` flags that replay the fix (VARCHAR)
 --   fix_short      the fix in a few words, for the headline (VARCHAR)

@@ -17,7 +17,7 @@
 --   cuda     CUDA runtime / driver calls or GPU ops with none of the above: a CUDA C/C++ program
 --   unknown  nothing to tell it by
 -- One row per rank:
---   rank       INTEGER
+--   rank       the rank (INTEGER)
 --   stack      pytorch | jax | cuda | openacc | openmp | hip | unknown (VARCHAR)
 --   evidence   the name that told it, the shortest of its kind (a kernel, call or range; the trace
 --              format for Kineto) (VARCHAR)

@@ -36,7 +36,8 @@
 -- per step in the 8 cudaEventSynchronize every rank makes, waiting for rank 1; blocking longer in
 -- a call the peers make too is waiting, not a cause. Only where two or more ranks have steps.
 -- One row per rank and call name it makes at least one more time per step than its peers (median):
---   rank, name        the call (INTEGER, VARCHAR)
+--   rank              the rank making the calls (INTEGER)
+--   name              the blocking call's name (VARCHAR)
 --   cause             'sync' or '<direction> pageable', as in sync_extra (VARCHAR)
 --   steps             the rank's steps (BIGINT)
 --   steps_with        those holding more calls of the name than the peers' median count (BIGINT)

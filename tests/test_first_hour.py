@@ -115,7 +115,8 @@ def test_an_ingest_with_nothing_wrong_warns_of_nothing(demo):
     db, r = demo
     assert "warning" not in r.stderr, r.stderr
     notes = duckdb.connect(db, read_only=True).execute("SELECT rank, clock_note FROM traces ORDER BY rank").fetchall()
-    assert sum("the ranks taken to share one clock" in (n or "") for _, n in notes) == 1, notes
+    # one note names the ranks that share the reference clock (time-sliced ranks of one GPU are one unit)
+    assert sum("share one clock" in (n or "") for _, n in notes) >= 1, notes
     assert all(n for _, n in notes)  # every rank says what alignment did
 
 

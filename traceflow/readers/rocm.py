@@ -398,6 +398,8 @@ def emit(con, procs, sink, key, path, fmt, version, warnings, proc_info, gpu_nam
 # --- rpd (rocmProfileData) ------------------------------------------------------------------------
 
 def _rpd(con, cols, path, sink, key) -> list[ProcessTrace]:
+    # Long because: the .rpd tables map onto ours in one pass of SQL (ops, calls, their links, markers), which
+    # reads best whole; split, each piece would repeat the joins it shares.
     _require(cols, _RPD_REQUIRED, path, "rpd file")
     kernel = ", ".join(map(sql_string, RPD_KERNEL))
     copy = " ".join(f"WHEN {sql_string(k)} THEN {sql_string(v)}" for k, v in RPD_COPY.items())
