@@ -20,6 +20,8 @@ import sqlite3
 import statistics
 from pathlib import Path
 
+import intervals
+
 # the step names steps.sql accepts by default, written again here (the oracle's own reading)
 STEP = re.compile(r"(?i)^\s*(?:profiler[\s_]*step|train(?:ing)?[\s_-]*step|global[\s_-]*step|step|iteration|iter|batch)"
                   r"[\s_#:=-]*(\d+)\s*$")
@@ -46,7 +48,7 @@ def kineto(path: Path) -> dict:
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         if cat in GPU_CATS:
             gpu.append({"start": a, "end": b, "name": name, "corr": args.get("correlation"), "device": args.get("device"),
-                        "pageable": "pageable" in name.lower()})
+                        "pageable": "pageable" in name.lower(), "stream": args.get("stream"), "kernel": cat in ("kernel", "Kernel")})
         elif cat in RUNTIME_CATS:
             calls.append({"start": a, "end": b, "name": name, "corr": args.get("correlation")})
         elif cat != "gpu_user_annotation" and (m := STEP.match(name)):
@@ -64,11 +66,11 @@ def nsys(path: Path) -> dict:
         names = dict(c.execute("select id, value from StringIds")) if "StringIds" in tables else {}
         gpu, calls, steps = [], [], {}
         if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-            for a, b, n, k in c.execute('select start, "end", demangledName, correlationId from CUPTI_ACTIVITY_KIND_KERNEL'):
-                gpu.append({"start": a, "end": b, "name": names.get(n, ""), "corr": k, "pageable": False})
+            for a, b, n, k, st in c.execute('select start, "end", demangledName, correlationId, streamId from CUPTI_ACTIVITY_KIND_KERNEL'):
+                gpu.append({"start": a, "end": b, "name": names.get(n, ""), "corr": k, "pageable": False, "stream": st, "kernel": True})
         if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
             for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
-                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": PAGEABLE in (s, d)})
+                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": PAGEABLE in (s, d), "stream": None, "kernel": False})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
             for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
                 nm = names.get(n, "")
@@ -152,10 +154,100 @@ def _extra_sync(job: Job, r: dict):
     return ok and _close(r["value_ns"], ns, rel=0.02, absolute=20000), why + f"; {ns / 1e6:.3f} ms of it per step"
 
 
+P2P = re.compile(r"(?i)sendrecv|send|recv")
+
+
+def collectives(job: Job) -> list[list[dict]] | None:
+    """The NCCL kernels matched across ranks, each [{rank, start, end, issued}, ...], with its step;
+    None where a rank has two NCCL streams or more (the file names no communicator; matching by
+    stream order would pair the wrong peers). Own reading: a communicator's kernels run on one stream
+    (NCCL keeps one per communicator); the step is the one holding the launch call; the n-th
+    collective of a stream in a step, by launch order, is the n-th on every rank."""
+    keyed: dict[tuple, list[dict]] = {}
+    for rank, d in job.ranks.items():
+        calls = {c["corr"]: c for c in d["calls"] if c["corr"] is not None}
+        mine = [g for g in d["gpu"] if g["kernel"] and g["name"].lower().startswith("nccl")]
+        if len({g["stream"] for g in mine}) > 1:
+            return None
+        per: dict = {}
+        for g in mine:
+            c = calls.get(g["corr"])
+            step = job.step_of(rank, c["start"]) if c else None
+            if step is not None:
+                per.setdefault(step, []).append((c["start"], g["start"], g["end"], g["name"]))
+        for step, ops in per.items():
+            for seq, (issued, a, b, name) in enumerate(sorted(ops)):
+                keyed.setdefault((step, seq), []).append({"rank": rank, "start": a, "end": b, "issued": issued,
+                                                          "p2p": bool(P2P.search(name.split("(")[0])), "step": step})
+    out = []
+    for ops in keyed.values():
+        if len(ops) < 2:
+            continue
+        if ops[0]["p2p"] and max(o["start"] for o in ops) >= min(o["end"] for o in ops):
+            continue  # a send completes with its receive: kernels that never run at one moment are no pair
+        out.append(sorted(ops, key=lambda o: (-o["start"], o["rank"])))
+    return out
+
+
+def _devices(job: Job) -> dict[int, tuple]:
+    return {rank: d["device"] for rank, d in job.ranks.items() if d["device"][1]}
+
+
+def lateness(job: Job) -> dict[int, dict[int, int]] | None:
+    """Per rank and analysed step, how much later it started the collectives it started last than the
+    next-latest rank, lateness by turns of a shared GPU left out: the last rank is on one device with
+    the second-last and had issued the launch call before the second-last's kernel began (its GPU
+    was serving the other's turn). Own reading of the rule (docs/findings.md, time slicing), with one
+    device id (UUID, else index) standing for "time-sliced": the oracle does not re-detect turns."""
+    groups = collectives(job)
+    if groups is None:
+        return None
+    dev, steps = _devices(job), set(job.steps)
+    late = {rank: {s: 0 for s in job.steps} for rank in job.ranks}
+    for ops in groups:
+        last, second = ops[0], ops[1]
+        if last["step"] not in steps:
+            continue
+        shared = dev.get(last["rank"]) is not None and dev.get(last["rank"]) == dev.get(second["rank"])
+        if shared and last["issued"] < second["start"]:
+            continue
+        late[last["rank"]][last["step"]] += last["start"] - second["start"]
+    return late
+
+
 def _straggler(job: Job, r: dict):
-    if not r["evidence"]:
-        return None, "lateness is the collectives' model (stragglers.sql)"
-    return _extra_calls(job, r)
+    """The straggler's lateness per step (median over the analysed steps of the time it started its
+    collectives later than the next-latest rank) and the other ranks' median of theirs. Tolerance:
+    1 % or 2 us (Kineto's microsecond timestamps, summed over a step's collectives)."""
+    late = lateness(job)
+    why = ""
+    if r["evidence"]:
+        ok, why = _extra_calls(job, r)
+        if not ok:
+            return ok, why
+        why += "; "
+    if late is None:
+        return (True if r["evidence"] else None), why + "lateness: a rank has several NCCL streams and the file names no communicator"
+    med = {q: statistics.median(v.values()) for q, v in late.items()}
+    want = med[r["rank"]]
+    base = statistics.median(v for q, v in med.items() if q != r["rank"])
+    ok = _close(r["value_ns"], want) and _close(r["baseline_ns"], base)
+    return ok, why + f"started its collectives {want / 1e6:.3f} ms/step after the next-latest rank (others: {base / 1e6:.3f} ms) in the raw files"
+
+
+def _coverage(job: Job, r: dict):
+    """Share of the rank's GPU busy time (union of its ops) in ops launched inside a step range
+    (ProfilerStep#N on Kineto, NVTX step ranges on nsys). Tolerance: 0.5 percentage point (the figure
+    is rounded to 0.01; a step window's edge and an op's launch step can differ by the ops in flight
+    at a boundary)."""
+    d, where = job.ranks[r["rank"]], job.launched_in(r["rank"])
+    if not d["steps"]:
+        return None, "no step annotation in the raw file"
+    allv = [(g["start"], g["end"]) for g in d["gpu"]]
+    inside = [(g["start"], g["end"]) for i, g in enumerate(d["gpu"]) if where[i] is not None]
+    total = intervals.measure(allv)
+    want = 100.0 * intervals.measure(inside) / total if total else None
+    return (want is not None and abs(r["figure"] - want) <= 0.5), f"GPU busy time launched inside steps: {want}% from the raw files"
 
 
 def _shared_gpu(job: Job, r: dict):
@@ -197,7 +289,8 @@ def _step_outlier(job: Job, r: dict):
         f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files"
 
 
-ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu}
+ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
+           "coverage": _coverage}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:
