@@ -78,7 +78,7 @@ def main():
         print(f"    headline: {found['headline']}")
         for r, v, why in checked:
             if v == "wrong" or (os.environ.get("ORACLE_VERBOSE") and v == "correct"):
-                print(f"    {v.upper()} {r['kind']} rank {r['rank']} figure {r['figure']} baseline {r['baseline']}: {why}")
+                print(f"    {v.upper()} {r['kind']} rank {r['rank']} figure {r['figure']} share {r.get('share_pct')} baseline {r['baseline']}: {why}")
     print("\nkind              correct  wrong  not checkable")
     for kind, c in sorted(totals.items()):
         print(f"{kind:<18}{c['correct']:>7}{c['wrong']:>7}{c['not checkable']:>15}")

@@ -261,6 +261,43 @@ def _straggler(job: Job, r: dict):
                       f"(others: {base / 1e6:.3f} ms), peers waiting {wait / 1e6:.3f} ms after the second-last began, in the raw files")
 
 
+def windows(job: Job, rank: int) -> dict[int, tuple[int, int]]:
+    """The rank's GPU window per step, own reading of docs/step-attribution.md: from the end of the
+    previous step's window (the first step: its first own op) to the last end of the step's own ops
+    (launched in it), clipped at the next step's first own op."""
+    d, where = job.ranks[rank], job.launched_in(rank)
+    own: dict = {}
+    for i, g in enumerate(d["gpu"]):
+        if where[i] is not None:
+            own.setdefault(where[i], []).append(g)
+    order, out, prev = sorted(own), {}, None
+    for k, s in enumerate(order):
+        end = max(g["end"] for g in own[s])
+        if k + 1 < len(order):
+            end = min(end, min(g["start"] for g in own[order[k + 1]]))
+        start = prev if prev is not None else min(g["start"] for g in own[s])
+        out[s] = (start, max(start, end))
+        prev = out[s][1]
+    return out
+
+
+def _exposed_comm(job: Job, r: dict):
+    """Communication (NCCL kernels) not overlapped by compute (every other kernel) in the step
+    windows, as a share of the windows' wall time, all ranks and steps together. Tolerance: 0.5
+    percentage point (the figure is rounded to 0.01; Kineto's microsecond timestamps)."""
+    exposed = wall = 0
+    for rank, d in job.ranks.items():
+        comm = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and g["name"].lower().startswith("nccl")]
+        comp = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and not g["name"].lower().startswith("nccl")]
+        for a, b in windows(job, rank).values():
+            wall += b - a
+            exposed += intervals.measure(intervals.difference(intervals.clip(comm, a, b), intervals.clip(comp, a, b)))
+    if not wall:
+        return None, "no step window in the raw files"
+    want = 100.0 * exposed / wall
+    return abs(r["share_pct"] - want) <= 0.5, f"NCCL kernel time not overlapped by other kernels: {want:.2f}% of the step windows in the raw files"
+
+
 def _coverage(job: Job, r: dict):
     """Share of the rank's GPU busy time (union of its ops) in ops launched inside a step range
     (ProfilerStep#N on Kineto, NVTX step ranges on nsys). Tolerance: 0.5 percentage point (the figure
@@ -324,7 +361,7 @@ def _step_outlier(job: Job, r: dict):
 
 
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
-           "coverage": _coverage}
+           "coverage": _coverage, "exposed_comm": _exposed_comm}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:
