@@ -5,7 +5,8 @@ checkable, over the multi-rank jobs of the wild corpus and the shared H100 fault
 
 Ingests each job (several files of one job together), runs the oracle on every row the verdict
 renders from `findings`, and prints per job its counts, then per claim kind the totals.
-Also counts, per job, the claims whose repro_sql reproduces the row's figure.
+Also counts, per job, the claims whose repro_sql reproduces the row's figure. ORACLE_VERBOSE=1 prints
+each correct claim's figure beside the oracle's too (wrong ones are always printed).
 """
 from __future__ import annotations
 
@@ -76,8 +77,8 @@ def main():
               f"{sum(1 for r in rows if r.get('repro_sql'))}")
         print(f"    headline: {found['headline']}")
         for r, v, why in checked:
-            if v == "wrong":
-                print(f"    WRONG {r['kind']} rank {r['rank']}: {why}")
+            if v == "wrong" or (os.environ.get("ORACLE_VERBOSE") and v == "correct"):
+                print(f"    {v.upper()} {r['kind']} rank {r['rank']} figure {r['figure']} share {r.get('share_pct')} baseline {r['baseline']}: {why}")
     print("\nkind              correct  wrong  not checkable")
     for kind, c in sorted(totals.items()):
         print(f"{kind:<18}{c['correct']:>7}{c['wrong']:>7}{c['not checkable']:>15}")

@@ -20,6 +20,8 @@ import sqlite3
 import statistics
 from pathlib import Path
 
+import intervals
+
 # the step names steps.sql accepts by default, written again here (the oracle's own reading)
 STEP = re.compile(r"(?i)^\s*(?:profiler[\s_]*step|train(?:ing)?[\s_-]*step|global[\s_-]*step|step|iteration|iter|batch)"
                   r"[\s_#:=-]*(\d+)\s*$")
@@ -46,7 +48,7 @@ def kineto(path: Path) -> dict:
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         if cat in GPU_CATS:
             gpu.append({"start": a, "end": b, "name": name, "corr": args.get("correlation"), "device": args.get("device"),
-                        "pageable": "pageable" in name.lower()})
+                        "pageable": "pageable" in name.lower(), "stream": args.get("stream"), "kernel": cat in ("kernel", "Kernel")})
         elif cat in RUNTIME_CATS:
             calls.append({"start": a, "end": b, "name": name, "corr": args.get("correlation")})
         elif cat != "gpu_user_annotation" and (m := STEP.match(name)):
@@ -54,7 +56,7 @@ def kineto(path: Path) -> dict:
             lo, hi = steps.get(s, (a, b))
             steps[s] = (min(lo, a), max(hi, b))
     devices = {g["device"] for g in gpu if g["device"] is not None}
-    return {"gpu": gpu, "calls": calls, "steps": steps, "device": ("index", tuple(sorted(devices)))}
+    return {"gpu": gpu, "calls": calls, "steps": steps, "device": ("index", tuple(sorted(devices))), "base": 0}
 
 
 def nsys(path: Path) -> dict:
@@ -64,11 +66,11 @@ def nsys(path: Path) -> dict:
         names = dict(c.execute("select id, value from StringIds")) if "StringIds" in tables else {}
         gpu, calls, steps = [], [], {}
         if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-            for a, b, n, k in c.execute('select start, "end", demangledName, correlationId from CUPTI_ACTIVITY_KIND_KERNEL'):
-                gpu.append({"start": a, "end": b, "name": names.get(n, ""), "corr": k, "pageable": False})
+            for a, b, n, k, st in c.execute('select start, "end", demangledName, correlationId, streamId from CUPTI_ACTIVITY_KIND_KERNEL'):
+                gpu.append({"start": a, "end": b, "name": names.get(n, ""), "corr": k, "pageable": False, "stream": st, "kernel": True})
         if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
             for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
-                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": PAGEABLE in (s, d)})
+                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": PAGEABLE in (s, d), "stream": None, "kernel": False})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
             for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
                 nm = names.get(n, "")
@@ -85,7 +87,11 @@ def nsys(path: Path) -> dict:
             cols = {r[1] for r in c.execute("pragma table_info(TARGET_INFO_GPU)")}
             if "uuid" in cols:
                 uuid = tuple(sorted(str(u) for u, in c.execute("select uuid from TARGET_INFO_GPU")))
-        return {"gpu": gpu, "calls": calls, "steps": steps, "device": ("uuid", uuid)}
+        # the file's times count from its own capture's start: ranks are compared on the UTC epoch
+        base = 0
+        if "TARGET_INFO_SESSION_START_TIME" in tables:
+            base = (c.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone() or (0,))[0] or 0
+        return {"gpu": gpu, "calls": calls, "steps": steps, "device": ("uuid", uuid), "base": base}
     finally:
         c.close()
 
@@ -152,10 +158,159 @@ def _extra_sync(job: Job, r: dict):
     return ok and _close(r["value_ns"], ns, rel=0.02, absolute=20000), why + f"; {ns / 1e6:.3f} ms of it per step"
 
 
+P2P = re.compile(r"(?i)sendrecv|send|recv")
+
+
+def collectives(job: Job) -> list[list[dict]] | None:
+    """The NCCL kernels matched across ranks, each [{rank, start, end, issued}, ...] latest first,
+    with its step. Own reading: a communicator's kernels run on one stream (NCCL keeps one per
+    communicator), a rank's streams taken in their order of first use; the step is the one holding
+    the launch call; the n-th collective of a stream in a step, by launch order, is the n-th on every
+    rank. None where ranks use several streams with different collectives per stream and step (the
+    file names no communicator: which stream is which would be a guess)."""
+    keyed: dict[tuple, list[dict]] = {}
+    shapes = set()
+    for rank, d in job.ranks.items():
+        calls = {c["corr"]: c for c in d["calls"] if c["corr"] is not None}
+        mine = [g for g in d["gpu"] if g["kernel"] and g["name"].lower().startswith("nccl")]
+        first: dict = {}
+        for g in mine:
+            first[g["stream"]] = min(first.get(g["stream"], g["start"]), g["start"])
+        ordinal = {st: i for i, st in enumerate(sorted(first, key=first.get))}
+        per: dict = {}
+        for g in mine:
+            c = calls.get(g["corr"])
+            step = job.step_of(rank, c["start"]) if c else None
+            if step is not None:
+                t0 = d["base"]
+                per.setdefault((ordinal[g["stream"]], step), []).append((t0 + c["start"], t0 + g["start"], t0 + g["end"], g["name"]))
+        # several streams: matched by their order of first use only where every rank has the same
+        # collectives per stream and step (else which stream is which communicator is a guess)
+        shapes.add(tuple(sorted((k, len(v)) for k, v in per.items())))
+        for (stream, step), ops in per.items():
+            for seq, (issued, a, b, name) in enumerate(sorted(ops)):
+                keyed.setdefault((stream, step, seq), []).append({"rank": rank, "start": a, "end": b, "issued": issued,
+                                                                  "p2p": bool(P2P.search(name.split("(")[0])), "step": step})
+    if len(shapes) > 1 and any(k[0] > 0 for shape in shapes for k, _ in shape):
+        return None
+    out = []
+    for ops in keyed.values():
+        if len(ops) < 2:
+            continue
+        if ops[0]["p2p"] and max(o["start"] for o in ops) >= min(o["end"] for o in ops):
+            continue  # a send completes with its receive: kernels that never run at one moment are no pair
+        out.append(sorted(ops, key=lambda o: (-o["start"], o["rank"])))
+    return out
+
+
+def _devices(job: Job) -> dict[int, tuple]:
+    return {rank: d["device"] for rank, d in job.ranks.items() if d["device"][1]}
+
+
+def lateness(job: Job) -> dict[int, dict[int, list[int]]] | None:
+    """Per rank and analysed step [late_ns, times_last, peer_wait_ns]: how much later it started the
+    collectives it started last than the next-latest rank, how many, and what its peers waited in
+    them after the second-last rank had started (before that they waited for the second-last too;
+    capped at the peer's kernel length) - lateness by turns of a shared GPU left out: the last rank
+    is on one device with the second-last and had issued the launch call before the second-last's
+    kernel began (its GPU was serving the other's turn). Own reading of the rule (docs/findings.md,
+    time slicing), with one device id (UUID, else index) standing for "time-sliced": the oracle does
+    not re-detect turns."""
+    groups = collectives(job)
+    if groups is None:
+        return None
+    dev, steps = _devices(job), set(job.steps)
+    late = {rank: {s: [0, 0, 0] for s in job.steps} for rank in job.ranks}
+    for ops in groups:
+        last, second = ops[0], ops[1]
+        if last["step"] not in steps:
+            continue
+        shared = dev.get(last["rank"]) is not None and dev.get(last["rank"]) == dev.get(second["rank"])
+        if shared and last["issued"] < second["start"]:
+            continue
+        x = late[last["rank"]][last["step"]]
+        x[0] += last["start"] - second["start"]
+        x[1] += 1
+        x[2] += sum(max(0, min(last["start"] - max(o["start"], second["start"]), o["end"] - o["start"])) for o in ops[1:])
+    return late
+
+
 def _straggler(job: Job, r: dict):
-    if not r["evidence"]:
-        return None, "lateness is the collectives' model (stragglers.sql)"
-    return _extra_calls(job, r)
+    """The straggler's lateness per step (median over the analysed steps of the time it started its
+    collectives later than the next-latest rank), the other ranks' median of theirs, the collectives
+    it started last and its peers' wait in them over the analysed steps. Tolerance: 1 % or 2 us
+    (Kineto's microsecond timestamps, summed over a step's collectives); the count exactly."""
+    late = lateness(job)
+    why = ""
+    if r["evidence"]:
+        ok, why = _extra_calls(job, r)
+        if not ok:
+            return ok, why
+        why += "; "
+    if late is None:
+        return (True if r["evidence"] else None), why + "lateness: ranks use several NCCL streams differently and the file names no communicator"
+    med = {q: statistics.median(v[0] for v in steps.values()) for q, steps in late.items()}
+    want = med[r["rank"]]
+    base = statistics.median(v for q, v in med.items() if q != r["rank"])
+    times = sum(v[1] for v in late[r["rank"]].values())
+    wait = sum(v[2] for v in late[r["rank"]].values())
+    ok = _close(r["value_ns"], want) and _close(r["baseline_ns"], base) and r["n"] == times
+    if r["peer_wait_ns"] is not None:
+        ok = ok and _close(r["peer_wait_ns"], wait)
+    return ok, why + (f"started {times} collectives last, {want / 1e6:.3f} ms/step after the next-latest rank "
+                      f"(others: {base / 1e6:.3f} ms), peers waiting {wait / 1e6:.3f} ms after the second-last began, in the raw files")
+
+
+def windows(job: Job, rank: int) -> dict[int, tuple[int, int]]:
+    """The rank's GPU window per step, own reading of docs/step-attribution.md: from the end of the
+    previous step's window (the first step: its first own op) to the last end of the step's own ops
+    (launched in it), clipped at the next step's first own op."""
+    d, where = job.ranks[rank], job.launched_in(rank)
+    own: dict = {}
+    for i, g in enumerate(d["gpu"]):
+        if where[i] is not None:
+            own.setdefault(where[i], []).append(g)
+    order, out, prev = sorted(own), {}, None
+    for k, s in enumerate(order):
+        end = max(g["end"] for g in own[s])
+        if k + 1 < len(order):
+            end = min(end, min(g["start"] for g in own[order[k + 1]]))
+        start = prev if prev is not None else min(g["start"] for g in own[s])
+        out[s] = (start, max(start, end))
+        prev = out[s][1]
+    return out
+
+
+def _exposed_comm(job: Job, r: dict):
+    """Communication (NCCL kernels) not overlapped by compute (every other kernel) in the step
+    windows, as a share of the windows' wall time, all ranks and steps together. Tolerance: 0.5
+    percentage point (the figure is rounded to 0.01; Kineto's microsecond timestamps)."""
+    exposed = wall = 0
+    for rank, d in job.ranks.items():
+        comm = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and g["name"].lower().startswith("nccl")]
+        comp = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and not g["name"].lower().startswith("nccl")]
+        for a, b in windows(job, rank).values():
+            wall += b - a
+            exposed += intervals.measure(intervals.difference(intervals.clip(comm, a, b), intervals.clip(comp, a, b)))
+    if not wall:
+        return None, "no step window in the raw files"
+    want = 100.0 * exposed / wall
+    return abs(r["share_pct"] - want) <= 0.5, f"NCCL kernel time not overlapped by other kernels: {want:.2f}% of the step windows in the raw files"
+
+
+def _coverage(job: Job, r: dict):
+    """Share of the rank's GPU busy time (union of its ops) in ops launched inside a step range
+    (ProfilerStep#N on Kineto, NVTX step ranges on nsys). Tolerance: 0.5 percentage point (the figure
+    is rounded to 0.01; a step window's edge and an op's launch step can differ by the ops in flight
+    at a boundary)."""
+    d, where = job.ranks[r["rank"]], job.launched_in(r["rank"])
+    if not d["steps"]:
+        return None, "no step annotation in the raw file"
+    allv = [(g["start"], g["end"]) for g in d["gpu"]]
+    inside = [(g["start"], g["end"]) for i, g in enumerate(d["gpu"]) if where[i] is not None]
+    total = intervals.measure(allv)
+    want = 100.0 * intervals.measure(inside) / total if total else None
+    return (want is not None and abs(r["figure"] - want) <= 0.5), f"GPU busy time launched inside steps: {want}% from the raw files"
 
 
 def _shared_gpu(job: Job, r: dict):
@@ -184,6 +339,14 @@ def _step_outlier(job: Job, r: dict):
     op for the first) to its last own op's end (docs/step-attribution.md)."""
     if r["class"] != "host" or not r["evidence_ns"]:
         return None, "a figure of the critical-path model"
+    why = ""
+    if r["peer_wait_ns"] is not None:
+        late = lateness(job)
+        if late is not None and r["step"] in late[r["rank"]]:
+            wait = late[r["rank"]][r["step"]][2]
+            if not _close(r["peer_wait_ns"], wait):
+                return False, f"peers' wait after the second-last began in the rank's collectives: {wait / 1e6:.3f} ms from the raw files"
+            why = f"; peers waited {wait / 1e6:.3f} ms after the second-last began"
     d, where = job.ranks[r["rank"]], job.launched_in(r["rank"])
     own = sorted((g["start"], g["end"]) for i, g in enumerate(d["gpu"]) if where[i] == r["step"])
     before = [g["end"] for i, g in enumerate(d["gpu"]) if where[i] is not None and where[i] < r["step"]]
@@ -194,10 +357,11 @@ def _step_outlier(job: Job, r: dict):
         longest = max(longest, a - t)
         t = max(t, b)
     return _close(r["evidence_ns"], longest, rel=0.01, absolute=5000), \
-        f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files"
+        f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files" + why
 
 
-ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu}
+ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
+           "coverage": _coverage, "exposed_comm": _exposed_comm}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

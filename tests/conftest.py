@@ -162,6 +162,7 @@ SLOW_TESTS = {
     "test_source_hash_is_the_files_blake2b": "hashes every shared fixture",
     "test_a_bomb_of_valid_events_is_refused_by_default": "writes a trace of millions of events",
     "test_inflation_bound_is_a_setting": "inflates big traces",
+    "test_the_oracle_recomputes_lateness_and_coverage_and_catches_a_moved_figure": "reads the bundled job's raw files twice",
     "test_rank_in_a_file_name_past_int32": "ingests nsys exports",
     "test_rank_from_file_order_warns_and_pattern_overrides": "three ingests of nsys exports",
     "test_trace_without_distributed_info_takes_rank_from_name": "rewrites traces",

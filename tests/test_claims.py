@@ -138,6 +138,29 @@ def _oracle(db: str) -> list[tuple[dict, str, str]]:
         con.close()
 
 
+def test_the_oracle_recomputes_lateness_and_coverage_and_catches_a_moved_figure(tmp_path_factory):
+    """Bundled ddp4_sync_stall (four ranks time-slicing one H100): the straggler's lateness (rank 1,
+    12.7 ms/step after the next-latest rank once lateness by turns is left out, tests/claim_oracle.py
+    `lateness`) and the coverage caveat are recomputed from the raw files and agree; the same rows
+    with the figure moved by 5 % (lateness) or one percentage point (coverage) are judged wrong, so
+    the oracle is no rubber stamp."""
+    import duckdb
+    db = _db(BUNDLED / "ddp4_sync_stall", tmp_path_factory)
+    with traceflow.open(db) as job:
+        rows = [r for r in job.findings()["findings"] if "claim" in r and r["kind"] in ("straggler", "coverage")]
+    assert {r["kind"] for r in rows} == {"straggler", "coverage"}, rows
+    moved = [dict(r, value_ns=r["value_ns"] * 1.05) if r["kind"] == "straggler" else dict(r, figure=r["figure"] + 1.0)
+             for r in rows]
+    con = duckdb.connect(db, read_only=True)
+    try:
+        con.execute("SET search_path = 'main,tf_internal'")
+        job_files = claim_oracle.Job(con)
+        assert [v for _, v, _ in claim_oracle.check(con, rows, job_files)] == ["correct"] * len(rows)
+        assert [v for _, v, _ in claim_oracle.check(con, moved, job_files)] == ["wrong"] * len(rows)
+    finally:
+        con.close()
+
+
 @pytest.mark.parametrize("folder", [BUNDLED / "ddp4_sync_stall", *FAULT_JOBS], ids=lambda p: "/".join(p.parts[-2:]))
 def test_fault_jobs_claims_pass_the_oracle_and_the_headline_names_the_fault(folder, tmp_path_factory):
     """Every claim the oracle can recompute from the raw files is correct; the headline's fix is an
