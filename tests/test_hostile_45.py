@@ -578,3 +578,37 @@ def test_a_huge_kernel_name_is_cut(tmp_path):
             timeout=120)
     assert r.stdout.split() == ["n", str((64 << 10) + len(" [cut]"))], r.stdout + r.stderr
     assert (tmp_path / "pm" / "report.html").stat().st_size < 8 << 20
+
+
+# --- 8. the limits of the machine (the rest) -------------------------------------------------------
+
+STALL = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "fixtures" / "ddp2_flops" / "stall").glob("rank-*.json.gz"))
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_postmortem_replaces_its_three_outputs_together(tmp_path, sig):
+    """Ctrl-C or SIGTERM in `postmortem` after the database step left the new database beside the old
+    report and Perfetto trace. The three wait in their temp files and are renamed at the end, together:
+    a signal before then leaves the old three byte for byte, and no temp file."""
+    import signal
+
+    from test_files_and_processes import Run, wait_for_phase, wait_gone
+    run = Run(tmp_path)
+    pm = tmp_path / "pm"
+    assert run("postmortem", *STALL, "-o", pm, timeout=300).returncode == 0
+    old = {p.name: p.read_bytes() for p in pm.iterdir()}
+    assert sorted(old) == ["job.duckdb", "job.perfetto-trace", "report.html"]
+    p = run.popen("postmortem", *STALL, "-o", pm)
+    try:
+        assert wait_for_phase(p, "writing the report", run, pm), p.communicate()
+        p.send_signal(getattr(signal, sig))
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    word, code = ("interrupted", 130) if sig == "SIGINT" else ("terminated", 143)
+    assert (p.returncode, err.strip().splitlines()[-1:]) == (code, [f"traceflow: {word}"]), err
+    assert {q.name: q.read_bytes() for q in pm.iterdir()} == old
+    assert wait_gone(run.tag) == []
+    assert list(run.tmpdir.iterdir()) == []

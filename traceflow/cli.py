@@ -314,9 +314,9 @@ def postmortem(files, outdir, explain, append, rank_pattern, align, nsys, step_p
       traceflow postmortem runs/rank*.sqlite -o pm/ --name "llama-70b, 64 GPUs, before the fix"
     """
     from .job import input_files
-    from .postmortem import finish, output_folder
+    from .postmortem import finish, output_folder, replaced_together
     paths = input_files(files)
-    with output_folder(outdir, paths, force=force) as db, \
+    with output_folder(outdir, paths, force=force) as db, replaced_together(), \
             _do_ingest(paths, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                        peak_tflops, peak_gbps, cluster, name) as job, \
             Progress(0, interrupts.raise_if_interrupted) as progress:

@@ -21,7 +21,7 @@ from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .load import TRACE_SPANS, create_tables, cut_long_names, load_all
 from .machine import db_config
-from .outputs import PARTS, atomic_output, scratch_folder
+from .outputs import PARTS, after_replace, atomic_output, scratch_folder
 from .packs import compute_all
 from .rank_tables import PER_RANK_PACKS
 from .readers import ranks
@@ -169,7 +169,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             con.execute("CHECKPOINT")
         finally:
             con.close()
-    _drop_replaced_parts(output, parts)
+    after_replace(lambda: _drop_replaced_parts(output, parts))  # the old database reads them until replaced
     return result
 
 
