@@ -7,6 +7,7 @@ subprocess (test_files_and_processes.Run) with a timeout, so a hang fails the te
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -612,3 +613,27 @@ def test_postmortem_replaces_its_three_outputs_together(tmp_path, sig):
     assert {q.name: q.read_bytes() for q in pm.iterdir()} == old
     assert wait_gone(run.tag) == []
     assert list(run.tmpdir.iterdir()) == []
+
+
+def test_sql_on_a_timestamptz_prints_the_table_only(sandbox):
+    """`sql DB "select now()"` printed a 2-line UserWarning before the table (pytz / Arrow converting
+    to a named zone), and under TZ='' ended in an internal error (no zone database). TIMESTAMPTZ values
+    come at the fixed offset +00:00, which needs no zone: the table only, through a pipe and on a
+    terminal, in every format and zone."""
+    import os
+    import shutil
+    run, trace, db = sandbox
+    query = "select to_timestamp(0) as t, [to_timestamp(1)] as l, {'a': to_timestamp(2)} as s"
+    for tz in ("", "Asia/Kolkata", "America/New_York"):
+        for fmt in ("table", "json", "csv"):
+            r = run("sql", db, query, "--format", fmt, env={"TZ": tz}, timeout=120)
+            assert (r.returncode, r.stderr) == (0, ""), (tz, fmt, r.stderr)
+            assert "1970-01-01 00:00:00+00:00" in r.stdout, r.stdout
+            if fmt == "json":  # nested values too
+                assert json.loads(r.stdout)[0]["s"] == {"a": "1970-01-01 00:00:02+00:00"}, r.stdout
+        if shutil.which("script"):  # on a pseudo-terminal: stdout and stderr are one stream there
+            cmd = " ".join(["TZ=" + tz, sys.executable, "-m", "traceflow", "sql", str(db), repr(query)])
+            r = subprocess.run(["script", "-qc", cmd, "/dev/null"], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, **run.env})
+            assert r.returncode == 0 and "Warning" not in r.stdout and "error" not in r.stdout, r.stdout
+            assert "1970-01-01 00:00:00+00:00" in r.stdout, r.stdout
