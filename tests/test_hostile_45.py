@@ -637,3 +637,44 @@ def test_sql_on_a_timestamptz_prints_the_table_only(sandbox):
                                env={**os.environ, **run.env})
             assert r.returncode == 0 and "Warning" not in r.stdout and "error" not in r.stdout, r.stdout
             assert "1970-01-01 00:00:00+00:00" in r.stdout, r.stdout
+
+
+def _under_ulimit(run, flag: str, value: int, *args, timeout: float = 300):
+    """A traceflow command under `ulimit FLAG VALUE`, as a user's shell (or a batch system) sets it."""
+    import os
+    import shlex
+
+    from conftest import TRACEFLOW
+    cmd = f"ulimit {flag} {value} && exec " + " ".join(shlex.quote(str(a)) for a in (*TRACEFLOW, *args))
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **run.env})
+
+
+def _one_line_or_done(r, *needles):
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    if r.returncode == 0:
+        return
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    lines = [x for x in r.stderr.strip().splitlines() if not x.startswith(("traceflow: warning:", "traceflow: note:"))]
+    assert len(lines) == 1 and any(n in lines[0] for n in needles), r.stderr
+
+
+def test_an_address_space_limit_is_one_line(tmp_path):
+    """Under ulimit -v 1.2-2 GB an ingest ended in internal errors (DuckDB's OutOfMemoryException,
+    exit 1; a glibc abort, exit 127, temps left). A limit too small to run at all is said up front;
+    running out of memory later is one line, exit 3; nothing is left behind either way."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _under_ulimit(run, "-v", 1_000_000, "ingest", *STALL, "-o", out / "job.duckdb")
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert r.stderr.strip().splitlines() == ["traceflow: error: the address-space limit (ulimit -v) is 976 MiB, and "
+                                             "traceflow needs at least 1024 MiB to run (Python, DuckDB and Arrow loaded "
+                                             "take ~600): raise it"], r.stderr
+    kineto = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "fixtures" / "ddp4_sync_stall").glob("rank-*.json.gz"))
+    for limit in (1_500_000, 1_700_000, 2_000_000):  # each ran out somewhere (measured: reader, DuckDB, or done)
+        r = _under_ulimit(run, "-v", limit, "ingest", *kineto, "-o", out / f"{limit}.duckdb")
+        _one_line_or_done(r, "ran out of memory", "address-space limit")
+        assert [p.name for p in out.iterdir() if not p.name.endswith(".duckdb")] == [], list(out.iterdir())
+        assert list(run.tmpdir.iterdir()) == []
