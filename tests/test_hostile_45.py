@@ -675,6 +675,6 @@ def test_an_address_space_limit_is_one_line(tmp_path):
     kineto = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "fixtures" / "ddp4_sync_stall").glob("rank-*.json.gz"))
     for limit in (1_500_000, 1_700_000, 2_000_000):  # each ran out somewhere (measured: reader, DuckDB, or done)
         r = _under_ulimit(run, "-v", limit, "ingest", *kineto, "-o", out / f"{limit}.duckdb")
-        _one_line_or_done(r, "ran out of memory", "address-space limit")
+        _one_line_or_done(r, "out of memory", "address-space limit")
         assert [p.name for p in out.iterdir() if not p.name.endswith(".duckdb")] == [], list(out.iterdir())
         assert list(run.tmpdir.iterdir()) == []
