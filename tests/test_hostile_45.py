@@ -678,3 +678,22 @@ def test_an_address_space_limit_is_one_line(tmp_path):
         _one_line_or_done(r, "out of memory", "address-space limit")
         assert [p.name for p in out.iterdir() if not p.name.endswith(".duckdb")] == [], list(out.iterdir())
         assert list(run.tmpdir.iterdir()) == []
+
+
+def test_too_few_open_files_for_a_local_cluster_is_said_up_front(tmp_path):
+    """`ulimit -n` 16-32 with `--cluster local:2` hung with Dask's tracebacks (16) or ended in an internal
+    error (32, 40: "Nanny failed to start"). The limit is checked before any work: one line with the
+    number needed, exit 3, nothing written; at that number the cluster ingest runs."""
+    from test_files_and_processes import Run, wait_gone
+    run = Run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    for limit in (16, 32):
+        r = _under_ulimit(run, "-n", limit, "ingest", *STALL, "-o", out / "job.duckdb", "--cluster", "local:2", timeout=120)
+        assert (r.returncode, r.stderr.strip().splitlines()) == (3, [
+            f"traceflow: error: --cluster local:2 needs at least 56 open files, and the limit (ulimit -n) is {limit}: "
+            "raise it (ulimit -n 56) or ask for fewer workers"]), r.stderr
+        assert list(out.iterdir()) == [] and list(run.tmpdir.iterdir()) == []
+    r = _under_ulimit(run, "-n", 56, "ingest", *STALL, "-o", out / "job.duckdb", "--cluster", "local:2", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert wait_gone(run.tag) == []
