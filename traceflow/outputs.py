@@ -351,13 +351,14 @@ def replaced_together():
         _GROUP = None
         for check in BEFORE_REPLACE:
             check()
-        for s in group.staged:
-            try:
-                os.replace(s.tmp, s.target)
-            except OSError as e:
-                raise OutputError(s.target, os_problem(e)) from None
-            if s.held is not None:
-                Path(f"{s.target}.wal").unlink(missing_ok=True)  # as atomic_output: the old log is in the new file
+        with _signals_held():
+            for s in group.staged:
+                try:
+                    os.replace(s.tmp, s.target)
+                except OSError as e:
+                    raise OutputError(s.target, os_problem(e)) from None
+                if s.held is not None:
+                    Path(f"{s.target}.wal").unlink(missing_ok=True)  # as atomic_output: the old log is in the new file
         for folder in {s.target.parent for s in group.staged}:
             _sync_dir(folder)
         for fn in group.after:
@@ -366,6 +367,26 @@ def replaced_together():
         _GROUP = None
         for s in group.staged:
             s.release()
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT, SIGTERM and SIGHUP noted, not acted on, while a group's renames run (microseconds): a
+    signal between two renames would leave new outputs beside old ones. Delivered once they are done."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = {s: signal.signal(s, lambda n, _f: noted.append(n)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 def staged(path) -> str | None:
