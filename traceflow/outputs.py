@@ -7,6 +7,8 @@
   target's folder, synced to disk and renamed into place, so a reader (or a crash, or kill -9)
   sees the old file or the new one; on any failure the temp file is removed and the target is
   untouched. A second writer of the same path is refused while the first holds the lock.
+- `replaced_together`: outputs written inside wait in their temp files and are renamed together at
+  its end, or none are (postmortem's database, report and trace).
 - `scratch_folder`: the reader's folder in $TMPDIR, carrying a marker file locked while in use;
   only folders with an unlocked marker (their process is gone) are ever cleaned.
 
