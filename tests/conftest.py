@@ -227,6 +227,9 @@ SLOW_TESTS = {
     "test_a_newline_in_a_trace_string_forges_no_line": "a postmortem and two ingests",
     "test_a_huge_kernel_name_is_cut": "a postmortem of a trace with an 8 MB name",
     "test_ctrl_c_during_an_nsys_export_leaves_nothing_in_the_cache": "interrupts an export",
+    "test_postmortem_replaces_its_three_outputs_together": "two postmortems per signal",
+    "test_an_address_space_limit_is_one_line": "four ingests under ulimit -v",
+    "test_too_few_open_files_for_a_local_cluster_is_said_up_front": "a Dask cluster under ulimit -n",
     # the heaviest of the quick suite by CPU-seconds (TRACEFLOW_CPU_TIMES, issue 45), each an ingest or a
     # cluster of its own rather than a share of a session's databases
     "test_a_cluster_ingest_gives_the_local_nsys_memory_rows": "a Dask cluster (12.2 CPU-s)",

@@ -7,6 +7,7 @@ subprocess (test_files_and_processes.Run) with a timeout, so a hang fails the te
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -578,3 +579,121 @@ def test_a_huge_kernel_name_is_cut(tmp_path):
             timeout=120)
     assert r.stdout.split() == ["n", str((64 << 10) + len(" [cut]"))], r.stdout + r.stderr
     assert (tmp_path / "pm" / "report.html").stat().st_size < 8 << 20
+
+
+# --- 8. the limits of the machine (the rest) -------------------------------------------------------
+
+STALL = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "fixtures" / "ddp2_flops" / "stall").glob("rank-*.json.gz"))
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_postmortem_replaces_its_three_outputs_together(tmp_path, sig):
+    """Ctrl-C or SIGTERM in `postmortem` after the database step left the new database beside the old
+    report and Perfetto trace. The three wait in their temp files and are renamed at the end, together:
+    a signal before then leaves the old three byte for byte, and no temp file."""
+    import signal
+
+    from test_files_and_processes import Run, wait_for_phase, wait_gone
+    run = Run(tmp_path)
+    pm = tmp_path / "pm"
+    assert run("postmortem", *STALL, "-o", pm, timeout=300).returncode == 0
+    old = {p.name: p.read_bytes() for p in pm.iterdir()}
+    assert sorted(old) == ["job.duckdb", "job.perfetto-trace", "report.html"]
+    p = run.popen("postmortem", *STALL, "-o", pm)
+    try:
+        assert wait_for_phase(p, "writing the report", run, pm), p.communicate()
+        p.send_signal(getattr(signal, sig))
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    word, code = ("interrupted", 130) if sig == "SIGINT" else ("terminated", 143)
+    assert (p.returncode, err.strip().splitlines()[-1:]) == (code, [f"traceflow: {word}"]), err
+    assert {q.name: q.read_bytes() for q in pm.iterdir()} == old
+    assert wait_gone(run.tag) == []
+    assert list(run.tmpdir.iterdir()) == []
+
+
+def test_sql_on_a_timestamptz_prints_the_table_only(sandbox):
+    """`sql DB "select now()"` printed a 2-line UserWarning before the table (pytz / Arrow converting
+    to a named zone), and under TZ='' ended in an internal error (no zone database). TIMESTAMPTZ values
+    come at the fixed offset +00:00, which needs no zone: the table only, through a pipe and on a
+    terminal, in every format and zone."""
+    import os
+    import shutil
+    run, trace, db = sandbox
+    query = "select to_timestamp(0) as t, [to_timestamp(1)] as l, {'a': to_timestamp(2)} as s"
+    for tz in ("", "Asia/Kolkata", "America/New_York"):
+        for fmt in ("table", "json", "csv"):
+            r = run("sql", db, query, "--format", fmt, env={"TZ": tz}, timeout=120)
+            assert (r.returncode, r.stderr) == (0, ""), (tz, fmt, r.stderr)
+            assert "1970-01-01 00:00:00+00:00" in r.stdout, r.stdout
+            if fmt == "json":  # nested values too
+                assert json.loads(r.stdout)[0]["s"] == {"a": "1970-01-01 00:00:02+00:00"}, r.stdout
+        if shutil.which("script"):  # on a pseudo-terminal: stdout and stderr are one stream there
+            cmd = " ".join(["TZ=" + tz, sys.executable, "-m", "traceflow", "sql", str(db), repr(query)])
+            r = subprocess.run(["script", "-qc", cmd, "/dev/null"], capture_output=True, text=True, timeout=120,
+                               env={**os.environ, **run.env})
+            assert r.returncode == 0 and "Warning" not in r.stdout and "error" not in r.stdout, r.stdout
+            assert "1970-01-01 00:00:00+00:00" in r.stdout, r.stdout
+
+
+def _under_ulimit(run, flag: str, value: int, *args, timeout: float = 300):
+    """A traceflow command under `ulimit FLAG VALUE`, as a user's shell (or a batch system) sets it."""
+    import os
+    import shlex
+
+    from conftest import TRACEFLOW
+    cmd = f"ulimit {flag} {value} && exec " + " ".join(shlex.quote(str(a)) for a in (*TRACEFLOW, *args))
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **run.env})
+
+
+def _one_line_or_done(r, *needles):
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    if r.returncode == 0:
+        return
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    lines = [x for x in r.stderr.strip().splitlines() if not x.startswith(("traceflow: warning:", "traceflow: note:"))]
+    assert len(lines) == 1 and any(n in lines[0] for n in needles), r.stderr
+
+
+def test_an_address_space_limit_is_one_line(tmp_path):
+    """Under ulimit -v 1.2-2 GB an ingest ended in internal errors (DuckDB's OutOfMemoryException,
+    exit 1; a glibc abort, exit 127, temps left). A limit too small to run at all is said up front;
+    running out of memory later is one line, exit 3; nothing is left behind either way."""
+    from test_files_and_processes import Run
+    run = Run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _under_ulimit(run, "-v", 1_000_000, "ingest", *STALL, "-o", out / "job.duckdb")
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert r.stderr.strip().splitlines() == ["traceflow: error: the address-space limit (ulimit -v) is 976 MiB, and "
+                                             "traceflow needs at least 1024 MiB to run (Python, DuckDB and Arrow loaded "
+                                             "take ~600): raise it"], r.stderr
+    kineto = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "fixtures" / "ddp4_sync_stall").glob("rank-*.json.gz"))
+    for limit in (1_500_000, 1_700_000, 2_000_000):  # each ran out somewhere (measured: reader, DuckDB, or done)
+        r = _under_ulimit(run, "-v", limit, "ingest", *kineto, "-o", out / f"{limit}.duckdb")
+        _one_line_or_done(r, "out of memory", "address-space limit")
+        assert [p.name for p in out.iterdir() if not p.name.endswith(".duckdb")] == [], list(out.iterdir())
+        assert list(run.tmpdir.iterdir()) == []
+
+
+def test_too_few_open_files_for_a_local_cluster_is_said_up_front(tmp_path):
+    """`ulimit -n` 16-32 with `--cluster local:2` hung with Dask's tracebacks (16) or ended in an internal
+    error (32, 40: "Nanny failed to start"). The limit is checked before any work: one line with the
+    number needed, exit 3, nothing written; at that number the cluster ingest runs."""
+    from test_files_and_processes import Run, wait_gone
+    run = Run(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    for limit in (16, 32):
+        r = _under_ulimit(run, "-n", limit, "ingest", *STALL, "-o", out / "job.duckdb", "--cluster", "local:2", timeout=120)
+        assert (r.returncode, r.stderr.strip().splitlines()) == (3, [
+            f"traceflow: error: --cluster local:2 needs at least 56 open files, and the limit (ulimit -n) is {limit}: "
+            "raise it (ulimit -n 56) or ask for fewer workers"]), r.stderr
+        assert list(out.iterdir()) == [] and list(run.tmpdir.iterdir()) == []
+    r = _under_ulimit(run, "-n", 56, "ingest", *STALL, "-o", out / "job.duckdb", "--cluster", "local:2", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert wait_gone(run.tag) == []

@@ -21,7 +21,7 @@ import tempfile
 
 import click
 
-from .errors import InputError, UsageError, one_line
+from .errors import InputError, MachineLimit, UsageError, one_line
 from .outputs import disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say, say_line
 from .text import printable
@@ -59,7 +59,7 @@ class _Guard(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (InputError, UsageError) as e:
+        except (InputError, UsageError, MachineLimit) as e:
             _fail(e, e.exit_code)
         except KeyboardInterrupt:
             interrupts.exit_interrupted()
@@ -80,10 +80,27 @@ class _Guard(click.Group):
                       "file): refused, traceflow reads only a database and its own shard folder")
             if (problem := disk_problem(e)) is not None:
                 _fail(f"{tempfile.gettempdir()}: {problem} (while writing; set TMPDIR to a folder with room)")
+            if _out_of_memory(e):
+                detail = ": ".join(filter(None, [type(e).__name__, one_line(str(e), 200)]))
+                _fail(f"ran out of memory ({detail}){_memory_hint()}")
             if os.environ.get("TRACEFLOW_DEBUG"):
                 raise
             _fail(f"internal error ({type(e).__name__}: {one_line(str(e), 200)}); "
                   "please report it with TRACEFLOW_DEBUG=1 set for the details", 1)
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """MemoryError (Arrow's too), DuckDB's OutOfMemoryException, a thread that could not start: under
+    ulimit -v these were internal errors."""
+    return (isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException"
+            or (isinstance(e, RuntimeError) and "can't start new thread" in str(e)))
+
+
+def _memory_hint() -> str:
+    from .machine import address_space
+    space = address_space()
+    return (f"; the address-space limit (ulimit -v) is {space >> 20} MiB: raise it" if space is not None
+            else "; free memory, or set TRACEFLOW_MEMORY_LIMIT lower")
 
 
 @click.group(cls=_Guard, context_settings={"help_option_names": ["-h", "--help"]})
@@ -314,9 +331,9 @@ def postmortem(files, outdir, explain, append, rank_pattern, align, nsys, step_p
       traceflow postmortem runs/rank*.sqlite -o pm/ --name "llama-70b, 64 GPUs, before the fix"
     """
     from .job import input_files
-    from .postmortem import finish, output_folder
+    from .postmortem import finish, output_folder, replaced_together
     paths = input_files(files)
-    with output_folder(outdir, paths, force=force) as db, \
+    with output_folder(outdir, paths, force=force) as db, replaced_together(), \
             _do_ingest(paths, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
                        peak_tflops, peak_gbps, cluster, name) as job, \
             Progress(0, interrupts.raise_if_interrupted) as progress:

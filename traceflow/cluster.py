@@ -20,7 +20,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import InputError, OutputError, UsageError, one_line
+from .errors import InputError, MachineLimit, OutputError, UsageError, one_line
 from .readers.detect import Input
 
 RETRIES = 2  # a task whose worker died is run again elsewhere; a bad file fails the same way each time
@@ -43,7 +43,8 @@ def local_bound() -> int:
 
 
 def check_address(cluster: Any) -> None:
-    """UsageError (exit 2) for a `local:N` that is no number, below 1 or past local_bound(): before any work."""
+    """UsageError (exit 2) for a `local:N` that is no number, below 1 or past local_bound(); MachineLimit
+    (exit 3) when ulimit -n is too low for it: before any work."""
     text = str(cluster)
     if not text.startswith("local:"):
         return
@@ -56,6 +57,52 @@ def check_address(cluster: Any) -> None:
     if n > (bound := local_bound()):
         raise UsageError(f"--cluster {text}: at most local:{bound} on this machine (its cores and memory); for more "
                          "workers, start a Dask cluster and give its scheduler's address (tcp://host:8786)")
+    check_open_files(n)
+
+
+# Open files a LocalCluster of N workers needs (ulimit -n), measured with the ddp2_flops job: local:2
+# failed at 40 and ran at 48, local:4 failed at 64 and ran at 80 ("Nanny failed to start", or at 16 a
+# hang with Dask's tracebacks); 32 + 12 per worker, with a margin over both.
+FILES_BASE, FILES_PER_WORKER = 32, 12
+CLUSTER_START_S = 120.0  # a local:8 starts in ~10 s on 2 loaded cores; past this something is wrong
+
+
+def check_open_files(n: int) -> None:
+    """MachineLimit (exit 3) when the open-files limit (ulimit -n) is below what local:N needs."""
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = FILES_BASE + FILES_PER_WORKER * n
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise MachineLimit(f"--cluster local:{n} needs at least {need} open files, and the limit (ulimit -n) is {soft}: "
+                           f"raise it (ulimit -n {need}) or ask for fewer workers")
+
+
+def _start_local(distributed, n: int, env: dict, mask) -> Any:
+    """The LocalCluster, started in a thread of its own (which keeps SIGINT and SIGTERM blocked, as
+    its workers inherit that) and waited for at most CLUSTER_START_S: a start that never ends (too few
+    open files hung it) becomes one line. The caller's _close_clusters stops what was started."""
+    import threading
+    box: dict = {}
+
+    def start():
+        try:
+            box["cluster"] = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                                      dashboard_address=":0", silence_logs=50, **env)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread, which raises it
+            box["error"] = e
+    t = threading.Thread(target=start, name="traceflow-cluster-start", daemon=True)
+    t.start()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # this thread takes Ctrl-C again while it waits
+    t.join(CLUSTER_START_S)
+    if t.is_alive():
+        raise MachineLimit(f"--cluster local:{n}: the Dask cluster did not start in {CLUSTER_START_S:.0f} s")
+    if "error" in box:
+        e = box["error"]
+        if isinstance(e, RuntimeError) and "failed to start" in str(e):
+            raise MachineLimit(f"--cluster local:{n}: the Dask cluster did not start ({one_line(e)}): too few open "
+                               "files (ulimit -n), processes or memory for its workers?") from None
+        raise e
+    return box["cluster"]
 
 
 def _close_clusters(distributed) -> None:
@@ -103,8 +150,7 @@ def client_for(cluster: Any, scratch: str | None = None):
             try:
                 if where:
                     os.makedirs(where, exist_ok=True)
-                lc = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                              silence_logs=50, **env)
+                lc = _start_local(distributed, n, env, old)
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
             with lc, distributed.Client(lc) as client:

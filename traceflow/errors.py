@@ -31,6 +31,13 @@ class UsageError(Exception):
     exit_code = 2
 
 
+class MachineLimit(Exception):
+    """A limit of this machine or session (ulimit -v, ulimit -n) the run cannot fit in: exit 3, like
+    bad input, as nothing about the command line is wrong."""
+
+    exit_code = 3
+
+
 def one_line(text: object, limit: int = 300) -> str:
     """The first line of an error's text, shortened: what a user reads after `traceflow: error:`."""
     lines = str(text).strip().splitlines()

@@ -55,8 +55,11 @@ def damaged(path: str, exc: BaseException | None) -> None:
 class Job:
     """A traceflow database. `ingest` (traceflow.ingest) fills `ingest_info`; `open` leaves it None."""
 
-    def __init__(self, path: str, ingest_info: IngestInfo | None = None):
+    def __init__(self, path: str, ingest_info: IngestInfo | None = None, source: str | None = None):
         self.path = str(path)
+        # where the connection reads, when not yet at `path`: a postmortem's new database, still in
+        # its temp file until the report and trace are written too (outputs.replaced_together)
+        self._source = source
         self.ingest_info = ingest_info
         self._con: duckdb.DuckDBPyConnection | None = None
         self._findings: dict | None = None
@@ -80,7 +83,7 @@ class Job:
         """The read-only DuckDB connection (opened at first use), locked down: it reads this database
         and its own shard folder and no other file, writes none, and its settings cannot change."""
         if self._con is None:
-            self._con = connect(self.path)
+            self._con = connect(self._source or self.path, parts_of=self.path)
         return self._con
 
     def close(self) -> None:
@@ -365,8 +368,10 @@ def ingest(files, output: str = "traceflow.duckdb", **options) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON, or folders of them) into the DuckDB
     database `output` and open it; `options` are pipeline.ingest's (append, align, jobs, cluster, ...).
     The Job's `warnings`, `skipped` and `timings` say what the ingest did."""
+    from .outputs import staged
     from .pipeline import ingest as build
-    return Job(str(Path(output)), build(files, output, **options))
+    info = build(files, output, **options)
+    return Job(str(Path(output)), info, source=staged(output))
 
 
 def input_files(files) -> list[str]:
@@ -412,9 +417,10 @@ def open(path: str) -> Job:  # noqa: A001 - the verb users type: traceflow.open(
     return job
 
 
-def connect(database: str) -> duckdb.DuckDBPyConnection:
+def connect(database: str, parts_of: str | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection to a traceflow database of this format (db_format), locked down
-    (duck.lock_down): it reads the database and its own shard folder, nothing else, and writes nothing."""
+    (duck.lock_down): it reads the database and its own shard folder, nothing else, and writes nothing.
+    `parts_of`: the path whose shard folders are the database's (its target, while it is a temp file)."""
     if not os.path.exists(database):
         raise InputError(database, "no such database (run `traceflow ingest` first)")
     if os.path.isdir(database):
@@ -437,7 +443,7 @@ def connect(database: str) -> duckdb.DuckDBPyConnection:
     real = os.path.realpath(database)
     con = duck_connect(config={"temp_directory": f"{real}.tmp"})
     try:
-        lock_down(con, [str(p) for p in parts_folders(database)], [real, f"{real}.wal"])
+        lock_down(con, [str(p) for p in parts_folders(parts_of or database)], [real, f"{real}.wal"])
         con.execute(f"ATTACH {sql_string(real)} AS {_alias(real)} (READ_ONLY)")
         con.execute(f"USE {_alias(real)}")
     except duckdb.Error as e:
@@ -448,7 +454,7 @@ def connect(database: str) -> duckdb.DuckDBPyConnection:
         _check_views(con, database)
         use_internal_schema(con)
         db_format.check(con, database)
-        _check_parts(con, database)
+        _check_parts(con, database, parts_of or database)
     except duckdb.Error as e:
         con.close()
         raise InputError(database, f"not a readable DuckDB database ({one_line(e)})") from None
@@ -491,7 +497,7 @@ def _check_views(con, database: str):
                              "bound): not a database traceflow wrote")
 
 
-def _check_parts(con, database: str):
+def _check_parts(con, database: str, parts_of: str):
     """A cluster job's tables read the Parquet shards in its parts folder: say so when it is gone,
     or not where it was made, beside the database (the only folder its connection may read)."""
     from .shard_views import folder_of
@@ -501,7 +507,7 @@ def _check_parts(con, database: str):
     if not os.path.isdir(folder):
         raise InputError(database, f"its tables are views over the Parquet shards in {folder}, which is gone "
                          "(moved or deleted): keep that folder where it was, or ingest the rank files again")
-    if os.path.realpath(folder) not in {str(p) for p in parts_folders(database)}:
+    if os.path.realpath(folder) not in {str(p) for p in parts_folders(parts_of)}:
         raise InputError(database, f"its tables are views over the Parquet shards in {folder}, which is not beside "
                          "it: traceflow reads only a database's own shard folder; ingest the rank files again")
 

@@ -7,6 +7,8 @@
   target's folder, synced to disk and renamed into place, so a reader (or a crash, or kill -9)
   sees the old file or the new one; on any failure the temp file is removed and the target is
   untouched. A second writer of the same path is refused while the first holds the lock.
+- `replaced_together`: outputs written inside wait in their temp files and are renamed together at
+  its end, or none are (postmortem's database, report and trace).
 - `scratch_folder`: the reader's folder in $TMPDIR, carrying a marker file locked while in use;
   only folders with an unlocked marker (their process is gone) are ever cleaned.
 
@@ -312,6 +314,99 @@ def _copy_database(fd: int, target: Path, tmp: Path) -> None:
 BEFORE_REPLACE: list = []
 
 
+class _Staged:
+    """An output written and synced to its temp file, waiting for replaced_together's end."""
+
+    def __init__(self, tmp: Path, target: Path, held: int | None, lock: tuple[int, Path]):
+        self.tmp, self.target, self.held, self.lock = tmp, target, held, lock
+
+    def release(self):
+        for leftover in _temp_files(self.tmp):
+            try:
+                leftover.unlink(missing_ok=True)
+            except OSError:
+                pass
+        if self.held is not None:
+            os.close(self.held)
+        _unlock(*self.lock)
+
+
+class _Group:
+    def __init__(self):
+        self.staged: list[_Staged] = []
+        self.after: list = []
+
+
+_GROUP: _Group | None = None
+
+
+@contextmanager
+def replaced_together():
+    """Every output atomic_output writes inside is renamed into place at the end, all of them, or
+    none: `postmortem` interrupted after its database step left the new database beside the old
+    report and trace. Until then each new file waits in its temp file (read through `staged`), its
+    lock held; on any error or signal the temps go and the old files stay as they were."""
+    global _GROUP
+    group = _GROUP = _Group()
+    try:
+        yield
+        _GROUP = None
+        for check in BEFORE_REPLACE:
+            check()
+        with _signals_held():
+            for s in group.staged:
+                try:
+                    os.replace(s.tmp, s.target)
+                except OSError as e:
+                    raise OutputError(s.target, os_problem(e)) from None
+                if s.held is not None:
+                    Path(f"{s.target}.wal").unlink(missing_ok=True)  # as atomic_output: the old log is in the new file
+        for folder in {s.target.parent for s in group.staged}:
+            _sync_dir(folder)
+        for fn in group.after:
+            fn()
+    finally:
+        _GROUP = None
+        for s in group.staged:
+            s.release()
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT, SIGTERM and SIGHUP noted, not acted on, while a group's renames run (microseconds): a
+    signal between two renames would leave new outputs beside old ones. Delivered once they are done."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = {s: signal.signal(s, lambda n, _f: noted.append(n)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if noted:
+            signal.raise_signal(noted[0])
+
+
+def staged(path) -> str | None:
+    """The temp file holding `path`'s new content inside replaced_together; None outside one."""
+    if _GROUP is None:
+        return None
+    real = Path(os.path.realpath(path))
+    return next((str(s.tmp) for s in _GROUP.staged if s.target == real), None)
+
+
+def after_replace(fn) -> None:
+    """`fn` run once the outputs are in place: now, or at the end of replaced_together."""
+    if _GROUP is None:
+        fn()
+    else:
+        _GROUP.after.append(fn)
+
+
 @contextmanager
 def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_existing: bool = False):
     """Yields a temp path (same folder as the target) to write the new file to; renames it over
@@ -320,6 +415,7 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
     tmp = target.with_name(f".{target.name}{TMP_MARK}{os.getpid()}")
     lock = None
     held = None
+    grouped = False
     try:
         lock = _lock(target)  # inside the try: a signal right after it must not leave the lock file
         # Holding the lock, any temp file of this target is a dead writer's (kill -9, power loss).
@@ -333,6 +429,11 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
             check()
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        if _GROUP is not None and lock is not None:
+            _GROUP.staged.append(_Staged(tmp, target, held, lock))
+            lock = held = None  # the group's now, with the temp file: released at its end
+            grouped = True
+            return
         os.replace(tmp, target)
         if held is not None:
             # the old file's log, now in the new file (--append replayed it there): never left beside
@@ -350,7 +451,7 @@ def atomic_output(path, kind: str, *, inputs=(), force: bool = False, copy_exist
             raise OutputError(target.parent, problem) from None
         raise
     finally:
-        for leftover in _temp_files(tmp):
+        for leftover in [] if grouped else _temp_files(tmp):
             try:
                 leftover.unlink(missing_ok=True)
             except OSError:

@@ -20,8 +20,8 @@ from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .load import TRACE_SPANS, create_tables, cut_long_names, load_all
-from .machine import db_config
-from .outputs import PARTS, atomic_output, scratch_folder
+from .machine import check_address_space, db_config
+from .outputs import PARTS, after_replace, atomic_output, scratch_folder
 from .packs import compute_all
 from .rank_tables import PER_RANK_PACKS
 from .readers import ranks
@@ -128,6 +128,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     Returns what it did (IngestInfo); traceflow.ingest (job.ingest) opens the database as a Job.
     """
     _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps, cluster, append)
+    check_address_space()
     paths = expand(files)
     inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
     if cluster is not None and (dump := next((i for i in inputs if i.format.startswith("fr-")), None)):
@@ -169,7 +170,7 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             con.execute("CHECKPOINT")
         finally:
             con.close()
-    _drop_replaced_parts(output, parts)
+    after_replace(lambda: _drop_replaced_parts(output, parts))  # the old database reads them until replaced
     return result
 
 

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 from .errors import OutputError
 from .job import Job
-from .outputs import check_output, os_problem
+from .outputs import check_output, os_problem, replaced_together
 
 FILES = {"database": "job.duckdb", "report": "report.html", "perfetto": "job.perfetto-trace"}
 
@@ -56,5 +56,6 @@ def run(files, outdir: str = "postmortem", **ingest_options) -> dict:
     from .job import ingest, input_files
     force = ingest_options.pop("force", False)
     paths = input_files(files)  # once: a folder's JSON files are sniffed, up to 1 MiB each
-    with output_folder(outdir, paths, force) as db, ingest(paths, db, force=force, **ingest_options) as job:
+    with output_folder(outdir, paths, force) as db, replaced_together(), \
+            ingest(paths, db, force=force, **ingest_options) as job:
         return finish(job, outdir, force)

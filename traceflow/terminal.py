@@ -120,12 +120,38 @@ def print_rows(rel, fmt: str, limit: int | None, empty: str = "no rows", pack: s
 
 def _fetch_rows(rel) -> list:
     """The rows as tuples. DuckDB builds TIMESTAMPTZ values (at any depth: a list or struct of them too)
-    with pytz, which is no dependency of ours (`select to_timestamp(0)` ended in an internal error);
-    through Arrow they come as datetimes with a zoneinfo zone instead."""
+    with pytz, which is no dependency of ours (`select to_timestamp(0)` ended in an internal error).
+    Through Arrow, at a fixed UTC offset: a named zone needs zoneinfo or pytz and the zone database
+    (TZ='' ended in an internal error; where pytz is installed the conversion printed a UserWarning
+    before the table), a fixed offset needs neither. The values are the same instants, shown in UTC."""
     if not any("TIMESTAMP WITH TIME ZONE" in str(d[1]) for d in rel.description):
         return rel.fetchall()
+    import warnings
     table = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.fetch_arrow_table()
-    return [tuple(r.values()) for r in table.to_pylist()]
+    table = table.cast(_at_utc(table.schema))
+    with warnings.catch_warnings():  # a conversion's notice is never part of the output
+        warnings.simplefilter("ignore")
+        return [tuple(r.values()) for r in table.to_pylist()]
+
+
+def _at_utc(t):
+    """An Arrow type (or schema) with every zoned timestamp in it at the fixed offset +00:00."""
+    import pyarrow as pa
+    if isinstance(t, pa.Schema):
+        return pa.schema([f.with_type(_at_utc(f.type)) for f in t])
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return pa.timestamp(t.unit, tz="+00:00")
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_at_utc(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_at_utc(t.value_type)), t.list_size)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_at_utc(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_at_utc(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_at_utc(t.key_type)), t.item_field.with_type(_at_utc(t.item_type)))
+    return t
 
 
 # A text cell a spreadsheet would run as a formula (`=cmd|' /C calc'!A0`, from a kernel or file name
