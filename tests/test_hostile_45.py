@@ -456,10 +456,10 @@ def test_a_newline_in_a_trace_string_forges_no_line(tmp_path):
     run = Run(tmp_path)
     (tmp_path / "in").mkdir()
     trace = _forged_trace(tmp_path / "in")
-    r = run("postmortem", trace, "-o", tmp_path / "pm", timeout=300)
+    r = run("postmortem", trace, "-o", tmp_path / "pm", "--explain", timeout=300)
     assert r.returncode == 0, r.stderr
     assert _forged_lines(r.stdout + r.stderr) == []
-    assert "\\x0atraceflow: error: forged line" in r.stdout  # the verdict names the kernel, escaped
+    assert "\\x0atraceflow: error: forged line" in r.stdout  # the long verdict names the kernel, escaped
     twin = tmp_path / "in" / "a\ntraceflow: error: forged note.json.gz"
     twin.write_bytes(trace.read_bytes())
     r = run("ingest", trace, twin, "-o", tmp_path / "twice.duckdb", timeout=300)
