@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
@@ -168,18 +169,24 @@ def _analysed(con) -> list[int]:
 _STEPS_SQL = "(SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)"
 
 
+def _per_step(total: str, table: str, where: str) -> str:
+    """SQL of a figure per analysed step: `total` over `table`'s rows in those steps, divided by their count."""
+    return (f"SELECT {total} / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM {table} "
+            f"WHERE {where} AND step IN {_STEPS_SQL}")
+
+
 def _repro(r: dict) -> str | None:
-    """SQL over the database reproducing the row's figure (column `figure`), from the packs it is made of."""
+    """SQL over the database reproducing the row's figure (column `figure`), from the packs it is made of.
+    Names from a trace are quoted as literals (a kernel or call name may hold a quote)."""
     k = r["kind"]
     if k == "step_outlier":
         return (f"SELECT sum(path_ns)::DOUBLE AS figure FROM step_causes WHERE step = {r['step']} AND rank = {r['rank']} "
-                f"AND class = '{r['class']}' AND cause = '{r['cause']}'")
+                f"AND class = {sql_string(r['class'])} AND cause = {sql_string(r['cause'])}")
     if k == "straggler":
         return (f"SELECT median(d)::DOUBLE AS figure FROM (SELECT s.step, coalesce(sum(x.last_by_ns), 0) AS d FROM {_STEPS_SQL} s "
                 f"LEFT JOIN stragglers x ON x.step = s.step AND x.last_rank = {r['rank']} AND NOT x.sharing GROUP BY s.step)")
     if k == "dominant":
-        return (f"SELECT sum(path_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM step_causes "
-                f"WHERE class = '{r['class']}' AND step IN {_STEPS_SQL}")
+        return _per_step("sum(path_ns)", "step_causes", f"class = {sql_string(r['class'])}")
     if k == "coverage":
         return f"SELECT coverage_pct::DOUBLE AS figure FROM step_coverage WHERE rank = {r['rank']}"
     if k == "launch_names":
@@ -187,11 +194,9 @@ def _repro(r: dict) -> str | None:
     if k == "mfu":
         return f"SELECT median(mfu_pct)::DOUBLE AS figure FROM mfu WHERE step = {r['step']} AND mfu_pct IS NOT NULL"
     if k == "extra_sync":
-        return (f"SELECT sum(blocked_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM sync "
-                f"WHERE rank = {r['rank']} AND name = '{r['evidence']}' AND step IN {_STEPS_SQL}")
+        return _per_step("sum(blocked_ns)", "sync", f"rank = {r['rank']} AND name = {sql_string(r['evidence'])}")
     if k == "pageable_copy":
-        return (f"SELECT sum(end_ns - start_ns) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure FROM gpu_ops "
-                f"WHERE name ILIKE '%pageable%' AND step IN {_STEPS_SQL}")
+        return _per_step("sum(end_ns - start_ns)", "gpu_ops", "name ILIKE '%pageable%'")
     return None
 
 
