@@ -21,7 +21,7 @@ import tempfile
 
 import click
 
-from .errors import InputError, MachineLimit, UsageError, one_line
+from .errors import InputError, MachineLimit, UsageError, one_line, out_of_memory
 from .outputs import disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say, say_line
 from .text import printable
@@ -80,20 +80,13 @@ class _Guard(click.Group):
                       "file): refused, traceflow reads only a database and its own shard folder")
             if (problem := disk_problem(e)) is not None:
                 _fail(f"{tempfile.gettempdir()}: {problem} (while writing; set TMPDIR to a folder with room)")
-            if _out_of_memory(e):
+            if out_of_memory(e):
                 detail = ": ".join(filter(None, [type(e).__name__, one_line(str(e), 200)]))
                 _fail(f"ran out of memory ({detail}){_memory_hint()}")
             if os.environ.get("TRACEFLOW_DEBUG"):
                 raise
             _fail(f"internal error ({type(e).__name__}: {one_line(str(e), 200)}); "
                   "please report it with TRACEFLOW_DEBUG=1 set for the details", 1)
-
-
-def _out_of_memory(e: BaseException) -> bool:
-    """MemoryError (Arrow's too), DuckDB's OutOfMemoryException, a thread that could not start: under
-    ulimit -v these were internal errors."""
-    return (isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException"
-            or (isinstance(e, RuntimeError) and "can't start new thread" in str(e)))
 
 
 def _memory_hint() -> str:

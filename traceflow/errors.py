@@ -43,3 +43,10 @@ def one_line(text: object, limit: int = 300) -> str:
     lines = str(text).strip().splitlines()
     first = lines[0] if lines else ""
     return first if len(first) <= limit else first[:limit - 1] + "…"
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """MemoryError (Arrow's too), DuckDB's OutOfMemoryException, a thread that could not start: under
+    ulimit -v these were internal errors, or a reader's "cannot read (RuntimeError: can't start new thread)"."""
+    return (isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryException"
+            or (isinstance(e, RuntimeError) and "can't start new thread" in str(e)))

@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 
-from ..errors import InputError, OutputError, one_line
+from ..errors import InputError, OutputError, one_line, out_of_memory
 from ..outputs import disk_problem
 from .compressed import BoundedReader
 from .detect import ROCM_FORMATS, Input, identify
@@ -65,13 +65,23 @@ def read_file(inp: Input | str, folder: str, index: int, nsys_exe: str | None = 
         raise InputError(path, "ran out of memory while reading (input too deeply nested or too large)") from None
     except RecursionError:
         raise InputError(path, "input is nested too deeply") from None
+    except RuntimeError as e:
+        if not out_of_memory(e):  # a thread that could not start: the address space is full (ulimit -v)
+            raise _unreadable(path, folder, e) from None
+        raise InputError(path, "ran out of memory while reading (a thread could not start: raise the address-space "
+                         "limit, ulimit -v)") from None
     except Exception as e:  # noqa: BLE001 - a reader met input it does not understand: still one line, exit 3
-        if (problem := disk_problem(e)) is not None:  # writing the scratch folder failed: not the input's fault
-            raise OutputError(folder, f"{problem} while reading {path} (traceflow's scratch folder: set TMPDIR "
-                              "to a folder with room)") from None
-        if os.environ.get("TRACEFLOW_DEBUG"):
-            traceback.print_exc()
-        raise InputError(path, f"cannot read ({type(e).__name__}: {one_line(e, 200)})") from None
+        raise _unreadable(path, folder, e) from None
+
+
+def _unreadable(path: str, folder, e: Exception) -> InputError:
+    """The one line for a reader's unexpected error: the scratch folder's (disk full), else the input's."""
+    if (problem := disk_problem(e)) is not None:  # writing the scratch folder failed: not the input's fault
+        return OutputError(folder, f"{problem} while reading {path} (traceflow's scratch folder: set TMPDIR "
+                           "to a folder with room)")
+    if os.environ.get("TRACEFLOW_DEBUG"):
+        traceback.print_exc()
+    return InputError(path, f"cannot read ({type(e).__name__}: {one_line(e, 200)})")
 
 
 def _read_sqlite(path: str, sink, key: str, user_path: str):
