@@ -141,6 +141,52 @@ def unbounded_view(con, sql: str) -> str | None:
     return None
 
 
+# A view of the job's own tables can still cost without bound in practice: a cross product of gpu_ops
+# with itself three times is 10^12 rows from the bundled job's 10^4. traceflow's own views (a cluster
+# job's, over its shards) make about the rows they read; a view whose plan DuckDB estimates to make
+# more than VIEW_ROWS_FACTOR times the rows it scans, and over VIEW_ROWS_FLOOR rows, is refused.
+VIEW_ROWS_FACTOR = 16
+VIEW_ROWS_FLOOR = 10_000_000
+
+
+def costly_view(con, qualified: str) -> str | None:
+    """Why reading the view `qualified` ("db"."schema"."name") would cost far more than the rows it
+    reads, or None. From DuckDB's own plan (EXPLAIN, estimated cardinalities): a cross product, which
+    DuckDB leaves unestimated, makes the product of its inputs."""
+    import json
+
+    import duckdb
+    try:
+        plan = json.loads(con.execute(f"EXPLAIN (FORMAT json) SELECT * FROM {qualified}").fetchall()[0][1])
+    except duckdb.Error:  # a view DuckDB cannot plan (a table it reads is gone) fails when read, with DuckDB's words
+        return None
+    scanned = 0
+
+    def rows(node) -> float:
+        nonlocal scanned
+        below = [rows(c) for c in node.get("children", [])]
+        est = (node.get("extra_info") or {}).get("Estimated Cardinality")
+        if not below:
+            n = float(est) if est not in (None, "") else 0.0
+            scanned += n
+            return n
+        if "CROSS_PRODUCT" in node.get("name", "") or (est in (None, "") and "JOIN" in node.get("name", "")):
+            out = 1.0
+            for b in below:
+                out *= max(b, 1.0)
+            most[0] = max(most[0], out)
+            return out
+        out = float(est) if est not in (None, "") else max(below)
+        most[0] = max(most[0], out)
+        return out
+    most = [0.0]
+    for top in plan:
+        rows(top)
+    if most[0] > max(VIEW_ROWS_FLOOR, VIEW_ROWS_FACTOR * scanned):
+        return f"about {most[0]:.2g} rows made from {scanned:,.0f} read (a cross product?)"
+    return None
+
+
 # What `traceflow sql` and Job.sql run: reads, and what lives only in the session (temp tables and
 # macros, variables, prepared statements). COPY, EXPORT, ATTACH / DETACH, INSTALL / LOAD, VACUUM,
 # INSERT / UPDATE / DELETE / MERGE, ALTER and any kind DuckDB adds later are refused.

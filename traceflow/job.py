@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from . import db_format
-from .duck import LOGGING_FUNCTIONS, check_read_only, lock_down, relation, shadowing_macros, sql_string, unbounded_view, use_internal_schema
+from .duck import LOGGING_FUNCTIONS, check_read_only, costly_view, lock_down, relation, shadowing_macros, sql_string, unbounded_view, use_internal_schema
 from .duck import connect as duck_connect
 from .errors import InputError, UsageError, one_line
 from .outputs import is_duckdb_file, is_utf8_name, os_problem, parts_folders
@@ -486,12 +486,17 @@ def _check_views(con, database: str):
     """A database whose views call DuckDB's logging functions (duck.LOGGING_FUNCTIONS) is refused
     before any is read: reading one on the locked connection aborts the process. So is one whose view
     has no bound on its cost (duck.unbounded_view: range(), a recursive CTE), which ran until killed."""
-    for name, text in con.execute("SELECT view_name, sql FROM system.main.duckdb_views() WHERE NOT internal").fetchall():
+    for db, schema, name, text in con.execute("SELECT database_name, schema_name, view_name, sql FROM "
+                                              "system.main.duckdb_views() WHERE NOT internal").fetchall():
         found = LOGGING_FUNCTIONS.search(text or "")
         if found:
             raise InputError(database, f"its view {name} calls {found.group(1).lower()}, which traceflow never runs: "
                              "not a database traceflow wrote")
         why = unbounded_view(con, text)
+        if why is not None:
+            raise InputError(database, f"its view {name} reads {why}, which traceflow never writes (its cost has no "
+                             "bound): not a database traceflow wrote")
+        why = costly_view(con, ".".join(f'"{x.replace(chr(34), chr(34) * 2)}"' for x in (db, schema, name)))
         if why is not None:
             raise InputError(database, f"its view {name} reads {why}, which traceflow never writes (its cost has no "
                              "bound): not a database traceflow wrote")
