@@ -92,18 +92,19 @@ def test_enumerated_values_are_the_columns_values(demo_db):
     assert checked >= 5
 
 
-def test_grouped_header_lines_and_types_parse_apart():
-    """comments.parse_tables on a pack's header: one text per column, SQL types left out, a table's
-    columns its own (desync_timing_ranks.rank is not desync_timing's)."""
+def test_declared_docs_are_each_tables_own_and_continue_over_lines():
+    """comments.parse_tables reads the declarations: a table's columns its own (desync_timing_ranks.rank
+    is not desync_timing's), a doc continued over deeper lines joined into one."""
     from traceflow import comments
     from traceflow.packs import pack_sql
     tables, cols = comments.parse_tables(pack_sql("sync_extra"))
     assert tables["sync_extra"].startswith("the blocking calls a rank made in a step beyond its usual count of them:")
     assert cols["sync_extra"]["blocked_ns"] == "its time blocked"
-    assert "Inputs" not in tables
+    assert set(tables) == {"sync_extra", "sync_extra_peers"}
+    tables, cols = comments.parse_tables(pack_sql("idle_gaps"))
+    assert "  " not in cols["idle_gaps"]["host_activity"] and cols["idle_gaps"]["host_activity"].endswith("NULL if neither")
     tables, cols = comments.parse_tables(pack_sql("desync_timing"))
-    assert cols["desync_timing_ranks"]["rank"] == ""  # listed bare: the glossary's, not desync_timing's
-    assert tables["desync_timing_ranks"].endswith("to the end of its trace.")
+    assert cols["desync_timing_ranks"]["rank"] and tables["desync_timing_ranks"].endswith("to the end of its trace.")
 
 
 # --- output slips ---------------------------------------------------------------------------------

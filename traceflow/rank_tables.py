@@ -52,3 +52,42 @@ IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_
        "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"},
        "sync": {"op_id": "host_op_base"}, "cp_host_nodes": {"node_op_id": "host_op_base", "waited_op_id": "gpu_op_base"},
        "cp_gpu_preds": {"op_id": "gpu_op_base", "stream_prev": "gpu_op_base", "dep_op_id": "gpu_op_base"}}
+
+
+def from_declarations() -> tuple[dict, dict, dict]:
+    """(TIMES, IDS, SHARDED) as the declarations give them (sqlmodules.module's `-- scope:` and column
+    roles, schema.declared for the loaded tables): the per-rank tables are the loaded per-rank ones
+    and the tables (not views) a scope-rank module creates whose rows say whose they are (a rank, a
+    trace or, lacking both, a GPU op's id); their times are the columns of role `time`, their ids
+    those of role `id:gpu_ops` / `id:host_ops`. tests/test_sql_modules.py holds them equal to the
+    lists above."""
+    import re
+
+    from . import schema, sqlmodules
+    tables: dict[str, tuple[str, object]] = {t: ("main", d) for t, d in schema.declared().items()}
+    for group in ("derive", "queries"):
+        for mod in sqlmodules.modules(group):
+            if mod.scope != "rank":
+                continue
+            sql = sqlmodules.text(group, mod.name)
+            for t, decl in mod.tables.items():
+                if re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:\w+\.)?{t}\b", sql, re.I):
+                    continue  # a view is made again over the shards
+                internal = re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+tf_internal\.{t}\b", sql, re.I)
+                tables[t] = ("tf_internal" if internal else "main", decl)
+    times: dict[str, tuple[str, ...]] = {}
+    ids: dict[str, dict[str, str]] = {}
+    sharded: dict[str, tuple[str, str]] = {}
+    for t, (sch, decl) in tables.items():
+        cols = decl.columns  # type: ignore[attr-defined]
+        loaded = t in schema.PER_RANK
+        whose = [c.name for c in cols if c.role == ("trace" if loaded else "rank")] or \
+                [c.name for c in cols if c.role == "trace"] or [c.name for c in cols if c.role.startswith("id:")]
+        if not whose:
+            continue  # a table of definitions (comm_kernels, op_classes): the client makes it too
+        sharded[t] = (sch, whose[0])
+        if tm := tuple(c.name for c in cols if c.role == "time"):
+            times[t] = tm
+        if idc := {c.name: c.role[3:-4] + "_op_base" for c in cols if c.role.startswith("id:")}:
+            ids[t] = idc
+    return times, ids, sharded

@@ -210,3 +210,45 @@ DOCS = {
     "devices": ("the GPUs a trace describes (Kineto deviceProperties)", {
         "device": "the device index", "name": "the device's name", "memory_bytes": "its memory (totalGlobalMem, bytes)"}),
 }
+
+
+# Each loaded table's columns, typed and with a role (sqlmodules.ROLES), as the SQL modules declare
+# theirs: `name:role`, in table order; types from the schemas above, docs from DOCS (or the glossary).
+_ROLES = {
+    "gpu_ops": "trace_id:trace rank:rank device:key stream:key kind:text name:text short_name:text start_ns:time end_ns:time "
+               "correlation_id:key category:text collective:text bytes:figure:bytes copy_kind:text graph_id:key comm:key "
+               "op_id:id:gpu_ops api_name:text api_start_ns:time api_end_ns:time launch_tid:key launch_op_id:id:host_ops "
+               "issue_start_ns:time cpu_op_id:id:host_ops step:key",
+    "host_ops": "trace_id:trace rank:rank pid:key tid:key kind:text name:text start_ns:time end_ns:time correlation_id:key "
+                "external_id:key flops:figure:flop input_dims:text input_types:text concrete_inputs:text op_id:id:host_ops",
+    "ranges": "trace_id:trace rank:rank tid:key domain:text name:text start_ns:time end_ns:time on_gpu:flag",
+    "memory_events": "trace_id:trace rank:rank device_type:text device:key pid:key tid:key ts_ns:time bytes:figure:bytes "
+                     "addr:key total_allocated:figure:bytes total_reserved:figure:bytes",
+    "devices": "trace_id:trace rank:rank device:key name:text memory_bytes:figure:bytes",
+    "memory_segments": "trace_id:trace rank:rank device:key address:key total_size:figure:bytes allocated_size:figure:bytes "
+                       "active_size:figure:bytes requested_size:figure:bytes stream:key segment_type:text is_expandable:flag "
+                       "n_blocks:figure:count largest_free_block:figure:bytes source_hash:text",
+    "memory_snapshot_blocks": "trace_id:trace rank:rank device:key segment_address:key address:key size:figure:bytes "
+                              "requested_size:figure:bytes state:text frames:text",
+    # time_ns: the snapshot's clock, which clock alignment does not shift today (rank_tables.TIMES leaves it out)
+    "memory_snapshot_history": "trace_id:trace rank:rank device:key action:text addr:key size:figure:bytes stream:key "
+                               "time_ns:time frames:text",
+}
+# the loaded tables whose rows are one rank's (a cluster's worker loads them from its rank file)
+PER_RANK = tuple(TABLES)
+
+
+def declared():
+    """{table: sqlmodules.TableDecl} of the per-rank tables ingest loads."""
+    from .comments import GLOSSARY
+    from .sqlmodules import Column, TableDecl
+    out = {}
+    for table, spec in _ROLES.items():
+        types = {f.name: _DUCK[f.type] for f in TABLES[table]} | dict(DERIVED[table])
+        text, docs = DOCS[table]
+        cols = []
+        for item in spec.split():
+            name, role = item.split(":", 1)
+            cols.append(Column(name, types[name], role, docs.get(name) or GLOSSARY.get(name, "")))
+        out[table] = TableDecl(doc=text, columns=tuple(cols))
+    return out
