@@ -107,6 +107,58 @@ def test_declared_docs_are_each_tables_own_and_continue_over_lines():
     assert cols["desync_timing_ranks"]["rank"] and tables["desync_timing_ranks"].endswith("to the end of its trace.")
 
 
+def _declared():
+    from traceflow import schema, sqlmodules
+    out = dict(schema.declared())
+    for g in ("derive", "queries"):
+        for n in sqlmodules.names(g):
+            out.update(sqlmodules.module(g, n).tables)
+    return out
+
+
+def test_every_table_holds_the_declared_columns_in_order_with_their_types(demo_db):
+    """Each table the demo's database holds that a module or schema.py declares: exactly its declared
+    columns, in order, of the declared DuckDB types (duckdb_columns())."""
+    import duckdb
+    con = duckdb.connect(demo_db, read_only=True)
+    have: dict[str, list] = {}
+    for t, c, ty in con.execute("""SELECT table_name, column_name, data_type FROM duckdb_columns()
+                                   WHERE NOT internal AND database_name = current_database()
+                                   ORDER BY table_name, column_index""").fetchall():
+        have.setdefault(t, []).append((c, ty))
+    declared = _declared()
+    checked = [t for t in declared if t in have]
+    for t in checked:
+        assert have[t] == [(c.name, c.type) for c in declared[t].columns], t
+    assert len(checked) >= 60 and {"idle_gaps", "gpu_ops", "step_windows", "findings"} <= set(checked)
+
+
+def test_time_columns_hold_epoch_ns_inside_the_traces_and_ids_name_ops(demo_db):
+    """A column of role `time` holds ns since the epoch within the job's traced span (a duration or a
+    relative time fails); one of role id:gpu_ops / id:host_ops holds op_ids of that table."""
+    import duckdb
+    con = duckdb.connect(demo_db, read_only=True)
+    con.execute("SET search_path = 'main,tf_internal'")
+    lo, hi = con.execute("""SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_ops
+                            UNION ALL SELECT min(start_ns), max(end_ns) FROM host_ops)""").fetchone()
+    assert lo > 10**18  # 2001-09-09 in ns since the epoch
+    times = ids = 0
+    for t, decl in _declared().items():
+        if not con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = ?", [t]).fetchone()[0]:
+            continue
+        for c in decl.columns:
+            if c.role == "time":
+                out = con.execute(f'SELECT count(*) FROM {t} WHERE "{c.name}" NOT BETWEEN ? AND ?', [lo - 10**9, hi + 10**9]).fetchone()[0]
+                assert out == 0, (t, c.name, out)
+                times += 1
+            elif c.role in ("id:gpu_ops", "id:host_ops"):
+                of = c.role[3:]
+                out = con.execute(f'SELECT count(*) FROM {t} WHERE "{c.name}" IS NOT NULL AND "{c.name}" NOT IN (SELECT op_id FROM {of})').fetchone()[0]
+                assert out == 0, (t, c.name, out)
+                ids += 1
+    assert times >= 40 and ids >= 15, (times, ids)
+
+
 # --- output slips ---------------------------------------------------------------------------------
 
 def test_an_ingest_with_nothing_wrong_warns_of_nothing(demo):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from traceflow import derive, packs, sqlmodules
-from traceflow.sqlmodules import creates, referenced, requires, run_order
+from traceflow.sqlmodules import creates, creates_public, referenced, requires, run_order
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted(sqlmodules.path(g, n) for g in sqlmodules.GROUPS for n in sqlmodules.names(g))
@@ -96,3 +96,45 @@ def test_pack_names_are_the_tables_and_aliases_still_work():
     assert packs.table_of("steps") == "step_breakdown" == packs.table_of("step-breakdown")
     assert packs.table_of("gpu-state") is None  # a helper, not a pack
     assert {p.name for p in packs.listing()} == {t.replace("_", "-") for t in packs.public_tables()}
+
+
+# --- the declarations (issue 44): every module typed, scoped and documented -------------------------
+
+def test_every_module_declares_scope_reads_and_each_column():
+    from traceflow.sqlmodules import module, valid_role
+    for g in sqlmodules.GROUPS:
+        for n in sqlmodules.names(g):
+            m = module(g, n)
+            assert m.scope in ("rank", "job") and m.reads == requires(sqlmodules.text(g, n)), (g, n)
+            assert set(m.tables) <= set(m.creates) | {t for t in creates(sqlmodules.text(g, n))}, (g, n)
+            assert set(creates_public(sqlmodules.text(g, n))) <= set(m.tables), (g, n)  # every public table declared
+            for t, d in m.tables.items():
+                assert d.doc and d.columns, (g, n, t)
+                assert len({c.name for c in d.columns}) == len(d.columns), (g, n, t)
+                for c in d.columns:
+                    assert valid_role(c.role) and c.doc.strip() and c.type.split("[")[0].isupper(), (t, c)
+                assert set(d.shows_first) <= {c.name for c in d.columns}, (t, d.shows_first)
+
+
+def test_a_malformed_declaration_names_its_file_and_line():
+    from traceflow.sqlmodules import parse_header
+    with pytest.raises(ValueError, match=r"x\.sql:2: `-- @column name TYPE role doc`"):
+        parse_header("-- @table t: a table\n-- @column a BIGINT seconds  a role not in the vocabulary\n", "x.sql")
+    with pytest.raises(ValueError, match=r"x\.sql:1: `-- scope: rank`"):
+        parse_header("-- scope: ranks\n", "x.sql")
+
+
+def test_the_per_rank_lists_follow_from_the_declarations():
+    """rank_tables' shard list, id columns and time columns, computed from `-- scope:` and the roles,
+    equal the hand lists; the one difference is memory_snapshot_history.time_ns, ns since the epoch
+    that clock alignment does not shift on either road today (derive/clock.py shifts four loaded
+    tables), so the hand TIMES leaves it out."""
+    from traceflow import rank_tables
+    times, ids, sharded = rank_tables.from_declarations()
+    assert sharded == rank_tables.SHARDED
+    assert ids == rank_tables.IDS
+    assert times.pop("memory_snapshot_history") == ("time_ns",)
+    assert times == rank_tables.TIMES
+    scoped = {n for g in ("derive", "queries") for n in sqlmodules.names(g) if sqlmodules.module(g, n).scope == "rank"}
+    from traceflow.derive import PER_RANK
+    assert scoped == set(PER_RANK) | set(rank_tables.PER_RANK_PACKS) | set(rank_tables.WORKER_HELPERS)
