@@ -64,7 +64,7 @@ def from_declarations() -> tuple[dict, dict, dict]:
     import re
 
     from . import schema, sqlmodules
-    tables: dict[str, tuple[str, object]] = {t: ("main", d) for t, d in schema.declared().items()}
+    tables: dict[str, tuple[str, sqlmodules.TableDecl]] = {t: ("main", d) for t, d in schema.declared().items()}
     for group in ("derive", "queries"):
         for mod in sqlmodules.modules(group):
             if mod.scope != "rank":
@@ -79,7 +79,7 @@ def from_declarations() -> tuple[dict, dict, dict]:
     ids: dict[str, dict[str, str]] = {}
     sharded: dict[str, tuple[str, str]] = {}
     for t, (sch, decl) in tables.items():
-        cols = decl.columns  # type: ignore[attr-defined]
+        cols = decl.columns
         loaded = t in schema.PER_RANK
         whose = [c.name for c in cols if c.role == ("trace" if loaded else "rank")] or \
                 [c.name for c in cols if c.role == "trace"] or [c.name for c in cols if c.role.startswith("id:")]
