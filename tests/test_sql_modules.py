@@ -155,9 +155,9 @@ def test_the_per_rank_lists_follow_from_the_declarations():
            "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"},
            "sync": {"op_id": "host_op_base"}, "cp_host_nodes": {"node_op_id": "host_op_base", "waited_op_id": "gpu_op_base"},
            "cp_gpu_preds": {"op_id": "gpu_op_base", "stream_prev": "gpu_op_base", "dep_op_id": "gpu_op_base"}}
-    assert rank_tables.SHARDED == sharded
-    assert rank_tables.IDS == ids
-    assert rank_tables.TIMES == times
+    assert sharded == rank_tables.SHARDED
+    assert ids == rank_tables.IDS
+    assert times == rank_tables.TIMES
     assert rank_tables.UNSHIFTED == {"memory_snapshot_history": ("time_ns",)}
     assert "time_ns" in schema.declared()["memory_snapshot_history"].roles("time")
     scoped = {n for g in ("derive", "queries") for n in sqlmodules.names(g) if sqlmodules.module(g, n).scope == "rank"}
