@@ -1,6 +1,9 @@
 -- @table critical_path: per step, the chain of segments that set the step's
 --     length across all ranks, in time order.
 --
+-- The step spans [first GPU window start, last GPU window end] across ranks (step_windows); the
+-- segments tile it exactly, without overlap. critical_path_raw is written by traceflow's walk over
+-- cp_edges (cp_graph.sql).
 --
 -- One row per segment.
 -- @column step      INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every

@@ -11,6 +11,11 @@
 -- @column overlap_pct  DOUBLE   figure:percent  100 * overlap_ns / comm_ns (percent, 0..100; NULL without communication)
 -- @column exposed_ns   BIGINT   figure:ns     |comm − compute| = comm_ns − overlap_ns
 -- exposed_comm shows first: rank, step, exposed_ns, comm_ns, compute_ns, overlap_pct
+-- @table exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
+--     communication op ran with no compute beside it; for the Perfetto trace.
+-- @column rank      INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column start_ns  BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns    BIGINT   time          end, ns since the Unix epoch (after clock alignment)
 -- scope: rank
 -- requires: gpu_state, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
@@ -36,11 +41,6 @@ SELECT rank, step, comm_ns::BIGINT AS comm_ns, compute_ns::BIGINT AS compute_ns,
        (comm_ns - overlap_ns)::BIGINT AS exposed_ns
 FROM d ORDER BY rank, step;
 
--- @table exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
---     communication op ran with no compute beside it; for the Perfetto trace.
--- @column rank      INTEGER  rank          the rank (process index in the job) the row belongs to
--- @column start_ns  BIGINT   time          start, ns since the Unix epoch (after clock alignment)
--- @column end_ns    BIGINT   time          end, ns since the Unix epoch (after clock alignment)
 CREATE OR REPLACE TABLE tf_internal.exposed_comm_segments AS
 -- A rank's segments are contiguous, so along a run of exposed segments end_ns - cum_exposed_comm
 -- stays put, and any other time between two runs moves it on: it names the run, no window needed.

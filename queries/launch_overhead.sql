@@ -9,7 +9,7 @@
 -- @column name               VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
 -- @column kind               VARCHAR  text          what kind of op or segment this is
 -- @column stream             BIGINT   key           the CUDA stream
--- @column op_id              BIGINT   id:gpu_ops    the op's op_id in gpu_ops or host_ops
+-- @column op_id              BIGINT   id:gpu_ops    the GPU op (gpu_ops.op_id)
 -- @column api_name           VARCHAR  text          the launch call (cudaLaunchKernel, ...)
 -- @column api_start_ns       BIGINT   time          when the launch call began (ns since epoch)
 -- @column issue_start_ns     BIGINT   time          when the host began issuing the op: the start of the CPU op that made the launch

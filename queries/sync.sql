@@ -14,7 +14,7 @@
 -- @column blocked_ns  BIGINT   figure:ns     end_ns - start_ns: time the host thread spent inside it
 -- @column reason      VARCHAR  text          'synchronize' | 'sync memcpy' | 'pageable memcpy'
 -- @column gpu_op      VARCHAR  text          the GPU op the call launched, when it launched one (memcpy)
--- @column op_id       BIGINT   id:host_ops   the op's op_id in gpu_ops or host_ops
+-- @column op_id       BIGINT   id:host_ops   the blocking call (host_ops.op_id)
 -- @column cause       VARCHAR  text          what to fix: 'sync', or for a copy staged through pageable memory its direction
 --     and 'pageable' ('HtoD pageable', 'DtoH pageable': pin the host buffer, not "remove
 --     the sync"; a 256 MiB pageable HtoD copy blocks 33-59 ms per step on h100 launch_bound)

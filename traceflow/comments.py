@@ -93,6 +93,6 @@ GLOSSARY = {
 
 
 def apply_core(con):
-    """The tables ingest loads, documented in schema.py."""
-    from .schema import DOCS
-    apply_docs(con, DOCS)
+    """The tables ingest loads, documented in schema.py (schema.declared)."""
+    from .schema import DOCS, docs
+    apply_docs(con, docs(tuple(DOCS)))

@@ -57,7 +57,8 @@ def _declared() -> tuple[dict, dict, dict]:
     import re
 
     from . import schema, sqlmodules
-    tables: dict[str, tuple[str, sqlmodules.TableDecl]] = {t: ("main", d) for t, d in schema.declared().items()}
+    tables: dict[str, tuple[str, sqlmodules.TableDecl]] = {t: ("main", d) for t, d in schema.declared().items()
+                                                               if t in schema.PER_RANK}
     for group in ("derive", "queries"):
         for mod in sqlmodules.modules(group):
             if mod.scope != "rank":

@@ -11,14 +11,13 @@
 -- @column bytes          BIGINT   figure:bytes  bytes moved (copies, memsets, collectives' messages)
 -- @column start_ns       BIGINT   time          start, ns since the Unix epoch (after clock alignment)
 -- @column end_ns         BIGINT   time          end, ns since the Unix epoch (after clock alignment)
--- @column op_id          BIGINT   id:gpu_ops    the op's op_id in gpu_ops or host_ops
+-- @column op_id          BIGINT   id:gpu_ops    the collective's kernel (gpu_ops.op_id)
 -- @column trace_id       INTEGER  trace         the input file (traces.trace_id) the row came from
 -- @column stream         BIGINT   key           the CUDA stream
 -- @column name           VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
 -- @column comm_recorded  BOOLEAN  flag          the profiler named the communicator (FALSE: 'stream#n'; then a rank with two
 --     communication streams or more belongs to communicators that cannot be told apart across
 --     ranks: collective_waits leaves them unmatched, partial_capture says why)
--- Output columns: rank, comm, step, seq, op, bytes, start_ns, end_ns (ns), op_id, trace_id, stream, name, comm_recorded
 -- scope: job
 -- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
