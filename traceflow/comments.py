@@ -9,6 +9,7 @@ within a table, no SQL type, enumerated values the column's own.
 from __future__ import annotations
 
 from .duck import sql_string
+from .schema import GLOSSARY
 from .sqlmodules import parse_header
 
 
@@ -69,27 +70,6 @@ def apply_docs(con, wanted: dict[str, tuple[str | None, dict[str, str]]]):
         con.execute(";\n".join(out))
 
 
-# Columns many tables share, where a table Python makes (hardware.py, gpu_sharing.py, fr_load.py)
-# lists them without words of their own (the .sql modules declare each column's doc).
-GLOSSARY = {
-    "rank": "the rank (process index in the job) the row belongs to",
-    "step": "the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every step",
-    "name": "the name of the op, kernel or call (kernels: the full demangled C++ name)",
-    "kind": "what kind of op or segment this is",
-    "stream": "the CUDA stream",
-    "op_id": "the op's op_id in gpu_ops or host_ops",
-    "tid": "the host thread id",
-    "category": "what a GPU op does: compute | communication | memory",
-    "comm": "the NCCL communicator (process group) of the collective",
-    "seq": "the collective's sequence number within its communicator and step",
-    "op": "the collective (allreduce, allgather, reduce_scatter, broadcast, ...)",
-    "ordinal": "position in time order within the step (0, 1, ...)",
-    "start_ns": "start, ns since the Unix epoch (after clock alignment)",
-    "end_ns": "end, ns since the Unix epoch (after clock alignment)",
-    "dur_ns": "end_ns - start_ns (ns)",
-    "bytes": "bytes moved (copies, memsets, collectives' messages)",
-    "trace_id": "the input file (traces.trace_id) the row came from",
-}
 
 
 def apply_core(con):

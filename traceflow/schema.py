@@ -145,7 +145,29 @@ def ddl(table: str) -> str:
     return f"CREATE TABLE {table} ({', '.join(cols)})"
 
 
-# What `COMMENT ON` says about the loaded tables (traceflow/comments.py; shared columns: its GLOSSARY).
+# Columns many tables share, where a table Python makes (hardware.py, gpu_sharing.py, fr_load.py)
+# lists them without words of their own (the .sql modules declare each column's doc).
+GLOSSARY = {
+    "rank": "the rank (process index in the job) the row belongs to",
+    "step": "the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every step",
+    "name": "the name of the op, kernel or call (kernels: the full demangled C++ name)",
+    "kind": "what kind of op or segment this is",
+    "stream": "the CUDA stream",
+    "op_id": "the op's op_id in gpu_ops or host_ops",
+    "tid": "the host thread id",
+    "category": "what a GPU op does: compute | communication | memory",
+    "comm": "the NCCL communicator (process group) of the collective",
+    "seq": "the collective's sequence number within its communicator and step",
+    "op": "the collective (allreduce, allgather, reduce_scatter, broadcast, ...)",
+    "ordinal": "position in time order within the step (0, 1, ...)",
+    "start_ns": "start, ns since the Unix epoch (after clock alignment)",
+    "end_ns": "end, ns since the Unix epoch (after clock alignment)",
+    "dur_ns": "end_ns - start_ns (ns)",
+    "bytes": "bytes moved (copies, memsets, collectives' messages)",
+    "trace_id": "the input file (traces.trace_id) the row came from",
+}
+
+# What `COMMENT ON` says about the loaded tables (traceflow/comments.py; shared columns: GLOSSARY).
 DOCS = {
     "traces": ("one row per traced process (rank) and the file it came from", {
         "world_size": "ranks in the job, as the file states it (or the number of ranks ingested)",
@@ -295,7 +317,6 @@ def _ddl_types(ddl_text: str) -> dict[str, str]:
 
 def declared():
     """{table: sqlmodules.TableDecl} of every table ingest loads (PER_RANK: one rank's rows each)."""
-    from .comments import GLOSSARY
     from .sqlmodules import Column, TableDecl
     out = {}
     for table, spec in _ROLES.items():
