@@ -163,6 +163,27 @@ def test_time_columns_hold_epoch_ns_inside_the_traces_and_ids_name_ops(demo_db):
     assert times >= 40 and ids >= 15, (times, ids)
 
 
+def test_a_diff_and_a_scaling_study_give_the_declared_columns(demo_db):
+    """The comparisons' tables (TEMP, so in no database): a diff of the demo with itself and a scaling
+    study of it twice give each declared column, in order, of the declared type."""
+    import polars as pl
+
+    import traceflow
+    from traceflow import sqlmodules
+    duck = {pl.Int64: "BIGINT", pl.Int32: "INTEGER", pl.Float64: "DOUBLE", pl.String: "VARCHAR", pl.Boolean: "BOOLEAN"}
+
+    def types(df):
+        return [(n, f"{duck[t.inner.base_type()]}[]" if isinstance(t, pl.List) else duck[t.base_type()]) for n, t in df.schema.items()]
+
+    d = traceflow.diff(demo_db, demo_db)
+    for name in sqlmodules.names("diff"):
+        decl = sqlmodules.module("diff", name).tables[f"diff_{name}"]
+        assert types(d.tables[name]) == [(c.name, c.type) for c in decl.columns], name
+    s = traceflow.scaling([demo_db, demo_db])
+    decl = sqlmodules.module("scaling", "scaling").tables["scaling"]
+    assert types(s.table) == [(c.name, c.type) for c in decl.columns]
+
+
 # --- output slips ---------------------------------------------------------------------------------
 
 def test_an_ingest_with_nothing_wrong_warns_of_nothing(demo):
