@@ -20,7 +20,7 @@
 -- @table desync_timing_ranks: per traced rank, what it did from the moment
 --     the hang began (the first enqueue of the group's first disagreement, else of the collective the
 --     ranks waited in) to the end of its trace.
--- @column rank              INTEGER  rank          the rank whose buffer holds the entry (fr_entries.rank)
+-- @column rank              INTEGER  rank          the traced rank the row is about
 -- @column hang_ns           BIGINT   figure:ns     when the hang began (ns since epoch, the trace's clock)
 -- @column trace_end_ns      BIGINT   time          the trace's last event (ns since epoch)
 -- @column last_seq          BIGINT   key           the last collective of the hung group the trace shows the rank entering
