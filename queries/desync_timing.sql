@@ -21,7 +21,7 @@
 --     the hang began (the first enqueue of the group's first disagreement, else of the collective the
 --     ranks waited in) to the end of its trace.
 -- @column rank              INTEGER  rank          the traced rank the row is about
--- @column hang_ns           BIGINT   figure:ns     when the hang began (ns since epoch, the trace's clock)
+-- @column hang_ns           BIGINT   time          when the hang began (ns since epoch, the trace's clock)
 -- @column trace_end_ns      BIGINT   time          the trace's last event (ns since epoch)
 -- @column last_seq          BIGINT   key           the last collective of the hung group the trace shows the rank entering
 -- @column host_activity     VARCHAR  text          where its host spent that stretch: the innermost host op or range (not a
