@@ -109,7 +109,7 @@ def test_every_module_declares_scope_reads_and_each_column():
             code = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("--"))
             assert not [line for line in lines[code:] if line.startswith(("-- @", "-- scope:", "-- requires:"))], (g, n)  # one header
             assert m.scope in ("rank", "job") and m.reads == requires(sqlmodules.text(g, n)), (g, n)
-            assert set(m.tables) <= set(m.creates) | {t for t in creates(sqlmodules.text(g, n))}, (g, n)
+            assert set(m.tables) <= set(m.creates) == creates(sqlmodules.text(g, n)), (g, n)
             assert set(creates_public(sqlmodules.text(g, n))) <= set(m.tables), (g, n)  # every public table declared
             for t, d in m.tables.items():
                 assert d.doc and d.columns, (g, n, t)

@@ -99,7 +99,7 @@ class Module:
     name: str                     # the file's stem
     scope: str                    # rank: a rank's rows come from that rank's rows alone; job: needs every rank
     reads: frozenset[str]         # the `-- requires:` line: tables it reads that other modules (or the load) make
-    creates: tuple[str, ...]      # tables and views it creates, in file order (tf_internal's too; not TEMP helpers)
+    creates: tuple[str, ...]      # tables and views it creates, in file order (tf_internal's and TEMP ones too)
     tables: dict[str, TableDecl]  # the declared tables (every one it creates, its TEMP outputs in diff/scaling)
 
 
@@ -167,7 +167,7 @@ def module(group: str, name: str) -> Module:
     if scope is None or reads is None:
         raise ValueError(f"{where}: no `-- scope:` or `-- requires:` line")
     return Module(group=group, name=name, scope=scope, reads=frozenset(reads),
-                  creates=tuple(dict.fromkeys(_CREATES_PERSISTENT.findall(_code(sql)))), tables=tables)
+                  creates=tuple(dict.fromkeys(_CREATES.findall(_code(sql)))), tables=tables)
 
 
 def modules(group: str) -> list[Module]:
@@ -178,7 +178,6 @@ _CREATES = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?
 # a table read, by its last name: `x`, `tf_internal.x`, `a.x` (a run attached as `a`), `a.tf_internal.x`
 _USES = re.compile(r"\b(?:(?<!DISTINCT )FROM|JOIN)\s+(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)\b(?!\s*[(.])", re.I)
 _CTE = re.compile(r"(?:\bWITH|,)\s*(\w+)\s+AS\s*(?:MATERIALIZED\s*)?\(", re.I)
-_CREATES_PERSISTENT = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)\s+(?:tf_internal\.|main\.)?(\w+)", re.I)
 _NOT_TABLES = {"select", "lateral", "unnest", "range", "generate_series", "values"}
 
 
