@@ -1,17 +1,17 @@
--- cannot_answer (pack `cannot-answer`): per rank, the figures the trace cannot give, and why. A figure
--- that cannot be computed from what a trace holds is NULL in its pack (never a number made up) and
--- is listed here; the verdict reads this table to say why.
+-- @table cannot_answer: per rank, the figures the trace cannot give, and why. A figure
+--     that cannot be computed from what a trace holds is NULL in its pack (never a number made up) and
+--     is listed here; the verdict reads this table to say why.
 --
--- Inputs: gpu_ops, launch_overhead, steps, traces.
 --
---   rank
---   figure   what cannot be answered: 'launch dispatch' (launch_overhead.dispatch_ns, op_work's
---            per-CPU-op figures), 'launch latency' (launch_overhead: ops whose launch call is not in
---            the trace), 'per-step figures' (no step annotation: one row for the whole trace),
---            'cross-rank timing' (no collective matched with another rank: the rank's clock cannot
---            be placed on the job's timeline)
---   reason   why, in words
---   n_ops    GPU ops the figure is missing for (NULL for figures of the whole rank)
+-- @column rank    INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column figure  VARCHAR  text          what cannot be answered: 'launch dispatch' (launch_overhead.dispatch_ns, op_work's
+--     per-CPU-op figures), 'launch latency' (launch_overhead: ops whose launch call is not in
+--     the trace), 'per-step figures' (no step annotation: one row for the whole trace),
+--     'cross-rank timing' (no collective matched with another rank: the rank's clock cannot
+--     be placed on the job's timeline)
+-- @column reason  VARCHAR  text          why, in words
+-- @column n_ops   BIGINT   figure:count  GPU ops the figure is missing for (NULL for figures of the whole rank)
+-- scope: job
 -- requires: gpu_ops, launch_overhead, steps, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,27 +1,31 @@
--- collective_waits (pack `collective-waits`): in each collective, how long each rank waited for
--- its peers and how long the transfer itself took.
+-- @table collective_waits: in each collective, how long each rank waited for
+--     its peers and how long the transfer itself took.
 --
--- Inputs: collectives (matched across ranks by (comm, step, seq)).
 --
 -- One row per rank in a collective seen on at least two ranks. Times in ns.
---   comm, step, seq, op, rank
---   start_ns          when the rank's NCCL kernel began (ns since epoch)
---   end_ns            when the rank's NCCL kernel ended (ns since epoch)
---   wait_ns      from the rank's own start until the last rank started the collective (waiting for
---                peers; capped at the kernel's length)
---   transfer_ns  the rest of the kernel: end_ns - start_ns - wait_ns
---   last_start_ns  when the last rank started (ns since epoch)
---   n_ranks        ranks that recorded this collective
---   op_id          gpu_ops.op_id of the rank's NCCL kernel
---   last_rank      the rank that started it last (ties: the lowest rank)
---   blamed_ns      the part of wait_ns charged to last_rank: what this rank waited after the
---                  second-last rank started (0 for the last rank itself): before that it waited for
---                  the second-last too, whose arrival the last rank could not have hastened
---                  (bundled ddp4_sync_stall step 4: 139.4 ms waited in all, 45.8 ms after rank 3's
---                  peers had all arrived, 3 x 15.3 ms)
---   sharing        the last rank time-slices one GPU with the second-last (gpu_sharing) and its host
---                  had issued the collective before the second-last started it: it was late by turns of
---                  the shared device, not by anything it did (bundled ddp4_sync_stall: 18 of 21)
+-- @column comm           VARCHAR  key           the NCCL communicator (process group) of the collective
+-- @column step           INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column seq            INTEGER  key           the collective's sequence number within its communicator and step
+-- @column op             VARCHAR  text          the collective (allreduce, allgather, reduce_scatter, broadcast, ...)
+-- @column rank           INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column start_ns       BIGINT   time          when the rank's NCCL kernel began (ns since epoch)
+-- @column end_ns         BIGINT   time          when the rank's NCCL kernel ended (ns since epoch)
+-- @column wait_ns        BIGINT   figure:ns     from the rank's own start until the last rank started the collective (waiting for
+--     peers; capped at the kernel's length)
+-- @column transfer_ns    BIGINT   figure:ns     the rest of the kernel: end_ns - start_ns - wait_ns
+-- @column last_start_ns  BIGINT   time          when the last rank started (ns since epoch)
+-- @column n_ranks        BIGINT   figure:count  ranks that recorded this collective
+-- @column op_id          BIGINT   id:gpu_ops    gpu_ops.op_id of the rank's NCCL kernel
+-- @column last_rank      INTEGER  key           the rank that started it last (ties: the lowest rank)
+-- @column blamed_ns      BIGINT   figure:ns     the part of wait_ns charged to last_rank: what this rank waited after the
+--     second-last rank started (0 for the last rank itself): before that it waited for
+--     the second-last too, whose arrival the last rank could not have hastened
+--     (bundled ddp4_sync_stall step 4: 139.4 ms waited in all, 45.8 ms after rank 3's
+--     peers had all arrived, 3 x 15.3 ms)
+-- @column sharing        BOOLEAN  flag          the last rank time-slices one GPU with the second-last (gpu_sharing) and its host
+--     had issued the collective before the second-last started it: it was late by turns of
+--     the shared device, not by anything it did (bundled ddp4_sync_stall: 18 of 21)
 -- Point-to-point ops (SendRecv, Send, Recv) are matched only where the ranks' kernels run at one
 -- moment (a send completes with its receive): on HTA's trace_filter pair 6 of 10 pairs matched by
 -- order had one kernel end before the other began, which no send and receive can do; those are
@@ -31,6 +35,7 @@
 -- its collectives cannot be matched to the right peers by stream order: they are left out, and
 -- partial_capture says so ('communicators unknown').
 -- collective_waits shows first: comm, step, seq, op, rank, wait_ns, blamed_ns, transfer_ns, n_ranks
+-- scope: job
 -- requires: collectives, gpu_ops, gpu_sharing
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,13 +1,12 @@
--- cp_edges (view): the critical path's dependency graph (cp_graph.sql) as edges, one row per edge,
---   src -> dst, each end an (op_id, point) with point 'start' | 'end':
---   kind 'stream'      end of the previous op on the same stream -> start of the op
---        'launch'      start of the launch call -> start of the GPU op
---        'program'     end of the previous host call on the thread -> start of the call
---        'sync'        end of the waited GPU op -> end of the blocking host call
---        'event_wait'  end of an op on another stream -> start of a queued op that started right after it
---        'collective'  start of (comm, step, seq) on one rank -> its end on every other rank
+-- @table cp_edges: the critical path's dependency graph (cp_graph.sql) as edges, one row per edge,
+-- @column kind       VARCHAR  text          what kind of op or segment this is
+-- @column src_op_id  BIGINT   key           the edge's source: an op_id of gpu_ops or host_ops (host calls' ids are from 1e12 on)
+-- @column src_point  VARCHAR  text          which end of the source op: 'start' | 'end'
+-- @column dst_op_id  BIGINT   key           the edge's destination: an op_id of gpu_ops or host_ops
+-- @column dst_point  VARCHAR  text          which end of the destination op: 'start' | 'end'
 -- A view for reading: the walk reads cp_graph's tables. A module of its own: a cluster's workers make
 -- cp_graph per rank, and the collective edges need every rank.
+-- scope: job
 -- requires: collectives, cp_gpu_preds, cp_host_nodes, gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

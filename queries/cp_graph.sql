@@ -1,21 +1,28 @@
 -- cp_graph: the dependency graph the critical path walks (DESIGN.md, "Critical path").
 --
--- Inputs: gpu_ops (with launches and steps), host_ops, sync.
 -- Parameters: tf_dep_tolerance_ns — a queued GPU op that starts within this long after an op on
 --   another stream of its rank ended is taken to have waited for it (a cross-stream event wait) [20000 ns].
 --
--- cp_host_nodes: host calls the path can pass through, on threads that launch GPU work:
---   CUDA runtime/driver calls and OS-runtime calls, one row per call: node_op_id (its name and
---   kind: host_ops), rank, tid, start_ns, end_ns (ns),
---   role ('launch' | 'sync' | 'other'; 'sync': a blocking call of the sync pack), waited_op_id (for
---   sync calls: the GPU op whose end released it — the latest-ending op of the rank launched
---   before the call and ended inside it).
---   The walk (traceflow/critical_path.py) keeps the outermost calls: a call nested inside another
---   is dropped, one overlapping the call before starts where that one ended. (A running max over
---   tens of millions of calls is a slow window aggregate in DuckDB and a fast cumulative max in numpy.)
+-- @table cp_host_nodes: host calls the path can pass through, on threads that launch GPU work: CUDA
+--     runtime/driver calls and OS-runtime calls, one row per call.
+-- @column node_op_id    BIGINT   id:host_ops   the call's op_id (its name and kind: host_ops)
+-- @column rank          INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column tid           BIGINT   key           the host thread id
+-- @column start_ns      BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns        BIGINT   time          end, ns since the Unix epoch (after clock alignment)
+-- @column role          VARCHAR  text          'launch' | 'sync' | 'other'; 'sync': a blocking call of the sync pack
+-- @column waited_op_id  BIGINT   id:gpu_ops    for sync calls: the GPU op whose end released it, the latest-ending op of the rank launched before the call and ended inside it
+-- The walk (traceflow/critical_path.py) keeps the outermost calls: a call nested inside another
+-- is dropped, one overlapping the call before starts where that one ended. (A running max over
+-- tens of millions of calls is a slow window aggregate in DuckDB and a fast cumulative max in numpy.)
 --
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
 -- (cp_edges.sql lists the graph as edges, for reading.)
+-- @table cp_gpu_preds: each GPU op's predecessors in the graph: the op before it on its stream, and the op on another stream it waited for
+-- @column op_id        BIGINT  id:gpu_ops    the GPU op (gpu_ops.op_id)
+-- @column stream_prev  BIGINT  id:gpu_ops    the op before it on the same stream (NULL: the first)
+-- @column dep_op_id    BIGINT  id:gpu_ops    a queued op's cross-stream event wait: the op on another stream of its rank that ended within tf_dep_tolerance_ns before it started (NULL: none)
+-- scope: rank
 -- requires: gpu_ops, host_ops, sync
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,30 +1,42 @@
--- critical_path (pack `critical-path`): per step, the chain of segments that set the step's
--- length across all ranks, in time order.
+-- @table critical_path: per step, the chain of segments that set the step's
+--     length across all ranks, in time order.
 --
--- Inputs: critical_path_raw (written by traceflow's walk over cp_edges, see cp_graph.sql),
---   gpu_ops, host_ops, ranges. The step spans [first GPU window start, last GPU window end]
---   across ranks (step_windows); the segments tile it exactly, without overlap.
+-- The step spans [first GPU window start, last GPU window end] across ranks (step_windows); the
+-- segments tile it exactly, without overlap. critical_path_raw is written by traceflow's walk over
+-- cp_edges (cp_graph.sql).
 --
 -- One row per segment.
---   step, ordinal (0, 1, ... in time order), rank
---   kind   gpu_compute | gpu_comm | gpu_memory | launch | host_cpu | host_sync | peer_wait | idle
---   name   the GPU op, the launch / sync call or OS call (by op_id; the walk writes ids only). The
---          walk joins adjacent host_cpu stretches of a thread into one segment (a polling loop is one
---          segment, not millions); it keeps the id of its longest call when calls fill most of it.
---          Otherwise host_cpu is named by what the thread was doing: the innermost CPU op at the
---          segment's midpoint, else the innermost range.
---   start_ns, end_ns (ns since epoch); dur_ns = end_ns - start_ns (ns); tid: host thread, op_id
---   bound  for GPU kernels: the bound of the op that launched them (op_work: compute | memory |
---          latency), NULL where its work is unknown or the segment is not a kernel
+-- @column step      INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column ordinal   INTEGER  key           position in time order within the step (0, 1, ...)
+-- @column rank      INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column kind      VARCHAR  text          gpu_compute | gpu_comm | gpu_memory | launch | host_cpu | host_sync | peer_wait | idle
+-- @column name      VARCHAR  text          the GPU op, the launch / sync call or OS call (by op_id; the walk writes ids only). The
+--     walk joins adjacent host_cpu stretches of a thread into one segment (a polling loop is one
+--     segment, not millions); it keeps the id of its longest call when calls fill most of it.
+--     Otherwise host_cpu is named by what the thread was doing: the innermost CPU op at the
+--     segment's midpoint, else the innermost range.
+-- @column start_ns  BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns    BIGINT   time          end, ns since the Unix epoch (after clock alignment)
+-- @column dur_ns    BIGINT   figure:ns     end_ns - start_ns (ns)
+-- @column tid       BIGINT   key           the host thread id
+-- @column op_id     BIGINT   key           the op's op_id in gpu_ops or host_ops
+-- @column bound     VARCHAR  text          for GPU kernels: the bound of the op that launched them (op_work: compute | memory |
+--     latency), NULL where its work is unknown or the segment is not a kernel
 --
--- critical_path_summary (pack `critical-path-summary`): per step, rank and kind, the time on the critical path.
---   total_ns      time of the step's critical path in segments of this rank and kind (ns)
---   segments      how many segments
---   share_pct     total_ns / step_wall_ns (percent)
---   step_wall_ns  the step's span across ranks: the length of its critical path (ns)
+-- @table critical_path_summary: per step, rank and kind, the time on the critical path.
+-- @column step          INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column rank          INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column kind          VARCHAR  text          gpu_compute | gpu_comm | gpu_memory | launch | host_cpu | host_sync | peer_wait | idle
+-- @column total_ns      BIGINT   figure:ns     time of the step's critical path in segments of this rank and kind (ns)
+-- @column segments      BIGINT   figure:count  how many segments
+-- @column share_pct     DOUBLE   figure:percent  total_ns / step_wall_ns (percent)
+-- @column step_wall_ns  HUGEINT  figure:ns     the step's span across ranks: the length of its critical path (ns)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
 -- critical_path shows first: step, rank, kind, name, dur_ns, bound
 -- critical_path_summary shows first: step, rank, kind, total_ns, share_pct, segments
+-- scope: job
 -- requires: critical_path_raw, gpu_ops, host_ops, op_work, op_work_kernels, ranges
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,46 +1,84 @@
--- desync (pack `desync`): per process group and sequence id where the ranks' Flight Recorder
--- dumps disagree, one row per kind of disagreement: the collective some ranks never reached, or
--- reached with another size, dtype or op (docs/hang-forensics.md). Empty without dumps.
+-- @table desync: per process group and sequence id where the ranks' Flight Recorder
+--     dumps disagree, one row per kind of disagreement: the collective some ranks never reached, or
+--     reached with another size, dtype or op (docs/hang-forensics.md). Empty without dumps.
 --
--- Inputs: fr_entries, fr_groups, fr_dumps (ingest of Flight Recorder dumps).
 -- Compared: collectives (not p2p calls) whose sequence id every dumped member's buffer still holds
 -- (a buffer keeps its last N entries: older ids are not compared). Set-based: one GROUP BY per
 -- vote, whatever the number of ranks.
 --
---   pg           the process group's name ('0': the default group)
---   pg_desc      its description (default_pg, ...)
---   seq          the collective's sequence id in the group (1 = its first)
---   op           the op most ranks called as this seq (on a tie: the first by name)
---   kind         missing: some ranks never enqueued it | op_mismatch | size_mismatch | dtype_mismatch |
---                not_started: enqueued but not started on these ranks' GPUs while others were inside
---                it (NCCL: earlier GPU work held them)
---   ranks        the ranks at fault: those that never arrived (missing) or never started it
---                (not_started), else the minority (on a
---                tie: every rank that called it); a list
---   expected     what the majority called: op, input sizes or dtypes as recorded (NULL for missing)
---   got          what the ranks at fault called instead (NULL for missing); JSON text for sizes
---   waiting      ranks that enqueued this seq and never completed it: they waited in it; a list
---   no_dump      members of the group with no dump: what they did is unknown; a list
---   first        TRUE on the group's earliest disagreement: where it stopped
---   fault_last_completed  the last collective of the group the ranks at fault completed (the lowest)
---   fault_frame  where the ranks at fault last called into the group: the innermost frame outside
---                PyTorch of their latest entry in it (file:line function)
---   wait_frame   where the waiting ranks called this seq (the frame most of them share)
---   created_ns   when the first rank enqueued this seq (ns since epoch): when the waiting began
+-- @column pg                    VARCHAR    key           the process group's name ('0': the default group)
+-- @column pg_desc               VARCHAR    key           its description (default_pg, ...)
+-- @column seq                   BIGINT     key           the collective's sequence id in the group (1 = its first)
+-- @column op                    VARCHAR    text          the op most ranks called as this seq (on a tie: the first by name)
+-- @column kind                  VARCHAR    text          missing: some ranks never enqueued it | op_mismatch | size_mismatch | dtype_mismatch |
+--     not_started: enqueued but not started on these ranks' GPUs while others were inside
+--     it (NCCL: earlier GPU work held them)
+-- @column ranks                 INTEGER[]  key           the ranks at fault: those that never arrived (missing) or never started it
+--     (not_started), else the minority (on a
+--     tie: every rank that called it); a list
+-- @column expected              VARCHAR    text          what the majority called: op, input sizes or dtypes as recorded (NULL for missing)
+-- @column got                   VARCHAR    text          what the ranks at fault called instead (NULL for missing); JSON text for sizes
+-- @column waiting               INTEGER[]  key           ranks that enqueued this seq and never completed it: they waited in it; a list
+-- @column no_dump               INTEGER[]  key           members of the group with no dump: what they did is unknown; a list
+-- @column first                 BOOLEAN    flag          TRUE on the group's earliest disagreement: where it stopped
+-- @column fault_last_completed  BIGINT     key           the last collective of the group the ranks at fault completed (the lowest)
+-- @column fault_frame           VARCHAR    text          where the ranks at fault last called into the group: the innermost frame outside
+--     PyTorch of their latest entry in it (file:line function)
+-- @column wait_frame            VARCHAR    text          where the waiting ranks called this seq (the frame most of them share)
+-- @column created_ns            BIGINT     time          when the first rank enqueued this seq (ns since epoch): when the waiting began
 --
--- desync_ranks (pack `desync-ranks`): per process group and member rank, where it stood.
---   pg              the process group's name ('0': the default group)
---   rank
---   dumped          FALSE: no dump from this rank
---   last_enqueued   the last collective seq it enqueued in the group
---   last_completed  the last one it completed: the later of pg_status's and its entries' (completed or retired)
---   state           no_dump | not_entered (never enqueued the group's first disagreement) |
---                   waiting (enqueued a collective it never completed) | idle (all it enqueued completed)
---   op              the op of its last enqueued collective
---   frame           where it called that collective: file:line function
---   last_created_ns  when it enqueued that collective (ns since epoch)
+-- @table desync_ranks: per process group and member rank, where it stood.
+-- @column pg               VARCHAR  key           the process group's name ('0': the default group)
+-- @column rank             INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column dumped           BOOLEAN  flag          FALSE: no dump from this rank
+-- @column last_enqueued    BIGINT   key           the last collective seq it enqueued in the group
+-- @column last_completed   BIGINT   key           the last one it completed: the later of pg_status's and its entries' (completed or
+--     retired)
+-- @column state            VARCHAR  text          no_dump | not_entered (never enqueued the group's first disagreement) |
+--     waiting (enqueued a collective it never completed) | idle (all it enqueued completed)
+-- @column op               VARCHAR  text          the op of its last enqueued collective
+-- @column frame            VARCHAR  text          where it called that collective: file:line function
+-- @column last_created_ns  BIGINT   time          when it enqueued that collective (ns since epoch)
 -- desync shows first: pg, seq, op, kind, ranks, expected, got, waiting, no_dump
 -- desync_ranks shows first: pg, rank, state, last_enqueued, last_completed, op, frame
+-- @table desync_members: the members of each process group: pg_config's ranks where a dump states them, else the ranks that dumped it.
+-- @column pg       VARCHAR  key           the process group's name ('0': the default group)
+-- @column pg_desc  VARCHAR  key           its description (default_pg, ...)
+-- @column rank     INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @table desync_progress: where each member stood in each group: pg_status and its entries.
+-- @column pg              VARCHAR  key           the process group's name ('0': the default group)
+-- @column pg_desc         VARCHAR  key           its description (default_pg, ...)
+-- @column rank            INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column dumped          BOOLEAN  flag          FALSE: no dump from this rank
+-- @column last_enqueued   BIGINT   key           the last collective seq it enqueued in the group
+-- @column last_completed  BIGINT   key           the last one it completed: the later of pg_status's and its entries' (completed or
+--     retired)
+-- @column min_seq         BIGINT   key           the lowest collective seq its buffer still holds in the group
+-- @table desync_calls: the collectives compared, one row per rank: ids every dumped member's buffer still holds.
+-- @column pg          VARCHAR  key           the process group's name ('0': the default group)
+-- @column seq         BIGINT   key           the collective's sequence id in the group (1 = its first)
+-- @column rank        INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column op          VARCHAR  text          the op most ranks called as this seq (on a tie: the first by name)
+-- @column sizes       VARCHAR  text          the input sizes as recorded (and ' -> ' the output sizes where they differ)
+-- @column dtypes      VARCHAR  text          the input dtypes as recorded
+-- @column created_ns  BIGINT   time          when this rank enqueued it (ns since epoch)
+-- @column user_frame  VARCHAR  text          the innermost frame outside PyTorch of its stack (file:line function)
+-- @column state       VARCHAR  text          the entry's state as recorded: scheduled | started | completed
+-- @column open        BOOLEAN  flag          the rank enqueued it and never completed it: it waited in it
+-- @table desync_found: each disagreement found, before desync adds its frames and the members without a dump.
+-- @column pg          VARCHAR    key           the process group's name ('0': the default group)
+-- @column seq         BIGINT     key           the collective's sequence id in the group (1 = its first)
+-- @column kind        VARCHAR    text          missing: some ranks never enqueued it | op_mismatch | size_mismatch | dtype_mismatch |
+--     not_started: enqueued but not started on these ranks' GPUs while others were inside it
+--     (NCCL: earlier GPU work held them)
+-- @column ranks       INTEGER[]  key           the ranks at fault: those that never arrived (missing) or never started it (not_started),
+--     else the minority (on a tie: every rank that called it); a list
+-- @column expected    VARCHAR    text          what the majority called: op, input sizes or dtypes as recorded (NULL for missing)
+-- @column got         VARCHAR    text          what the ranks at fault called instead (NULL for missing); JSON text for sizes
+-- @column waiting     INTEGER[]  key           ranks that enqueued this seq and never completed it: they waited in it; a list
+-- @column wait_frame  VARCHAR    text          where the waiting ranks called this seq (the frame most of them share)
+-- @column created_ns  BIGINT     time          when the first rank enqueued this seq (ns since epoch): when the waiting began
+-- scope: job
 -- requires: fr_entries, fr_groups, fr_dumps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,7 +1,6 @@
--- desync_timing (pack `desync-timing`): each Flight Recorder entry joined with the rank's timing
--- trace (Kineto / nsys beside the dumps): the host call that enqueued it. Empty without both.
+-- @table desync_timing: each Flight Recorder entry joined with the rank's timing
+--     trace (Kineto / nsys beside the dumps): the host call that enqueued it. Empty without both.
 --
--- Inputs: fr_entries, traces, host_ops, ranges.
 -- The recorder writes an entry inside the call that enqueues the collective, on the rank's own
 -- clock (ns since epoch, the clock the profilers use too): the entry joins the communication call
 -- of the same rank open at its created_ns (Kineto: c10d::allreduce_ and the like, or
@@ -9,32 +8,33 @@
 -- profiler's Seq argument: gloo records no record_param_comms, and a sequence counted in a trace
 -- starts wherever the trace starts. Clock offsets applied to the rank's trace are applied here too.
 --
---   pg             the entry's process group (fr_entries.pg)
---   seq            the entry's collective sequence number in its group (fr_entries.seq)
---   rank           the rank whose buffer holds the entry (fr_entries.rank)
---   op             the entry's collective or p2p call (fr_entries.op)
---   host_name      the call that enqueued it (c10d::allreduce_, record_param_comms, nccl:all_reduce ...)
---   start_ns       when that call began, on the trace's clock (ns since epoch)
---   end_ns         when that call returned, on the trace's clock (ns since epoch)
---   host_op_id     host_ops.op_id of the call (NULL when it is an NVTX range)
+-- @column pg          VARCHAR  key           the entry's process group (fr_entries.pg)
+-- @column seq         BIGINT   key           the entry's collective sequence number in its group (fr_entries.seq)
+-- @column rank        INTEGER  rank          the rank whose buffer holds the entry (fr_entries.rank)
+-- @column op          VARCHAR  text          the entry's collective or p2p call (fr_entries.op)
+-- @column host_name   VARCHAR  text          the call that enqueued it (c10d::allreduce_, record_param_comms, nccl:all_reduce ...)
+-- @column start_ns    BIGINT   time          when that call began, on the trace's clock (ns since epoch)
+-- @column end_ns      BIGINT   time          when that call returned, on the trace's clock (ns since epoch)
+-- @column host_op_id  BIGINT   id:host_ops   host_ops.op_id of the call (NULL when it is an NVTX range)
 --
--- desync_timing_ranks (pack `desync-timing-ranks`): per traced rank, what it did from the moment
--- the hang began (the first enqueue of the group's first disagreement, else of the collective the
--- ranks waited in) to the end of its trace.
---   rank
---   hang_ns          when the hang began (ns since epoch, the trace's clock)
---   trace_end_ns     the trace's last event (ns since epoch)
---   last_seq         the last collective of the hung group the trace shows the rank entering
---   host_activity    where its host spent that stretch: the innermost host op or range (not a
---                    communication call) covering at least half of the longest one's overlap
---   host_activity_ns  how much of the stretch it covered (ns)
---   in_collective_ns  how much of the stretch the rank spent inside communication calls (ns)
---   gpu_busy_ns      GPU time of the rank in the 5 s before the hang began (ns)
---   gpu_at_hang      the GPU op running on the rank when the hang began (NULL: none)
---   where_stuck      collective: inside a communication call for at least half of the stretch |
---                    host: in a host op or range outside any collective for at least half of it |
---                    idle: neither | NULL: its trace ends before the hang
+-- @table desync_timing_ranks: per traced rank, what it did from the moment
+--     the hang began (the first enqueue of the group's first disagreement, else of the collective the
+--     ranks waited in) to the end of its trace.
+-- @column rank              INTEGER  rank          the traced rank the row is about
+-- @column hang_ns           BIGINT   time          when the hang began (ns since epoch, the trace's clock)
+-- @column trace_end_ns      BIGINT   time          the trace's last event (ns since epoch)
+-- @column last_seq          BIGINT   key           the last collective of the hung group the trace shows the rank entering
+-- @column host_activity     VARCHAR  text          where its host spent that stretch: the innermost host op or range (not a
+--     communication call) covering at least half of the longest one's overlap
+-- @column host_activity_ns  BIGINT   figure:ns     how much of the stretch it covered (ns)
+-- @column in_collective_ns  BIGINT   figure:ns     how much of the stretch the rank spent inside communication calls (ns)
+-- @column gpu_busy_ns       BIGINT   figure:ns     GPU time of the rank in the 5 s before the hang began (ns)
+-- @column gpu_at_hang       VARCHAR  text          the GPU op running on the rank when the hang began (NULL: none)
+-- @column where_stuck       VARCHAR  text          collective: inside a communication call for at least half of the stretch |
+--     host: in a host op or range outside any collective for at least half of it |
+--     idle: neither | NULL: its trace ends before the hang
 -- desync_timing_ranks shows first: rank, where_stuck, host_activity, host_activity_ns, in_collective_ns, gpu_busy_ns, gpu_at_hang, last_seq
+-- scope: job
 -- requires: fr_entries, traces, host_ops, ranges, gpu_ops, desync, desync_ranks
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

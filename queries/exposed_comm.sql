@@ -1,15 +1,22 @@
--- exposed_comm (pack `exposed-comm`): how much NCCL time each rank spent with no compute to hide it.
+-- @table exposed_comm: how much NCCL time each rank spent with no compute to hide it.
 --
--- Inputs: step_windows, gpu_state (gpu_state.sql).
 --
 -- One row per rank and step, inside the step's GPU window. Times in ns.
---   rank, step
---   comm_ns      |comm| : union of communication ops (all streams)
---   compute_ns   |compute| : union of compute kernels
---   overlap_ns   |comm ∩ compute|
---   overlap_pct  100 * overlap_ns / comm_ns (percent, 0..100; NULL without communication)
---   exposed_ns   |comm − compute| = comm_ns − overlap_ns
+-- @column rank         INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step         INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column comm_ns      BIGINT   figure:ns     |comm| : union of communication ops (all streams)
+-- @column compute_ns   BIGINT   figure:ns     |compute| : union of compute kernels
+-- @column overlap_ns   BIGINT   figure:ns     |comm ∩ compute|
+-- @column overlap_pct  DOUBLE   figure:percent  100 * overlap_ns / comm_ns (percent, 0..100; NULL without communication)
+-- @column exposed_ns   BIGINT   figure:ns     |comm − compute| = comm_ns − overlap_ns
 -- exposed_comm shows first: rank, step, exposed_ns, comm_ns, compute_ns, overlap_pct
+-- @table exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
+--     communication op ran with no compute beside it; for the Perfetto trace.
+-- @column rank      INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column start_ns  BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns    BIGINT   time          end, ns since the Unix epoch (after clock alignment)
+-- scope: rank
 -- requires: gpu_state, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
@@ -34,8 +41,6 @@ SELECT rank, step, comm_ns::BIGINT AS comm_ns, compute_ns::BIGINT AS compute_ns,
        (comm_ns - overlap_ns)::BIGINT AS exposed_ns
 FROM d ORDER BY rank, step;
 
--- exposed_comm_segments: the stretches themselves (rank, start_ns, end_ns in ns), where a
--- communication op ran with no compute beside it; for the Perfetto trace.
 CREATE OR REPLACE TABLE tf_internal.exposed_comm_segments AS
 -- A rank's segments are contiguous, so along a run of exposed segments end_ns - cum_exposed_comm
 -- stays put, and any other time between two runs moves it on: it names the run, no window needed.

@@ -1,73 +1,79 @@
--- findings (pack `findings`): the verdict's findings as rows, most important first; Python
--- (traceflow/verdict.py) only turns each into a sentence. Other packs may add rows of the same
--- columns (traceflow/verdict.py FINDING_TABLES); the verdict orders them all by (priority, cost_ns).
---   priority       0 the job stopped (hang forensics) | 1 a fault: a rank or step doing worse than
---                  its baseline by 5 % of the median step or more (per step, for a straggler) | 2 the
---                  dominant cause of the typical step, then smaller faults | 3 a caveat on the
---                  figures (shared GPUs, coverage, what the trace cannot give) | 4 a note (launch-bound kernels, exposed
---                  communication, MFU) (INTEGER)
---   kind           step_outlier | straggler | extra_sync | pageable_copy | dominant | shared_gpu | sharing | partial_capture |
---                  coverage | cannot_answer | yardstick | launch_bound_steps |
---                  launch_names | exposed_comm | mfu | mfu_empty (VARCHAR)
---   rank           the rank it concerns (NULL: every rank)
---   step           the step it concerns (NULL: every analysed step)
---   class          what kind of time, as in step_causes.class
---   cause          the finer cause within the class, as in step_causes.cause
---   cost_ns        what it cost over the analysed steps: for a fault its excess over the baseline
---                  (step_outlier: in its step; straggler: per step times the steps), for the
---                  dominant cause its time on the critical path (ns, BIGINT; NULL for notes)
---   value_ns       the figure itself: path time of the cause in the rank and step, the straggler's
---                  delay per step, the class's path time per step (ns, BIGINT)
---   baseline_ns    what the rest of the job does: the median of the same figure over the other steps
---                  (step_outlier) or the other ranks (straggler) (ns, BIGINT)
---   share_pct      value as a percent of the step's critical path (of the median step's for
---                  per-step figures); coverage: percent of GPU time inside steps; mfu: the MFU;
---                  launch_bound_steps: the most launch-exposed share of a step's GPU window;
---                  cannot_answer: the share of those ranks' GPU ops the figure is missing for (DOUBLE)
---   low_pct        dominant: the class's least share over the analysed steps; mfu: the share of
---                  compute time with known FLOPs
---   high_pct       dominant: the class's greatest share over the analysed steps; mfu: the share of
---                  op time that is memory-bound
---   evidence       the op, call or kernel that shows it; cannot_answer: the figure (VARCHAR)
---   evidence_ns    its time (ns, BIGINT): the host's longest idle gap with its cause (step_outlier),
---                  the extra synchronising per step (straggler with cause sync), the GPU compute per
---                  step beyond the other ranks' median (cause more compute: an uneven shard, a slower
---                  GPU) or how much later than theirs its GPU began the step, its host late too
---                  (cause late step start),
---                  the longest segment (dominant),
---                  the part of the idle after the launch calls had returned (launch_names:
---                  launch_overhead.exposed_queued_ns)
---   activity       what the host was doing in that gap, or the synchronising call (VARCHAR)
---   peers          the ranks that waited for this rank in its collectives (INTEGER[])
---   peer_wait_ns   their wait in those collectives in total (ns, BIGINT)
---   n              a count: collectives started last (straggler), ranks sharing one GPU, kernel
---                  names, launch-bound steps, ops with known FLOPs (mfu_empty), GPU ops a figure is
---                  missing for (cannot_answer; NULL for a figure of the whole rank) (BIGINT)
---   per_step       straggler: how many more blocking calls (evidence) it makes per step than the
---                  median other rank (DOUBLE)
---   bytes          dominant memory copies: bytes copied per step on the path (BIGINT)
---   ranks          ranks concerned (shared_gpu: the ranks on one GPU; cannot_answer: the ranks giving one reason) (INTEGER[])
---   steps          steps concerned (launch_bound_steps) (INTEGER[])
---   note           a short qualifier: how a shared GPU was identified, the MFU lower bound, why a
---                  figure cannot be given (cannot_answer); for a host step_outlier, the blocking
---                  calls the rank made in that step beyond its usual count (sync_extra) that returned
---                  as its longest host-late gap began (they emptied the GPU's queue),
---                  comma-separated (VARCHAR)
---   fix            the change a user makes, worded for the recorded cause and the program's stack
---                  (traceflow/claims.py, at ingest); NULL where none fits or its replay gains nothing
---                  above noise (VARCHAR)
---   gain_ns        the what-if replay's gain per affected step (ns, BIGINT)
---   steps_affected  analysed steps where the cause recurs (1 for a one-off) (INTEGER)
---   recover_ns     gain over the capture, gain per step x steps affected: the fixes' ranking (ns, BIGINT)
---   yardstick      a bound (compute or copies twice as fast, no stragglers), never advice (BOOLEAN)
---   repro_sql      SQL over this database whose first row's column `figure` is the claim's figure (VARCHAR)
---   figure         the figure the sentence states, in `unit` (DOUBLE)
---   unit           the figure's unit: ns or % (VARCHAR)
---   baseline       what the figure is set against, in its unit (DOUBLE)
---   scenario       the `traceflow whatif` flags that replay the fix (VARCHAR)
---   fix_short      the fix in a few words, for the headline (VARCHAR)
---   claim          the row's place in the verdict: fixes by recover_ns first, then the facts (INTEGER)
+-- @table findings: the verdict's findings as rows, most important first; Python
+--     (traceflow/verdict.py) only turns each into a sentence. Other packs may add rows of the same
+--     columns (traceflow/verdict.py FINDING_TABLES); the verdict orders them all by (priority, cost_ns).
+-- @column priority        INTEGER    key           0 the job stopped (hang forensics) | 1 a fault: a rank or step doing worse than
+--     its baseline by 5 % of the median step or more (per step, for a straggler) | 2 the
+--     dominant cause of the typical step, then smaller faults | 3 a caveat on the
+--     figures (shared GPUs, coverage, what the trace cannot give) | 4 a note (launch-bound kernels, exposed
+--     communication, MFU)
+-- @column kind            VARCHAR    text          step_outlier | straggler | extra_sync | pageable_copy | dominant | shared_gpu | sharing | partial_capture |
+--     coverage | cannot_answer | yardstick | launch_bound_steps |
+--     launch_names | exposed_comm | mfu | mfu_empty
+-- @column rank            INTEGER    rank          the rank it concerns (NULL: every rank)
+-- @column step            INTEGER    key           the step it concerns (NULL: every analysed step)
+-- @column class           VARCHAR    text          what kind of time, as in step_causes.class
+-- @column cause           VARCHAR    text          the finer cause within the class, as in step_causes.cause
+-- @column cost_ns         BIGINT     figure:ns     what it cost over the analysed steps: for a fault its excess over the baseline
+--     (step_outlier: in its step; straggler: per step times the steps), for the
+--     dominant cause its time on the critical path (ns; NULL for notes)
+-- @column value_ns        BIGINT     figure:ns     the figure itself: path time of the cause in the rank and step, the straggler's
+--     delay per step, the class's path time per step (ns)
+-- @column baseline_ns     BIGINT     figure:ns     what the rest of the job does: the median of the same figure over the other steps
+--     (step_outlier) or the other ranks (straggler) (ns)
+-- @column share_pct       DOUBLE     figure:percent  value as a percent of the step's critical path (of the median step's for
+--     per-step figures); coverage: percent of GPU time inside steps; mfu: the MFU;
+--     launch_bound_steps: the most launch-exposed share of a step's GPU window;
+--     cannot_answer: the share of those ranks' GPU ops the figure is missing for
+-- @column low_pct         DOUBLE     figure:percent  dominant: the class's least share over the analysed steps; mfu: the share of
+--     compute time with known FLOPs
+-- @column high_pct        DOUBLE     figure:percent  dominant: the class's greatest share over the analysed steps; mfu: the share of
+--     op time that is memory-bound
+-- @column evidence        VARCHAR    text          the op, call or kernel that shows it; cannot_answer: the figure
+-- @column evidence_ns     BIGINT     figure:ns     its time (ns): the host's longest idle gap with its cause (step_outlier),
+--     the extra synchronising per step (straggler with cause sync), the GPU compute per
+--     step beyond the other ranks' median (cause more compute: an uneven shard, a slower
+--     GPU) or how much later than theirs its GPU began the step, its host late too
+--     (cause late step start),
+--     the longest segment (dominant),
+--     the part of the idle after the launch calls had returned (launch_names:
+--     launch_overhead.exposed_queued_ns)
+-- @column activity        VARCHAR    text          what the host was doing in that gap, or the synchronising call
+-- @column peers           INTEGER[]  key           the ranks that waited for this rank in its collectives
+-- @column peer_wait_ns    BIGINT     figure:ns     their wait in those collectives in total (ns)
+-- @column n               BIGINT     figure:count  a count: collectives started last (straggler), ranks sharing one GPU, kernel
+--     names, launch-bound steps, ops with known FLOPs (mfu_empty), GPU ops a figure is
+--     missing for (cannot_answer; NULL for a figure of the whole rank)
+-- @column per_step        DOUBLE     figure:count straggler: how many more blocking calls (evidence) it makes per step than the
+--     median other rank
+-- @column bytes           BIGINT     figure:bytes  dominant memory copies: bytes copied per step on the path
+-- @column ranks           INTEGER[]  key           ranks concerned (shared_gpu: the ranks on one GPU; cannot_answer: the ranks giving one
+--     reason)
+-- @column steps           INTEGER[]  key           steps concerned (launch_bound_steps)
+-- @column note            VARCHAR    text          a short qualifier: how a shared GPU was identified, the MFU lower bound, why a
+--     figure cannot be given (cannot_answer); for a host step_outlier, the blocking
+--     calls the rank made in that step beyond its usual count (sync_extra) that returned
+--     as its longest host-late gap began (they emptied the GPU's queue),
+--     comma-separated
+-- @column fix             VARCHAR    text          the change a user makes, worded for the recorded cause and the program's stack
+--     (traceflow/claims.py, at ingest); NULL where none fits or its replay gains nothing
+--     above noise
+-- @column gain_ns         BIGINT     figure:ns     the what-if replay's gain per affected step (ns)
+-- @column steps_affected  INTEGER    figure:count  analysed steps where the cause recurs (1 for a one-off)
+-- @column recover_ns      BIGINT     figure:ns     gain over the capture, gain per step x steps affected: the fixes' ranking (ns)
+-- @column yardstick       BOOLEAN    flag          a bound (compute or copies twice as fast, no stragglers), never advice
+-- @column repro_sql       VARCHAR    text          SQL over this database whose first row's column `figure` is the claim's figure
+-- @column figure          DOUBLE     figure:mixed  the figure the sentence states, in `unit`
+-- @column unit            VARCHAR    text          the figure's unit: ns or %
+-- @column baseline        DOUBLE     figure:mixed  what the figure is set against, in its unit
+-- @column scenario        VARCHAR    text          the `traceflow whatif` flags that replay the fix
+-- @column fix_short       VARCHAR    text          the fix in a few words, for the headline
+-- @column claim           INTEGER    key           the row's place in the verdict: fixes by recover_ns first, then the facts
 -- findings shows first: claim, kind, rank, step, cause, figure, fix, recover_ns, evidence
+-- @table findings_steps: the steps the findings compare, each with its wall time; a warm-up first step is marked.
+-- @column step     INTEGER  key           the training step
+-- @column wall_ns  BIGINT   figure:ns     the step's window across ranks, last end - first start (ns)
+-- @column warmup   BOOLEAN  flag          a warm-up first step: over 1.5 × the median, when there are three steps or more
+-- scope: job
 -- requires: cannot_answer, collective_waits, gpu_devices, gpu_sharing, partial_capture, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

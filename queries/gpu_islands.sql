@@ -1,9 +1,13 @@
--- gpu_islands: maximal busy intervals of each rank (the union of all its GPU ops, all streams).
+-- @table gpu_islands: maximal busy intervals of each rank (the union of all its GPU ops, all streams).
+-- @column rank            INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column island          BIGINT   key           the island's number within the rank, in time order
+-- @column start_ns        BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns          BIGINT   time          end, ns since the Unix epoch (after clock alignment)
+-- @column first_op_id     BIGINT   id:gpu_ops    an op starting the island (the op that ended the idle gap before it)
+-- @column busy_before_ns  BIGINT   figure:ns     busy time of the rank before this island (ns)
 --
--- Inputs: gpu_ops.
 --
---   rank, island, start_ns, end_ns (ns); busy_before_ns: busy time of the rank before this island (ns);
---   first_op_id: an op starting the island (the op that ended the idle gap before it)
+-- scope: rank
 -- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

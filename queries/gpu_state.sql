@@ -1,15 +1,22 @@
--- gpu_state: when each rank's GPU was busy, and with what; the base of the per-step figures.
+-- @table gpu_state: when each rank's GPU was busy, and with what; the base of the per-step figures.
+-- @column rank                INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column start_ns            BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns              BIGINT   time          end, ns since the Unix epoch (after clock alignment)
+-- @column has_compute         BOOLEAN  flag          a compute kernel runs in the segment
+-- @column has_comm            BOOLEAN  flag          an NCCL (communication) kernel runs in the segment
+-- @column has_memory          BOOLEAN  flag          a memcpy or memset runs in the segment
+-- @column state               VARCHAR  text          'compute' > 'communication' > 'memory' > 'idle' (the first that applies), so that compute + exposed comm + exposed memory + idle = the window, exactly
+-- @column cum_compute         BIGINT   figure:ns     running total (ns) of compute from the rank's first segment to this one's end
+-- @column cum_exposed_comm    BIGINT   figure:ns     running total (ns) of exposed communication from the rank's first segment to this one's end
+-- @column cum_exposed_memory  BIGINT   figure:ns     running total (ns) of exposed memory from the rank's first segment to this one's end
+-- @column cum_idle            BIGINT   figure:ns     running total (ns) of idle from the rank's first segment to this one's end
+-- @column cum_comm            BIGINT   figure:ns     running total (ns) of communication (exposed or not) from the rank's first segment to this one's end
+-- @column cum_comm_overlap    BIGINT   figure:ns     running total (ns) of communication overlapped by compute from the rank's first segment to this one's end
 --
--- Inputs: gpu_ops, step_windows (both from `traceflow ingest`, traceflow/derive/).
 --
 -- The rank's timeline cut into elementary segments (at every op start/end and
 -- window edge), so each segment has one set of running ops.
---   rank, start_ns, end_ns (ns)
---   has_compute / has_comm / has_memory BOOLEAN  a compute kernel / NCCL kernel / memcpy-memset runs
---   state VARCHAR  'compute' > 'communication' > 'memory' > 'idle' (first that applies), so that
---                  compute + exposed comm + exposed memory + idle = the window, exactly
---   cum_compute, cum_exposed_comm, cum_exposed_memory, cum_idle, cum_comm, cum_comm_overlap BIGINT:
---                  running totals (ns) of each from the rank's first segment to this one's end
+-- scope: rank
 -- requires: gpu_ops, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,9 +1,6 @@
--- host_time (pack `host-time`): every nanosecond of a rank's host timeline inside each step, given
--- exactly one cause (docs/host-time.md).
+-- @table host_time: every nanosecond of a rank's host timeline inside each step, given
+--     exactly one cause (docs/host-time.md).
 --
--- Inputs: host_ops (CUDA calls, CPU ops), ranges (data-loading annotations), gpu_ops (which threads
--- launch, which calls launched), sync (which calls block), steps (each step's host range),
--- gpu_islands (when the rank's GPU ran anything), traces (clock consistency).
 -- Parameters: tf_data_pattern — a CPU op or host range whose name matches is data loading
 --   [(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch].
 --
@@ -29,23 +26,29 @@
 -- Launch queueing (a launched op waiting in its stream) is GPU-side time, not host time.
 --
 -- One row per rank, step and cause (every cause, 0 when absent):
---   rank, step
---   cause        one of the eight causes above (VARCHAR)
---   ns           host time of that cause inside the step's host range (ns); a step's eight rows
---                add up to step_ns exactly (BIGINT). NULL where the rank's CPU ops and CUDA calls are on two
---                clocks with no consistent offset (traces.cpu_clock_consistent FALSE)
---   gpu_idle_ns  the part of ns during which the rank's GPU ran nothing: host time the GPU
---                waited through (ns, BIGINT)
---   step_ns      the step's host range, end - start (ns, BIGINT)
---   share        ns / step_ns (DOUBLE)
---   range_name   no_op only: the named host range (NVTX / record_function, not the step's own) that
---                holds most (over half) of the row's time, innermost first; NULL where none does.
---                The time is the range's (nvFuser's `KernelExecutor::compileFusion`), not "no traced op"
---                (VARCHAR)
+-- @column rank         INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step         INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column cause        VARCHAR  text          one of the eight causes above
+-- @column ns           BIGINT   figure:ns     host time of that cause inside the step's host range (ns); a step's eight rows add up to step_ns exactly. NULL where the rank's CPU ops and CUDA calls are on two clocks with no consistent offset (traces.cpu_clock_consistent FALSE)
+-- @column gpu_idle_ns  BIGINT   figure:ns     the part of ns during which the rank's GPU ran nothing: host time the GPU
+--     waited through (ns)
+-- @column step_ns      BIGINT   figure:ns     the step's host range, end - start (ns)
+-- @column share        DOUBLE   figure:fraction  ns / step_ns
+-- @column range_name   VARCHAR  text          no_op only: the named host range (NVTX / record_function, not the step's own) that
+--     holds most (over half) of the row's time, innermost first; NULL where none does.
+--     The time is the range's (nvFuser's `KernelExecutor::compileFusion`), not "no traced op"
 --
--- tf_internal.host_time_spans: the timeline itself, one row per stretch of one cause:
---   rank, step, start_ns, end_ns (ns since epoch), cause, gpu_busy (the rank's GPU ran something all along),
---   range_name (no_op stretches: the innermost named host range around the stretch's start, else NULL)
+-- @table host_time_spans: the timeline itself, one row per stretch of one cause.
+-- @column rank        INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step        INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column start_ns    BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns      BIGINT   time          end, ns since the Unix epoch (after clock alignment)
+-- @column cause       VARCHAR  text          one of the eight causes above
+-- @column gpu_busy    BOOLEAN  flag          the rank's GPU ran something all along the stretch
+-- @column range_name  VARCHAR  text          no_op stretches: the innermost named host range around the stretch's start, else NULL
+-- scope: job
 -- requires: gpu_islands, gpu_ops, host_ops, ranges, steps, sync, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,7 +1,6 @@
--- idle_gaps (pack `idle-gaps`): every stretch inside a step's GPU window where the rank's GPU
--- ran nothing, with its cause and what the host was doing meanwhile.
+-- @table idle_gaps: every stretch inside a step's GPU window where the rank's GPU
+--     ran nothing, with its cause and what the host was doing meanwhile.
 --
--- Inputs: gpu_islands (gpu_islands.sql), step_windows (traceflow/derive/), gpu_ops, host_ops, ranges.
 -- Parameters (DuckDB variables; defaults in brackets):
 --   tf_launch_threshold_ns  gaps shorter than this are launch latency when the next op was queued [5000 ns = 5 µs]
 --
@@ -9,32 +8,43 @@
 -- a rank tile its timeline, and a gap never straddles two, since every window edge is an op's start
 -- or end). So a step's gaps add up to its idle_ns in step_breakdown. Gaps before the first window
 -- or after the last are listed with step NULL, as step_breakdown's 'before' / 'after' rows.
---   rank, step
---   start_ns          when the gap began (ns since epoch)
---   end_ns            when the gap ended (ns since epoch)
---   dur_ns    end_ns - start_ns (ns)
---   cause  'host_late'       the op that ended the gap was launched after the gap began: the GPU starved
---                             waiting for the host
---          'launch_latency'  the next op was already queued and the gap is shorter than the threshold
---          'dependency'      the next op was already queued (or launched before the trace began) and
---                             waited on another stream, an event, a peer or a host sync
---   next_op          name of the GPU op that ended the gap
---   next_op_id       its op_id (gpu_ops)
---   next_api_start_ns  when that op's launch call started (ns; NULL if outside the trace)
---   next_issue_start_ns  when the host began issuing it (the CPU op around the launch call; ns)
---   host_tid         the host thread looked at: the one that launched next_op, else the rank's main thread
---   host_activity    what that thread was doing at the gap's midpoint (for gaps of at least the
---                    threshold): the innermost (shortest) host call running there (CPU op, CUDA
---                    call, OS runtime call such as clock_nanosleep) that fills at least half of the
---                    gap, else the innermost NVTX / annotation range there; NULL if neither
+-- @column rank                 INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step                 INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column start_ns             BIGINT   time          when the gap began (ns since epoch)
+-- @column end_ns               BIGINT   time          when the gap ended (ns since epoch)
+-- @column dur_ns               BIGINT   figure:ns     end_ns - start_ns (ns)
+-- @column cause                VARCHAR  text          'host_late'       the op that ended the gap was launched after the gap began: the GPU starved
+--     waiting for the host
+--     'launch_latency'  the next op was already queued and the gap is shorter than the threshold
+--     'dependency'      the next op was already queued (or launched before the trace began) and
+--     waited on another stream, an event, a peer or a host sync
+-- @column next_op              VARCHAR  text          name of the GPU op that ended the gap
+-- @column next_op_id           BIGINT   id:gpu_ops    its op_id (gpu_ops)
+-- @column next_api_start_ns    BIGINT   time          when that op's launch call started (ns; NULL if outside the trace)
+-- @column next_issue_start_ns  BIGINT   time          when the host began issuing it (the CPU op around the launch call; ns)
+-- @column host_tid             BIGINT   key           the host thread looked at: the one that launched next_op, else the rank's main thread
+-- @column host_activity        VARCHAR  text          what that thread was doing at the gap's midpoint (for gaps of at least the
+--     threshold): the innermost (shortest) host call running there (CPU op, CUDA
+--     call, OS runtime call such as clock_nanosleep) that fills at least half of the
+--     gap, else the innermost NVTX / annotation range there; NULL if neither
 --
--- idle_gaps_summary (pack `idle-gaps-summary`): per rank, step and cause, the idle gaps together.
---   n_gaps    how many gaps
---   total_ns  their total length (ns)
---   max_ns    the longest (ns)
+-- @table idle_gaps_summary: per rank, step and cause, the idle gaps together.
+-- @column rank      INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step      INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column cause     VARCHAR  text          'host_late'       the op that ended the gap was launched after the gap began: the GPU
+--     starved waiting for the host 'launch_latency'  the next op was already queued and the gap
+--     is shorter than the threshold 'dependency'      the next op was already queued (or
+--     launched before the trace began) and waited on another stream, an event, a peer or a host
+--     sync
+-- @column n_gaps    BIGINT   figure:count  how many gaps
+-- @column total_ns  BIGINT   figure:ns     their total length (ns)
+-- @column max_ns    BIGINT   figure:ns     the longest (ns)
 -- Few rows probe the as-of join below: keep DuckDB's ASOF join instead of its nested-loop plan.
 -- idle_gaps shows first: rank, step, dur_ns, cause, host_activity, next_op, start_ns
 -- idle_gaps_summary shows first: rank, step, cause, n_gaps, total_ns, max_ns
+-- scope: rank
 -- requires: gpu_islands, gpu_ops, host_ops, ranges, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

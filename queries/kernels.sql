@@ -1,15 +1,17 @@
--- kernels (pack `kernels`): the kernels each rank spent its GPU time on.
+-- @table kernels: the kernels each rank spent its GPU time on.
 --
--- Inputs: gpu_ops, gpu_islands.
 --
 -- One row per rank and kernel name, largest total first. Times in ns.
---   rank, name, category
---   count       launches of the kernel
---   total_ns    sum of durations
---   mean_ns     total_ns / count
---   busy_share  total_ns / the rank's busy time (union of all its GPU ops), 0..1 (kernels on
---               concurrent streams can make the shares of a rank add up to more than 1)
+-- @column rank        INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column name        VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column category    VARCHAR  text          what a GPU op does: compute | communication | memory
+-- @column count       BIGINT   figure:count  launches of the kernel
+-- @column total_ns    BIGINT   figure:ns     sum of durations
+-- @column mean_ns     BIGINT   figure:ns     total_ns / count
+-- @column busy_share  DOUBLE   figure:fraction  total_ns / the rank's busy time (union of all its GPU ops), 0..1 (kernels on
+--     concurrent streams can make the shares of a rank add up to more than 1)
 -- kernels shows first: rank, name, total_ns, count, mean_ns, busy_share
+-- scope: rank
 -- requires: gpu_islands, gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

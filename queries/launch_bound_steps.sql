@@ -1,20 +1,23 @@
--- launch_bound_steps (pack `launch-bound-steps`, also `launch-bound`): per rank and step, how much GPU idle launching cost.
+-- @table launch_bound_steps: per rank and step, how much GPU idle launching cost.
 --
--- Inputs: idle_gaps, launch_overhead, step_breakdown.
 -- Parameters: tf_launch_bound_share — a step is launch-bound when its exposed launch overhead is
 --   at least this share of the step's GPU window [0.3], and larger than its compute time.
 --
---   launches            launched GPU ops of the step
---   api_ns              time in launch calls (ns)
---   launch_exposed_ns   idle time inside the window during which the op that ended the idle gap was
---                       being issued ([issue_start, gpu_start] of that op; gaps are disjoint, so
---                       nothing is counted twice) (ns)
---   wall_ns           the step's GPU window, as in step_breakdown (ns)
---   compute_ns        the step's compute time, as in step_breakdown (ns)
---   launch_exposed_pct  launch_exposed_ns in percent of wall_ns
---   launch_bound        launch_exposed_ns is at least tf_launch_bound_share of the window and more
---                       than the step's compute time
+-- @column rank                INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step                INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column launches            BIGINT   figure:count  launched GPU ops of the step
+-- @column api_ns              BIGINT   figure:ns     time in launch calls (ns)
+-- @column launch_exposed_ns   BIGINT   figure:ns     idle time inside the window during which the op that ended the idle gap was
+--     being issued ([issue_start, gpu_start] of that op; gaps are disjoint, so
+--     nothing is counted twice) (ns)
+-- @column wall_ns             BIGINT   figure:ns     the step's GPU window, as in step_breakdown (ns)
+-- @column compute_ns          BIGINT   figure:ns     the step's compute time, as in step_breakdown (ns)
+-- @column launch_exposed_pct  DOUBLE   figure:percent  launch_exposed_ns in percent of wall_ns
+-- @column launch_bound        BOOLEAN  flag          launch_exposed_ns is at least tf_launch_bound_share of the window and more
+--     than the step's compute time
 -- launch_bound_steps shows first: rank, step, launch_exposed_ns, launch_exposed_pct, launch_bound, launches
+-- scope: rank
 -- requires: idle_gaps, launch_overhead, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,53 +1,61 @@
--- launch_overhead (pack `launch-overhead`): what launching each GPU op cost, and how much of it
--- the GPU sat idle for.
+-- @table launch_overhead: what launching each GPU op cost, and how much of it
+--     the GPU sat idle for.
 --
--- Inputs: gpu_ops (launch columns), gpu_islands.
 --
 -- One row per launched GPU op (launch call found in the trace). Times in ns.
---   rank, step, name, kind, stream, op_id
---   api_name                   the launch call (cudaLaunchKernel, ...)
---   api_start_ns               when the launch call began (ns since epoch)
---   api_ns      api_end - api_start: time in the launch call
---   queue_ns    max(0, gpu_start - api_end): waiting in the stream queue (nsys "queue time")
---   latency_ns  gpu_start - api_start
---   issue_start_ns  when the host began issuing the op: the start of the CPU op that made the launch
---               call (gpu_ops.cpu_op_id: by External id, or by nesting on the launching thread, as for
---               nsys's emit_nvtx ops); the launch call's start where unknown
---   dispatch_ns  api_start - issue_start: framework time before the launch call; NULL where it
---               cannot be answered from the trace (see cannot_answer)
---   cannot_answer  NULL, or why dispatch_ns is NULL: 'no CPU op contains the launch call' (none
---               recorded around it on its thread, as in nsys without NVTX ops) or 'CPU ops on a
---               clock the runtime calls do not share' (traces.cpu_clock_consistent = FALSE)
---   gpu_ns       the op's own run time on the GPU: gpu_end - gpu_start
---   exposed_ns  part of [issue_start, gpu_start] during which the rank's GPU ran nothing at all,
---               in the idle stretch that this op ended (an earlier idle stretch inside a long
---               queueing latency was ended by another op and is charged to that one, so the
---               exposed_ns of a step's ops add up without counting any idle time twice).
---               For tiny kernels the framework dispatch is most of what issuing them costs, so it
---               counts; without a CPU op this is DESIGN.md's [api_start, gpu_start].
---   exposed_queued_ns  the part of exposed_ns after the launch call returned: the op was enqueued and
---               had not started while the rank's GPU ran nothing of the rank's. Microseconds are the
---               driver's launch latency; milliseconds are the device busy with work the trace does not
---               hold (other processes' kernels on a shared GPU: up to 7 ms per op on h100
---               ddp4_sync_stall, where four ranks share one H100), which no launch fix removes (BIGINT)
+-- @column rank               INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step               INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column name               VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column kind               VARCHAR  text          what kind of op or segment this is
+-- @column stream             BIGINT   key           the CUDA stream
+-- @column op_id              BIGINT   id:gpu_ops    the GPU op (gpu_ops.op_id)
+-- @column api_name           VARCHAR  text          the launch call (cudaLaunchKernel, ...)
+-- @column api_start_ns       BIGINT   time          when the launch call began (ns since epoch)
+-- @column issue_start_ns     BIGINT   time          when the host began issuing the op: the start of the CPU op that made the launch
+--     call (gpu_ops.cpu_op_id: by External id, or by nesting on the launching thread, as for
+--     nsys's emit_nvtx ops); the launch call's start where unknown
+-- @column api_ns             BIGINT   figure:ns     api_end - api_start: time in the launch call
+-- @column queue_ns           BIGINT   figure:ns     max(0, gpu_start - api_end): waiting in the stream queue (nsys "queue time")
+-- @column latency_ns         BIGINT   figure:ns     gpu_start - api_start
+-- @column dispatch_ns        BIGINT   figure:ns     api_start - issue_start: framework time before the launch call; NULL where it
+--     cannot be answered from the trace (see cannot_answer)
+-- @column exposed_ns         BIGINT   figure:ns     part of [issue_start, gpu_start] during which the rank's GPU ran nothing at all,
+--     in the idle stretch that this op ended (an earlier idle stretch inside a long
+--     queueing latency was ended by another op and is charged to that one, so the
+--     exposed_ns of a step's ops add up without counting any idle time twice).
+--     For tiny kernels the framework dispatch is most of what issuing them costs, so it
+--     counts; without a CPU op this is DESIGN.md's [api_start, gpu_start].
+-- @column exposed_queued_ns  BIGINT   figure:ns     the part of exposed_ns after the launch call returned: the op was enqueued and
+--     had not started while the rank's GPU ran nothing of the rank's. Microseconds are the
+--     driver's launch latency; milliseconds are the device busy with work the trace does not
+--     hold (other processes' kernels on a shared GPU: up to 7 ms per op on h100
+--     ddp4_sync_stall, where four ranks share one H100), which no launch fix removes
+-- @column gpu_ns             BIGINT   figure:ns     the op's own run time on the GPU: gpu_end - gpu_start
+-- @column cannot_answer      VARCHAR  text          NULL, or why dispatch_ns is NULL: 'no CPU op contains the launch call' (none
+--     recorded around it on its thread, as in nsys without NVTX ops) or 'CPU ops on a
+--     clock the runtime calls do not share' (traces.cpu_clock_consistent = FALSE)
 --
--- launch_overhead_summary (pack `launch-overhead-summary`): per rank and kernel name, what launching it cost.
---   count             launches
---   total_exposed_ns  sum of exposed_ns: GPU idle while these ops were being issued (ns)
---   total_exposed_queued_ns  sum of exposed_queued_ns: of that, after the launch call had returned (ns)
---   total_gpu_ns      the kernels' own run time (ns)
---   launch_bound      total_exposed_ns > total_gpu_ns: the GPU idled longer waiting for these launches
---                     than it ran the kernels (the report and the verdict use this same definition)
---   mean_api_ns       mean time in the launch call itself: the launch cost (ns)
---   mean_queue_ns     mean wait in the stream behind earlier work, e.g. a running NCCL kernel: not a
---                     launch cost (ns)
---   total_latency_ns  sum of latency_ns, launch call start to kernel start: call and queue together (ns)
---   mean_latency_ns   mean of latency_ns (ns)
---   p50_latency_ns    median of latency_ns (ns)
---   p99_latency_ns    99th percentile of latency_ns (ns)
---   total_api_ns      sum of api_ns (ns)
+-- @table launch_overhead_summary: per rank and kernel name, what launching it cost.
+-- @column rank                     INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column name                     VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column count                    BIGINT   figure:count  launches
+-- @column total_exposed_ns         BIGINT   figure:ns     sum of exposed_ns: GPU idle while these ops were being issued (ns)
+-- @column total_exposed_queued_ns  BIGINT   figure:ns     sum of exposed_queued_ns: of that, after the launch call had returned (ns)
+-- @column total_gpu_ns             BIGINT   figure:ns     the kernels' own run time (ns)
+-- @column launch_bound             BOOLEAN  flag          total_exposed_ns > total_gpu_ns: the GPU idled longer waiting for these launches
+--     than it ran the kernels (the report and the verdict use this same definition)
+-- @column mean_api_ns              BIGINT   figure:ns     mean time in the launch call itself: the launch cost (ns)
+-- @column mean_queue_ns            BIGINT   figure:ns     mean wait in the stream behind earlier work, e.g. a running NCCL kernel: not a
+--     launch cost (ns)
+-- @column total_latency_ns         BIGINT   figure:ns     sum of latency_ns, launch call start to kernel start: call and queue together (ns)
+-- @column mean_latency_ns          BIGINT   figure:ns     mean of latency_ns (ns)
+-- @column p50_latency_ns           BIGINT   figure:ns     median of latency_ns (ns)
+-- @column p99_latency_ns           BIGINT   figure:ns     99th percentile of latency_ns (ns)
+-- @column total_api_ns             BIGINT   figure:ns     sum of api_ns (ns)
 -- launch_overhead shows first: rank, step, name, exposed_ns, gpu_ns, api_ns, queue_ns, latency_ns, dispatch_ns
 -- launch_overhead_summary shows first: rank, name, count, total_exposed_ns, total_gpu_ns, launch_bound, mean_api_ns, mean_queue_ns
+-- scope: rank
 -- requires: gpu_islands, gpu_ops, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,42 +1,54 @@
--- memory (pack `memory`): each rank's memory peak in each step, per device, from the PyTorch
--- profiler's [memory] events (profile_memory=True); definitions in docs/memory.md.
+-- @table memory: each rank's memory peak in each step, per device, from the PyTorch
+--     profiler's [memory] events (profile_memory=True); definitions in docs/memory.md.
 --
--- Inputs: memory_events (ingest), steps, devices (ingest: Kineto deviceProperties).
 --
 -- One row per rank, step and device that rank recorded memory events on. A step is its host range
 -- (steps.sql); an event belongs to the step whose range holds its time. Total Allocated / Total
 -- Reserved are the allocator's own totals just after each event, so they include what was allocated
 -- before the capture began (weights, optimizer state) while the events themselves do not. Bytes; ns.
---   rank, step
---   device_type   VARCHAR  cpu | cuda | ... as recorded (c10 DeviceType)
---   device        INTEGER  the device index as recorded (the CPU: -1)
---   start_ns      BIGINT  the start of the step's host range (ns since epoch)
---   end_ns        BIGINT  the end of the step's host range (ns since epoch)
---   start_allocated_bytes  BIGINT  allocated when the step began: the total after the last event before it
---                                   (NULL: no event before the step)
---   peak_allocated_bytes   BIGINT  the highest allocated total in the step (the start's, when no event in the
---                                   step went higher)
---   peak_ns                BIGINT  when the step first reached it (ns since epoch; the step's start when carried in)
---   peak_reserved_bytes    BIGINT  the highest reserved total in the step (CUDA caching allocator); NULL on the
---                                   CPU, whose allocator caches nothing (Kineto writes 0)
---   reserved_at_peak_bytes  BIGINT  the reserved total at peak_ns (NULL on the CPU)
---   cached_free_at_peak_bytes  BIGINT  reserved_at_peak_bytes - peak_allocated_bytes: memory the caching allocator
---                                   held at the peak that no tensor used (its cache and fragmentation; NULL on the CPU)
---   allocated_bytes        BIGINT  bytes allocated in the step (sum of the allocations)
---   freed_bytes            BIGINT  bytes freed in the step (sum of the frees, positive)
---   n_allocs               BIGINT  how many allocations the step made
---   n_frees                BIGINT  how many frees the step made
---   tracked_at_peak_bytes  BIGINT  bytes of the recorded allocations live at peak_ns (memory_peak_allocations lists them)
---   untracked_at_peak_bytes  BIGINT peak_allocated_bytes - tracked_at_peak_bytes: live at the peak but allocated
---                                   before the capture began (or its allocation was not recorded)
---   device_memory_bytes    BIGINT  the device's memory (devices.memory_bytes); NULL: the trace does not say
---                                   (the CPU; a trace without deviceProperties)
---   headroom_bytes         BIGINT  device_memory_bytes - peak_reserved_bytes: what the allocator could still take
---                                   (the CUDA context's own few hundred MiB are outside both)
---   headroom_pct           DOUBLE  headroom_bytes in percent of device_memory_bytes
---   near_device_limit      BOOLEAN peak_reserved_bytes within tf_memory_limit_pct of the device's memory [10 %];
---                                   NULL when the device's memory is unknown
+-- @column rank                       INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step                       INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column device_type                VARCHAR  text          cpu | cuda | ... as recorded (c10 DeviceType)
+-- @column device                     INTEGER  key           the device index as recorded (the CPU: -1)
+-- @column peak_allocated_bytes       BIGINT   figure:bytes  the highest allocated total in the step (the start's, when no event in the
+--     step went higher)
+-- @column peak_reserved_bytes        BIGINT   figure:bytes  the highest reserved total in the step (CUDA caching allocator); NULL on the
+--     CPU, whose allocator caches nothing (Kineto writes 0)
+-- @column headroom_pct               DOUBLE   figure:percent  headroom_bytes in percent of device_memory_bytes
+-- @column allocated_bytes            BIGINT   figure:bytes  bytes allocated in the step (sum of the allocations)
+-- @column freed_bytes                BIGINT   figure:bytes  bytes freed in the step (sum of the frees, positive)
+-- @column peak_ns                    BIGINT   time          when the step first reached it (ns since epoch; the step's start when carried in)
+-- @column start_ns                   BIGINT   time          the start of the step's host range (ns since epoch)
+-- @column end_ns                     BIGINT   time          the end of the step's host range (ns since epoch)
+-- @column start_allocated_bytes      BIGINT   figure:bytes  allocated when the step began: the total after the last event before it
+--     (NULL: no event before the step)
+-- @column reserved_at_peak_bytes     BIGINT   figure:bytes  the reserved total at peak_ns (NULL on the CPU)
+-- @column cached_free_at_peak_bytes  BIGINT   figure:bytes  reserved_at_peak_bytes - peak_allocated_bytes: memory the caching allocator
+--     held at the peak that no tensor used (its cache and fragmentation; NULL on the CPU)
+-- @column n_allocs                   BIGINT   figure:count  how many allocations the step made
+-- @column n_frees                    BIGINT   figure:count  how many frees the step made
+-- @column tracked_at_peak_bytes      BIGINT   figure:bytes  bytes of the recorded allocations live at peak_ns (memory_peak_allocations lists them)
+-- @column untracked_at_peak_bytes    BIGINT   figure:bytes  peak_allocated_bytes - tracked_at_peak_bytes: live at the peak but allocated
+--     before the capture began (or its allocation was not recorded)
+-- @column device_memory_bytes        BIGINT   figure:bytes  the device's memory (devices.memory_bytes); NULL: the trace does not say
+--     (the CPU; a trace without deviceProperties)
+-- @column headroom_bytes             BIGINT   figure:bytes  device_memory_bytes - peak_reserved_bytes: what the allocator could still take
+--     (the CUDA context's own few hundred MiB are outside both)
+-- @column near_device_limit          BOOLEAN  flag          peak_reserved_bytes within tf_memory_limit_pct of the device's memory [10 %];
+--     NULL when the device's memory is unknown
 -- memory shows first: rank, step, peak_allocated_bytes, peak_reserved_bytes, headroom_pct, near_device_limit, device
+-- @table memory_blocks: each recorded allocation with its free (the next event at its address).
+-- @column rank         INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column device_type  VARCHAR  text          cpu | cuda | ... as recorded (c10 DeviceType)
+-- @column device       INTEGER  key           the device index as recorded (the CPU: -1)
+-- @column pid          BIGINT   key           the process id
+-- @column tid          BIGINT   key           the host thread id
+-- @column addr         BIGINT   key           the block's address
+-- @column alloc_ns     BIGINT   time          when it was allocated (ns since epoch, on the CPU ops' clock)
+-- @column free_ns      BIGINT   time          when it was freed (ns since epoch; NULL: not within the trace)
+-- @column bytes        BIGINT   figure:bytes  its size
+-- scope: job
 -- requires: devices, memory_events, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
@@ -45,9 +57,7 @@ SET asof_loop_join_threshold = 0;
 
 -- Each allocation with its free: the next event on the same address of the same device (NULL: still
 -- live when the capture ended). An allocation sorts before a free at the same ns.
---   rank, device_type, device, pid, tid, addr
 --   alloc_ns BIGINT  when it was allocated (ns); free_ns BIGINT  when it was freed (ns; NULL: not in the capture)
---   bytes    BIGINT  its size
 CREATE OR REPLACE TABLE tf_internal.memory_blocks AS
 SELECT rank, device_type, device, pid, tid, addr, ts_ns AS alloc_ns,
        CASE WHEN addr IS NOT NULL THEN next_ns END AS free_ns, bytes

@@ -1,26 +1,26 @@
--- memory_findings (pack `memory-findings`): the memory packs' findings as rows with the columns of the
--- verdict's `findings` (queries/findings.sql; traceflow/verdict.py FINDING_TABLES); the words for each
--- kind are in traceflow/memory.py. Definitions: docs/memory.md.
+-- @table memory_findings: the memory packs' findings as rows with the columns of the
+--     verdict's `findings` (queries/findings.sql; traceflow/verdict.py FINDING_TABLES); the words for each
+--     kind are in traceflow/memory.py. Definitions: docs/memory.md.
 --
--- Inputs: memory (memory.sql), memory_ranks (memory_ranks.sql).
 --
---   priority    1 memory_near_limit (running out of memory is a fault) | 2 memory_above_peers (INTEGER)
---   kind        memory_near_limit: a rank's peak reserve within tf_memory_limit_pct [10 %] of its device's
---               memory (memory.near_device_limit; the step with the least headroom) |
---               memory_above_peers: a rank whose peak lies tf_memory_peer_pct [20 %] or more above its
---               peers' median (memory_ranks.far_above_peers) (VARCHAR)
---   rank        the rank
---   step        the step of its peak
---   bytes       the peak: reserved (memory_near_limit) or allocated (memory_above_peers) (BIGINT)
---   share_pct   memory_near_limit: the headroom left, percent of the device's memory; memory_above_peers:
---               percent above the peers' median (DOUBLE)
---   evidence    the CPU op whose allocations hold the most of the peak (memory_ranks.top_op) (VARCHAR)
---   note        the device, as device_type:device (VARCHAR)
---   device_memory_bytes  the device's memory (memory_near_limit) (BIGINT)
---   peers_median_bytes   the other ranks' median peak (memory_above_peers) (BIGINT)
---   evidence_bytes       the bytes `evidence` holds at the peak (BIGINT)
---   cost_ns     NULL: a memory finding costs no time (BIGINT)
+-- @column priority             INTEGER  key           1 memory_near_limit (running out of memory is a fault) | 2 memory_above_peers
+-- @column kind                 VARCHAR  text          memory_near_limit: a rank's peak reserve within tf_memory_limit_pct [10 %] of its device's
+--     memory (memory.near_device_limit; the step with the least headroom) |
+--     memory_above_peers: a rank whose peak lies tf_memory_peer_pct [20 %] or more above its
+--     peers' median (memory_ranks.far_above_peers)
+-- @column rank                 INTEGER  rank          the rank
+-- @column step                 INTEGER  key           the step of its peak
+-- @column bytes                BIGINT   figure:bytes  the peak: reserved (memory_near_limit) or allocated (memory_above_peers)
+-- @column share_pct            DOUBLE   figure:percent  memory_near_limit: the headroom left, percent of the device's memory; memory_above_peers:
+--     percent above the peers' median
+-- @column evidence             VARCHAR  text          the CPU op whose allocations hold the most of the peak (memory_ranks.top_op)
+-- @column note                 VARCHAR  text          the device, as device_type:device
+-- @column device_memory_bytes  BIGINT   figure:bytes  the device's memory (memory_near_limit)
+-- @column peers_median_bytes   BIGINT   figure:bytes  the other ranks' median peak (memory_above_peers)
+-- @column evidence_bytes       BIGINT   figure:bytes  the bytes `evidence` holds at the peak
+-- @column cost_ns              BIGINT   figure:ns     NULL: a memory finding costs no time
 -- memory_findings shows first: priority, kind, rank, step, bytes, share_pct, evidence, note
+-- scope: job
 -- requires: memory, memory_ranks
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

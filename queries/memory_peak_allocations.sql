@@ -1,31 +1,33 @@
--- memory_peak_allocations (pack `memory-peak-allocations`): the recorded allocations live at each memory
--- peak (memory.sql), largest first, each attributed to the CPU op that made it.
+-- @table memory_peak_allocations: the recorded allocations live at each memory
+--     peak (memory.sql), largest first, each attributed to the CPU op that made it.
 --
--- Inputs: memory (memory.sql), memory_blocks (memory.sql: each allocation with its free), host_ops, ranges.
 --
 -- One row per allocation live at a peak of a rank, step and device: allocated at or before peak_ns
 -- and freed after it (or never, within the capture). What was allocated before the capture is not
 -- here: memory.untracked_at_peak_bytes says how much that is. The op, Python frame, module and
 -- annotation are the innermost ones of their kind running on the allocating thread at the allocation:
 -- the latest-starting one whose range holds it. Bytes; ns since epoch.
---   rank, step
---   device_type  as in memory: cpu | cuda | ... (c10 DeviceType)
---   device       as in memory: the device index (the CPU: -1)
---   pos          BIGINT   1 = the largest allocation live at this peak, 2 the next, ... (ties: the earlier first)
---   bytes        BIGINT   the allocation's size
---   share_pct    DOUBLE   bytes in percent of the peak's peak_allocated_bytes
---   alloc_ns     BIGINT   when it was allocated
---   free_ns      BIGINT   when it was freed (NULL: still live when the capture ended)
---   addr         BIGINT   its address
---   tid          BIGINT   the allocating thread
---   op_id        BIGINT   host_ops.op_id of the CPU op that allocated it (NULL: no CPU op was running)
---   op_name      VARCHAR  that op's name (aten::empty, aten::mm, ...)
---   python_frame  VARCHAR  the innermost Python function of a source file running (with_stack=True), e.g.
---                         `train.py(42): step`: built-in methods, modules and torch's own files (torch/...) are
---                         skipped, to name the code that called torch
---   module       VARCHAR  the innermost nn.Module running (with_stack / with_modules: `nn.Module: Linear_0`)
---   annotation   VARCHAR  the innermost user annotation (record_function) or NVTX range running
+-- @column rank          INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step          INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column device_type   VARCHAR  text          as in memory: cpu | cuda | ... (c10 DeviceType)
+-- @column device        INTEGER  key           as in memory: the device index (the CPU: -1)
+-- @column pos           BIGINT   key           1 = the largest allocation live at this peak, 2 the next, ... (ties: the earlier first)
+-- @column bytes         BIGINT   figure:bytes  the allocation's size
+-- @column op_name       VARCHAR  text          that op's name (aten::empty, aten::mm, ...)
+-- @column share_pct     DOUBLE   figure:percent  bytes in percent of the peak's peak_allocated_bytes
+-- @column python_frame  VARCHAR  text          the innermost Python function of a source file running (with_stack=True), e.g.
+--     `train.py(42): step`: built-in methods, modules and torch's own files (torch/...) are
+--     skipped, to name the code that called torch
+-- @column module        VARCHAR  text          the innermost nn.Module running (with_stack / with_modules: `nn.Module: Linear_0`)
+-- @column annotation    VARCHAR  text          the innermost user annotation (record_function) or NVTX range running
+-- @column alloc_ns      BIGINT   time          when it was allocated
+-- @column free_ns       BIGINT   time          when it was freed (NULL: still live when the capture ended)
+-- @column addr          BIGINT   key           its address
+-- @column tid           BIGINT   key           the allocating thread
+-- @column op_id         BIGINT   id:host_ops   host_ops.op_id of the CPU op that allocated it (NULL: no CPU op was running)
 -- memory_peak_allocations shows first: rank, step, pos, bytes, share_pct, op_name, python_frame, module
+-- scope: job
 -- requires: host_ops, memory, memory_blocks, ranges
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

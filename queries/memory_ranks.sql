@@ -1,32 +1,32 @@
--- memory_ranks (pack `memory-ranks`): the ranks side by side: each rank's highest memory peak, how far it
--- lies above its peers', and the op holding most of it (uneven shards and pipeline stages show here).
+-- @table memory_ranks: the ranks side by side: each rank's highest memory peak, how far it
+--     lies above its peers', and the op holding most of it (uneven shards and pipeline stages show here).
 --
--- Inputs: memory, memory_peak_allocations (memory.sql, memory_peak_allocations.sql).
 -- Parameters (DuckDB variables; defaults in brackets):
 --   tf_memory_peer_pct  a rank peaks far above its peers when its peak exceeds their median by this much [20 %]
 --
 -- One row per rank and device type (cpu, cuda, ...): the rank's highest peak_allocated_bytes over its
 -- steps and devices of that type (the first step that reached it). Bytes; ns since epoch.
---   rank
---   device_type          VARCHAR  cpu | cuda | ... (memory.device_type)
---   device               INTEGER  the device of that peak
---   step                 INTEGER  the step of that peak
---   peak_allocated_bytes  BIGINT  the peak (memory.peak_allocated_bytes)
---   peak_ns              BIGINT   when it was reached
---   peak_reserved_bytes  BIGINT   the rank's highest reserved total in that step (NULL on the CPU)
---   device_memory_bytes  BIGINT   the device's memory (NULL: unknown)
---   headroom_pct         DOUBLE   memory.headroom_pct of that step (NULL: unknown)
---   near_device_limit    BOOLEAN  memory.near_device_limit of that step (NULL: unknown)
---   top_op               VARCHAR  the CPU op whose allocations hold the most bytes at the peak (memory_peak_allocations)
---   top_op_bytes         BIGINT   those bytes
---   top_allocation_bytes  BIGINT  the largest single allocation live at the peak
---   top_allocation_op    VARCHAR  the CPU op that made it
---   peers_median_bytes   BIGINT   the median peak of the other ranks (same device type); NULL with no peers
---   above_peers_bytes    BIGINT   peak_allocated_bytes - peers_median_bytes
---   above_peers_pct      DOUBLE   above_peers_bytes in percent of peers_median_bytes
---   highest              BOOLEAN  the rank with the highest peak of its device type (ties: the lowest rank)
---   far_above_peers      BOOLEAN  above_peers_pct >= tf_memory_peer_pct
+-- @column rank                  INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column device_type           VARCHAR  text          cpu | cuda | ... (memory.device_type)
+-- @column device                INTEGER  key           the device of that peak
+-- @column step                  INTEGER  key           the step of that peak
+-- @column peak_allocated_bytes  BIGINT   figure:bytes  the peak (memory.peak_allocated_bytes)
+-- @column above_peers_pct       DOUBLE   figure:percent  above_peers_bytes in percent of peers_median_bytes
+-- @column top_op                VARCHAR  text          the CPU op whose allocations hold the most bytes at the peak (memory_peak_allocations)
+-- @column headroom_pct          DOUBLE   figure:percent  memory.headroom_pct of that step (NULL: unknown)
+-- @column peak_ns               BIGINT   time          when it was reached
+-- @column peak_reserved_bytes   BIGINT   figure:bytes  the rank's highest reserved total in that step (NULL on the CPU)
+-- @column device_memory_bytes   BIGINT   figure:bytes  the device's memory (NULL: unknown)
+-- @column near_device_limit     BOOLEAN  flag          memory.near_device_limit of that step (NULL: unknown)
+-- @column top_op_bytes          BIGINT   figure:bytes  those bytes
+-- @column top_allocation_bytes  BIGINT   figure:bytes  the largest single allocation live at the peak
+-- @column top_allocation_op     VARCHAR  text          the CPU op that made it
+-- @column peers_median_bytes    BIGINT   figure:bytes  the median peak of the other ranks (same device type); NULL with no peers
+-- @column above_peers_bytes     BIGINT   figure:bytes  peak_allocated_bytes - peers_median_bytes
+-- @column highest               BOOLEAN  flag          the rank with the highest peak of its device type (ties: the lowest rank)
+-- @column far_above_peers       BOOLEAN  flag          above_peers_pct >= tf_memory_peer_pct
 -- memory_ranks shows first: rank, step, peak_allocated_bytes, above_peers_pct, top_op, headroom_pct, near_device_limit
+-- scope: job
 -- requires: memory, memory_peak_allocations
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

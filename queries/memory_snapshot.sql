@@ -1,29 +1,29 @@
--- memory_snapshot (pack `memory-snapshot`): the CUDA caching allocator's state in each rank's snapshot
--- (torch.cuda.memory._dump_snapshot): what it reserved, what tensors used, and how fragmented the rest is.
+-- @table memory_snapshot: the CUDA caching allocator's state in each rank's snapshot
+--     (torch.cuda.memory._dump_snapshot): what it reserved, what tensors used, and how fragmented the rest is.
 --
--- Inputs: memory_segments, memory_snapshot_blocks, memory_snapshot_history (ingest of the .pickle), devices.
 --
 -- One row per rank and GPU of a snapshot. Bytes.
---   rank
---   device                   INTEGER  the GPU index
---   n_segments               BIGINT  segments the allocator holds (each one cudaMalloc)
---   reserved_bytes           BIGINT  their total size: what the allocator holds from the device
---   allocated_bytes          BIGINT  bytes of it allocated to tensors
---   requested_bytes          BIGINT  bytes those allocations asked for (allocated_bytes less the rounding)
---   free_bytes               BIGINT  reserved_bytes - allocated_bytes: cached, not in use
---   largest_free_block_bytes  BIGINT  the largest free (inactive) block of any segment: the largest request the
---                                    allocator can serve without a new cudaMalloc
---   fragmentation_pct        DOUBLE  100 * (1 - largest_free_block_bytes / free_bytes): how much of the free
---                                    memory lies in pieces smaller than the largest one (0: one piece)
---   largest_allocation_bytes  BIGINT  the largest block allocated at the snapshot
---   largest_request_bytes    BIGINT  the largest allocation in the recorded history (alloc actions), else the
---                                    largest allocated block
---   largest_request_fits     BOOLEAN largest_free_block_bytes >= largest_request_bytes: the largest request seen
---                                    would be served from the cache as it stands
---   n_ooms                   BIGINT  out-of-memory events in the recorded history
---   device_memory_bytes      BIGINT  the device's memory (devices; NULL: the rank's trace does not say)
---   headroom_bytes           BIGINT  device_memory_bytes - reserved_bytes
+-- @column rank                      INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column device                    INTEGER  key           the GPU index
+-- @column reserved_bytes            BIGINT   figure:bytes  their total size: what the allocator holds from the device
+-- @column allocated_bytes           BIGINT   figure:bytes  bytes of it allocated to tensors
+-- @column fragmentation_pct         DOUBLE   figure:percent  100 * (1 - largest_free_block_bytes / free_bytes): how much of the free
+--     memory lies in pieces smaller than the largest one (0: one piece)
+-- @column largest_free_block_bytes  BIGINT   figure:bytes  the largest free (inactive) block of any segment: the largest request the
+--     allocator can serve without a new cudaMalloc
+-- @column largest_request_bytes     BIGINT   figure:bytes  the largest allocation in the recorded history (alloc actions), else the
+--     largest allocated block
+-- @column largest_request_fits      BOOLEAN  flag          largest_free_block_bytes >= largest_request_bytes: the largest request seen
+--     would be served from the cache as it stands
+-- @column n_ooms                    BIGINT   figure:count  out-of-memory events in the recorded history
+-- @column n_segments                BIGINT   figure:count  segments the allocator holds (each one cudaMalloc)
+-- @column requested_bytes           BIGINT   figure:bytes  bytes those allocations asked for (allocated_bytes less the rounding)
+-- @column free_bytes                BIGINT   figure:bytes  reserved_bytes - allocated_bytes: cached, not in use
+-- @column largest_allocation_bytes  BIGINT   figure:bytes  the largest block allocated at the snapshot
+-- @column device_memory_bytes       BIGINT   figure:bytes  the device's memory (devices; NULL: the rank's trace does not say)
+-- @column headroom_bytes            BIGINT   figure:bytes  device_memory_bytes - reserved_bytes
 -- memory_snapshot shows first: rank, device, reserved_bytes, allocated_bytes, fragmentation_pct, largest_free_block_bytes, largest_request_fits, n_ooms
+-- scope: job
 -- requires: devices, memory_segments, memory_snapshot_blocks, memory_snapshot_history
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

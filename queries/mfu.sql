@@ -1,21 +1,23 @@
--- mfu (pack `mfu`): per rank and step, model FLOPs utilisation (MFU) and hardware FLOPs utilisation
--- over busy time, so the gap between the two is visible (docs/roofline.md).
+-- @table mfu: per rank and step, model FLOPs utilisation (MFU) and hardware FLOPs utilisation
+--     over busy time, so the gap between the two is visible (docs/roofline.md).
 --
--- Inputs: op_work, step_breakdown, device_peaks.
 --
---   rank, step
---   flops        FLOPs of the step's ops with known work (op_work.flops)
---   dtype        the dtype that carried most of those FLOPs; its peak is the denominator (NULL: not
---                recorded, as with nsys emit_nvtx; device_peaks.any_tflops is then the peak)
---   peak_tflops  the device's dense peak for that dtype (TFLOP/s)
---   wall_ns           the step's GPU window (step_breakdown)
---   busy_ns           the time the GPU ran anything in the window (step_breakdown)
---   mfu_pct      flops / (wall_ns × peak): the share of the GPU's peak the step achieved (percent)
---   busy_hfu_pct  flops / (busy_ns × peak): the same over the time the GPU was busy (percent);
---                 the gap to mfu_pct is idle time
---   known_pct    share of the step's compute-kernel time whose op has known FLOPs (percent): below
---                100, MFU is a lower bound
+-- @column rank          INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step          INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column flops         BIGINT   figure:flop   FLOPs of the step's ops with known work (op_work.flops)
+-- @column dtype         VARCHAR  text          the dtype that carried most of those FLOPs; its peak is the denominator (NULL: not
+--     recorded, as with nsys emit_nvtx; device_peaks.any_tflops is then the peak)
+-- @column peak_tflops   DOUBLE   figure:tflops  the device's dense peak for that dtype (TFLOP/s)
+-- @column wall_ns       BIGINT   figure:ns     the step's GPU window (step_breakdown)
+-- @column busy_ns       BIGINT   figure:ns     the time the GPU ran anything in the window (step_breakdown)
+-- @column mfu_pct       DOUBLE   figure:percent  flops / (wall_ns × peak): the share of the GPU's peak the step achieved (percent)
+-- @column busy_hfu_pct  DOUBLE   figure:percent  flops / (busy_ns × peak): the same over the time the GPU was busy (percent);
+--     the gap to mfu_pct is idle time
+-- @column known_pct     DOUBLE   figure:percent  share of the step's compute-kernel time whose op has known FLOPs (percent): below
+--     100, MFU is a lower bound
 -- mfu shows first: rank, step, mfu_pct, busy_hfu_pct, known_pct, dtype, peak_tflops
+-- scope: rank
 -- requires: device_peaks, gpu_ops, op_work, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,36 +1,38 @@
--- mfu_waterfall (pack `mfu-waterfall`): per rank and step, where the step's time went between the
--- GPU's peak and the MFU it reached, each slice in ms and in MFU points, and how much of each kind
--- lay on the critical path (docs/roofline.md).
+-- @table mfu_waterfall: per rank and step, where the step's time went between the
+--     GPU's peak and the MFU it reached, each slice in ms and in MFU points, and how much of each kind
+--     lay on the critical path (docs/roofline.md).
 --
--- Inputs: mfu, step_breakdown, collective_waits, op_work, critical_path_summary.
 --
 -- The slices tile the step's GPU window exactly:
 --   wall_ns = ideal_ns + idle_ns + straggler_wait_ns + exposed_transfer_ns + exposed_memory_ns
 --             + no_flops_compute_ns + below_roof_ns
---   rank, step
---   wall_ns              the step's GPU window (step_breakdown) (ns)
---   mfu_pct              ideal_ns / wall_ns: the MFU the step reached (percent; as the mfu pack)
---   ideal_ns             the step's FLOPs at the device's peak: the window at 100 % MFU (ns)
---   idle_ns              the GPU ran nothing (ns)
---   straggler_wait_ns    exposed communication spent waiting for peers to reach the collectives
---                        (collective_waits.wait_ns, at most the exposed communication) (ns)
---   exposed_transfer_ns  the rest of the exposed communication: moving the data (ns)
---   exposed_memory_ns    copies and memsets no kernel hid (ns)
---   no_flops_compute_ns  compute time of ops with no known FLOPs (element-wise, norms, optimizer; or
---                        unknown to traceflow), at most what compute has left above ideal_ns (ns)
---   below_roof_ns        the rest of the compute time: kernels with known FLOPs running below the peak (ns)
---   idle_pts             idle_ns in MFU points (percent of the window); with mfu_pct, the *_pts add up to 100
---   straggler_wait_pts   straggler_wait_ns in MFU points (percent of the window)
---   exposed_transfer_pts  exposed_transfer_ns in MFU points (percent of the window)
---   exposed_memory_pts   exposed_memory_ns in MFU points (percent of the window)
---   no_flops_compute_pts  no_flops_compute_ns in MFU points (percent of the window)
---   below_roof_pts       below_roof_ns in MFU points (percent of the window)
---   path_ns              critical-path time that ran on this rank in the step (ns)
---   path_idle_ns         of path_ns: idle (ns)
---   path_comm_ns         of path_ns: NCCL kernels and peer waits (ns)
---   path_host_ns         of path_ns: host code, syncs and launches (ns)
---   path_compute_ns      of path_ns: compute and memory kernels (ns)
+-- @column rank                  INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step                  INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column wall_ns               BIGINT   figure:ns     the step's GPU window (step_breakdown) (ns)
+-- @column mfu_pct               DOUBLE   figure:percent  ideal_ns / wall_ns: the MFU the step reached (percent; as the mfu pack)
+-- @column ideal_ns              BIGINT   figure:ns     the step's FLOPs at the device's peak: the window at 100 % MFU (ns)
+-- @column idle_ns               BIGINT   figure:ns     the GPU ran nothing (ns)
+-- @column straggler_wait_ns     BIGINT   figure:ns     exposed communication spent waiting for peers to reach the collectives
+--     (collective_waits.wait_ns, at most the exposed communication) (ns)
+-- @column exposed_transfer_ns   BIGINT   figure:ns     the rest of the exposed communication: moving the data (ns)
+-- @column exposed_memory_ns     BIGINT   figure:ns     copies and memsets no kernel hid (ns)
+-- @column no_flops_compute_ns   BIGINT   figure:ns     compute time of ops with no known FLOPs (element-wise, norms, optimizer; or
+--     unknown to traceflow), at most what compute has left above ideal_ns (ns)
+-- @column below_roof_ns         BIGINT   figure:ns     the rest of the compute time: kernels with known FLOPs running below the peak (ns)
+-- @column idle_pts              DOUBLE   figure:percent  idle_ns in MFU points (percent of the window); with mfu_pct, the *_pts add up to 100
+-- @column straggler_wait_pts    DOUBLE   figure:percent  straggler_wait_ns in MFU points (percent of the window)
+-- @column exposed_transfer_pts  DOUBLE   figure:percent  exposed_transfer_ns in MFU points (percent of the window)
+-- @column exposed_memory_pts    DOUBLE   figure:percent  exposed_memory_ns in MFU points (percent of the window)
+-- @column no_flops_compute_pts  DOUBLE   figure:flop   no_flops_compute_ns in MFU points (percent of the window)
+-- @column below_roof_pts        DOUBLE   figure:percent  below_roof_ns in MFU points (percent of the window)
+-- @column path_ns               BIGINT   figure:ns     critical-path time that ran on this rank in the step (ns)
+-- @column path_idle_ns          BIGINT   figure:ns     of path_ns: idle (ns)
+-- @column path_comm_ns          BIGINT   figure:ns     of path_ns: NCCL kernels and peer waits (ns)
+-- @column path_host_ns          BIGINT   figure:ns     of path_ns: host code, syncs and launches (ns)
+-- @column path_compute_ns       BIGINT   figure:ns     of path_ns: compute and memory kernels (ns)
 -- mfu_waterfall shows first: rank, step, mfu_pct, below_roof_pts, no_flops_compute_pts, idle_pts, straggler_wait_pts, exposed_transfer_pts, exposed_memory_pts
+-- scope: job
 -- requires: collective_waits, critical_path_summary, mfu, op_work, step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

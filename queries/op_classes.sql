@@ -1,11 +1,12 @@
--- op_classes: what kind of work each CPU op name does, decided once per name (a job has a few
--- hundred op names and millions of ops); op_flops and op_work read it.
+-- @table op_classes: what kind of work each CPU op name does, decided once per name (a job has a few
+--     hundred op names and millions of ops); op_flops and op_work read it.
 --
--- Inputs: host_ops.
 --
---   name      the CPU op's name (aten::mm)
---   op        the name without its aten:: namespace
---   op_class  matmul | attention | conv | norm | softmax | reduction | elementwise | copy | optimizer | other
+-- @column name      VARCHAR  text          the CPU op's name (aten::mm)
+-- @column op        VARCHAR  text          the name without its aten:: namespace
+-- @column op_class  VARCHAR  text          matmul | attention | conv | norm | softmax | reduction | elementwise | copy | optimizer |
+--     other
+-- scope: rank
 -- requires: host_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

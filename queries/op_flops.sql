@@ -1,28 +1,31 @@
--- op_flops (pack `op-flops`): per CPU op with recorded arguments (Kineto record_shapes / with_flops)
--- whose work traceflow counts (matmul, attention, convolution, element-wise, norm, softmax, reduction, copy_,
--- fill_, zero_, clone, contiguous, or any op
--- the profiler counted FLOPs for), the work its inputs imply, on the CPU or the GPU alike
--- (docs/roofline.md). op_work adds the GPU time.
+-- @table op_flops: per CPU op with recorded arguments (Kineto record_shapes / with_flops)
+--     whose work traceflow counts (matmul, attention, convolution, element-wise, norm, softmax, reduction, copy_,
+--     fill_, zero_, clone, contiguous, or any op
+--     the profiler counted FLOPs for), the work its inputs imply, on the CPU or the GPU alike
+--     (docs/roofline.md). op_work adds the GPU time.
 --
--- Inputs: host_ops (input_dims, input_types, concrete_inputs, flops), op_classes.
 --
 -- Unknown stays NULL: an op kind without a formula here, a TensorList input, a missing shape.
---   rank, op_id (host_ops), name
---   op_class       matmul | attention | conv | norm | softmax | reduction | elementwise | copy | optimizer | other
---   dtype          bf16 | fp16 | fp32 | fp64 of the op's first tensor input (NULL: not recorded)
---   profiler_flops  the profiler's own count (with_flops=True), NULL where it recorded none
---   shape_flops    from the input shapes: matmuls 2·m·k·n (per batch), attention 2·b·h·s_q·s_k·(d_qk + d_v)
---                  forward and 2·b·h·s_q·s_k·(3·d_qk + 2·d_v) backward, convolutions 2·N·prod(spatial)·prod(weight)
---                  (spatial: the output's, the input's when transposed; backward per its output_mask)
---                  (PyTorch's FlopCounterMode conventions)
---   out_elems      elements of the output where the formula gives it (matmul, attention, convolution)
---   in_bytes       bytes of the tensor inputs (elements × dtype size)
---   out_bytes      bytes written where the output's shape follows from the op: matmul, attention, convolution
---                  (out_elems), element-wise, norm, softmax, clone and contiguous (the largest input);
---                  reductions 0 (a lower bound); copy_, fill_ and zero_ 0 (the tensor they write is an input).
---                  Other copies (to, _to_copy: the target dtype is not kept; cat, stack and the optimizers'
---                  _foreach_ ops: a TensorList's dtypes are not recorded) stay NULL
+-- @column rank            INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column op_id           BIGINT   id:host_ops   the CPU op (host_ops.op_id)
+-- @column name            VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column op_class        VARCHAR  text          matmul | attention | conv | norm | softmax | reduction | elementwise | copy | optimizer |
+--     other
+-- @column dtype           VARCHAR  text          bf16 | fp16 | fp32 | fp64 of the op's first tensor input (NULL: not recorded)
+-- @column profiler_flops  BIGINT   figure:flop   the profiler's own count (with_flops=True), NULL where it recorded none
+-- @column shape_flops     BIGINT   figure:flop   from the input shapes: matmuls 2·m·k·n (per batch), attention 2·b·h·s_q·s_k·(d_qk + d_v)
+--     forward and 2·b·h·s_q·s_k·(3·d_qk + 2·d_v) backward, convolutions 2·N·prod(spatial)·prod(weight)
+--     (spatial: the output's, the input's when transposed; backward per its output_mask)
+--     (PyTorch's FlopCounterMode conventions)
+-- @column out_elems       BIGINT   figure:count  elements of the output where the formula gives it (matmul, attention, convolution)
+-- @column in_bytes        BIGINT   figure:bytes  bytes of the tensor inputs (elements × dtype size)
+-- @column out_bytes       BIGINT   figure:bytes  bytes written where the output's shape follows from the op: matmul, attention, convolution
+--     (out_elems), element-wise, norm, softmax, clone and contiguous (the largest input);
+--     reductions 0 (a lower bound); copy_, fill_ and zero_ 0 (the tensor they write is an input).
+--     Other copies (to, _to_copy: the target dtype is not kept; cat, stack and the optimizers'
+--     _foreach_ ops: a TensorList's dtypes are not recorded) stay NULL
 -- op_flops shows first: rank, op_id, name, op_class, dtype, shape_flops, profiler_flops
+-- scope: rank
 -- requires: host_ops, op_classes
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

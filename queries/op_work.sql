@@ -1,37 +1,41 @@
--- op_work (pack `op-work`): per CPU op that launched GPU work, the work it did (FLOPs, bytes moved)
--- and how close its kernels ran to the GPU's roofs (docs/roofline.md).
+-- @table op_work: per CPU op that launched GPU work, the work it did (FLOPs, bytes moved)
+--     and how close its kernels ran to the GPU's roofs (docs/roofline.md).
 --
--- Inputs: gpu_ops (cpu_op_id: the CPU op that launched each kernel), host_ops, op_classes, op_flops
--- (the work from the op's arguments), device_peaks.
 -- Parameters: tf_roofline_min_ns — an op whose kernels ran shorter than this is 'latency' bound:
 --   too short to judge against a roof [5000 ns].
 --
 -- An op is the innermost CPU op whose External id the launch call carries (aten::mm, not the
 -- aten::linear around it), so FLOPs are counted once. Ops without recorded shapes, and op kinds with
 -- no formula here, have NULL flops: never a guess.
---   rank, step, op_id (host_ops), name
---   op_class     matmul | attention | conv | norm | softmax | reduction | elementwise | copy | optimizer | other
---   dtype        bf16 | fp16 | fp32 | fp64 of the op's first tensor input (NULL: not recorded)
---   kernels      GPU ops it launched (compute and memory; NCCL kernels are not op work)
---   gpu_ns       their summed run time (ns)
---   flops        the profiler's own count (with_flops=True) where recorded, else from the input shapes:
---                matmuls 2·m·k·n (per batch), convolutions, attention 2·b·h·s_q·s_k·(d_qk + d_v) forward and
---                2·b·h·s_q·s_k·(3·d_qk + 2·d_v) backward (PyTorch's FlopCounterMode conventions)
---   flops_source  'profiler' | 'shapes' | NULL
---   bytes        bytes read from the tensor inputs plus the output written where its shape follows
---                from the op (matmul, attention, element-wise, norm, softmax); reductions count inputs only
---   intensity    flops / bytes (FLOP per byte)
---   achieved_tflops  flops / gpu_ns (TFLOP/s)
---   achieved_gbps    bytes / gpu_ns (GB/s)
---   peak_tflops  the device's dense peak for dtype (device_peaks, TFLOP/s; an unknown dtype: any_tflops)
---   peak_gbps    its memory bandwidth (GB/s)
---   roof_pct     achieved / attainable, where attainable = min(peak_tflops, intensity × peak_gbps)
---                (bytes-only ops: achieved_gbps / peak_gbps), in percent
---   bound        compute (intensity at or past the ridge point) | memory | latency (ran under
---                tf_roofline_min_ns) | NULL (no work known)
+-- @column rank             INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step             INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column op_id            BIGINT   id:host_ops   the CPU op (host_ops.op_id)
+-- @column name             VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column op_class         VARCHAR  text          matmul | attention | conv | norm | softmax | reduction | elementwise | copy | optimizer |
+--     other
+-- @column dtype            VARCHAR  text          bf16 | fp16 | fp32 | fp64 of the op's first tensor input (NULL: not recorded)
+-- @column kernels          BIGINT   figure:count  GPU ops it launched (compute and memory; NCCL kernels are not op work)
+-- @column gpu_ns           BIGINT   figure:ns     their summed run time (ns)
+-- @column flops            BIGINT   figure:flop   the profiler's own count (with_flops=True) where recorded, else from the input shapes:
+--     matmuls 2·m·k·n (per batch), convolutions, attention 2·b·h·s_q·s_k·(d_qk + d_v) forward and
+--     2·b·h·s_q·s_k·(3·d_qk + 2·d_v) backward (PyTorch's FlopCounterMode conventions)
+-- @column flops_source     VARCHAR  text          'profiler' | 'shapes' | NULL
+-- @column bytes            BIGINT   figure:bytes  bytes read from the tensor inputs plus the output written where its shape follows
+--     from the op (matmul, attention, element-wise, norm, softmax); reductions count inputs only
+-- @column intensity        DOUBLE   figure:ratio  flops / bytes (FLOP per byte)
+-- @column achieved_tflops  DOUBLE   figure:tflops  flops / gpu_ns (TFLOP/s)
+-- @column achieved_gbps    DOUBLE   figure:gbps   bytes / gpu_ns (GB/s)
+-- @column peak_tflops      DOUBLE   figure:tflops  the device's dense peak for dtype (device_peaks, TFLOP/s; an unknown dtype: any_tflops)
+-- @column peak_gbps        DOUBLE   figure:gbps   its memory bandwidth (GB/s)
+-- @column roof_pct         DOUBLE   figure:percent  achieved / attainable, where attainable = min(peak_tflops, intensity × peak_gbps)
+--     (bytes-only ops: achieved_gbps / peak_gbps), in percent
+-- @column bound            VARCHAR  text          compute (intensity at or past the ridge point) | memory | latency (ran under
+--     tf_roofline_min_ns) | NULL (no work known)
 --
 -- op_work_kernels (helper): gpu_op_id -> op_id of the CPU op that launched it, with rank, step, dur_ns.
 -- op_work shows first: rank, step, name, op_class, gpu_ns, achieved_tflops, roof_pct, bound
+-- scope: rank
 -- requires: device_peaks, host_ops, op_classes, op_flops, op_work_kernels
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,13 +1,15 @@
--- op_work_kernels (view): the GPU ops that count as a CPU op's work, for op_work and critical_path.sql.
+-- @table op_work_kernels: the GPU ops that count as a CPU op's work, for op_work and critical_path.sql.
 --
--- Inputs: gpu_ops (cpu_op_id: the CPU op that launched each kernel).
---   gpu_op_id  the kernel's op_id (gpu_ops)
---   op_id      the CPU op that launched it (host_ops.op_id)
---   rank, step
---   dur_ns     its run time (ns)
+-- @column gpu_op_id  BIGINT   id:gpu_ops    the kernel's op_id (gpu_ops)
+-- @column op_id      BIGINT   id:host_ops   the CPU op that launched it (host_ops.op_id)
+-- @column rank       INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step       INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column dur_ns     BIGINT   figure:ns     its run time (ns)
 -- NCCL kernels are not op work. A view, one filter over gpu_ops: a table of it cost a write per ingest.
 -- A module of its own: a cluster's workers compute op_work per rank, and the client still needs this
 -- view (critical_path.sql reads it).
+-- scope: rank
 -- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,22 +1,23 @@
--- partial_capture (pack `partial-capture`): why the capture cannot support a cross-rank claim.
--- A straggler, a wait charged to a rank, a critical path across ranks all need every rank of the
--- communicator and every one of its collectives; with ranks missing, the rank that kept the others
--- waiting may be one whose trace is absent (HTA's trace_filter pair: 2 of 128 ranks, and a 190.7 ms
--- "straggler" among the two).
+-- @table partial_capture: why the capture cannot support a cross-rank claim.
+--     A straggler, a wait charged to a rank, a critical path across ranks all need every rank of the
+--     communicator and every one of its collectives; with ranks missing, the rank that kept the others
+--     waiting may be one whose trace is absent (HTA's trace_filter pair: 2 of 128 ranks, and a 190.7 ms
+--     "straggler" among the two).
 --
--- Inputs: traces (world_size), collectives.
 --
 -- One row per reason (none: the capture is whole as far as the traces tell):
---   reason    'ranks missing' (fewer ranks than the world size the traces record) |
---             'unpaired point-to-point' (send/receive kernels matched by order that never ran at one
---             moment: events filtered or dropped from the capture) | 'communicators unknown' (no
---             communicator recorded and a rank with two communication streams or more: which ranks
---             share which communicator cannot be told, collective_waits.sql)
---   ranks     ranks present (INTEGER)
---   world_size  the world size the traces record (INTEGER; NULL for unpaired point-to-point)
---   n         ranks missing, point-to-point matches left out, or ranks with several unnamed communicators (BIGINT)
---   note      the same in words (VARCHAR)
+-- @column reason      VARCHAR  text          'ranks missing' (fewer ranks than the world size the traces record) |
+--     'unpaired point-to-point' (send/receive kernels matched by order that never ran at one
+--     moment: events filtered or dropped from the capture) | 'communicators unknown' (no
+--     communicator recorded and a rank with two communication streams or more: which ranks
+--     share which communicator cannot be told, collective_waits.sql)
+-- @column ranks       INTEGER  figure:count  ranks present
+-- @column world_size  INTEGER  figure:bytes  the world size the traces record (NULL for unpaired point-to-point)
+-- @column n           BIGINT   figure:count  ranks missing, point-to-point matches left out, or ranks with several unnamed
+--     communicators
+-- @column note        VARCHAR  text          the same in words
 -- partial_capture shows first: reason, ranks, world_size, n, note
+-- scope: job
 -- requires: collectives, traces
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

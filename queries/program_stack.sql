@@ -1,8 +1,6 @@
--- program_stack (pack `program-stack`): what each rank's program is written in, from what its trace
--- holds. Advice fits it: no OpenACC or OpenMP offload program is told to try torch.compile.
+-- @table program_stack: what each rank's program is written in, from what its trace
+--     holds. Advice fits it: no OpenACC or OpenMP offload program is told to try torch.compile.
 --
--- Inputs: traces (the file's format), gpu_ops (kernel names), host_ops (CUDA / HIP calls, CPU ops),
---   ranges (NVTX / user annotations).
 --
 -- The first of these that the rank's trace holds:
 --   openacc  OpenACC runtime calls (acc_*) or ranges, or NVHPC's OpenACC kernel names
@@ -17,11 +15,12 @@
 --   cuda     CUDA runtime / driver calls or GPU ops with none of the above: a CUDA C/C++ program
 --   unknown  nothing to tell it by
 -- One row per rank:
---   rank       the rank (INTEGER)
---   stack      pytorch | jax | cuda | openacc | openmp | hip | unknown (VARCHAR)
---   evidence   the name that told it, the shortest of its kind (a kernel, call or range; the trace
---              format for Kineto) (VARCHAR)
+-- @column rank      INTEGER  rank          the rank
+-- @column stack     VARCHAR  text          pytorch | jax | cuda | openacc | openmp | hip | unknown
+-- @column evidence  VARCHAR  text          the name that told it, the shortest of its kind (a kernel, call or range; the trace
+--     format for Kineto)
 -- program_stack shows first: rank, stack, evidence
+-- scope: job
 -- requires: gpu_ops, host_ops, ranges, traces
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

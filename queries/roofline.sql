@@ -1,24 +1,25 @@
--- roofline (pack `roofline`): per op class and op, where its kernels ran against the GPU's roofs, and
--- the time they would save at the roof (docs/roofline.md).
+-- @table roofline: per op class and op, where its kernels ran against the GPU's roofs, and
+--     the time they would save at the roof (docs/roofline.md).
 --
--- Inputs: op_work.
 --
---   rank         the rank (peaks are per device)
---   op_class      the class (op_work.op_class)
---   op            the CPU op's name
---   ops          ops of this name
---   gpu_ns       their kernels' summed time (ns)
---   time_share_pct  gpu_ns in percent of all op work's GPU time on the rank
---   known_pct    share of gpu_ns whose ops have known flops or bytes (percent)
---   flops         FLOPs summed over the ops with known FLOPs
---   bytes         bytes summed over the ops with known bytes
---   median_intensity  median of the ops' flops / bytes (FLOP per byte)
---   achieved_tflops  summed FLOPs over the summed time of the ops with FLOPs known (TFLOP/s)
---   achieved_gbps    summed bytes over the summed time of the ops with bytes known (GB/s)
---   roof_ns      the time the ops would take at the roof: Σ max(flops / peak FLOP/s, bytes / peak bandwidth) (ns)
---   headroom_ns  gpu_ns of the ops with known work minus roof_ns: what running at the roof would save (ns)
---   bound        the bound most of the time went to (op_work.bound)
+-- @column rank              INTEGER  rank          the rank (peaks are per device)
+-- @column op_class          VARCHAR  text          the class (op_work.op_class)
+-- @column op                VARCHAR  text          the CPU op's name
+-- @column ops               BIGINT   figure:count  ops of this name
+-- @column gpu_ns            BIGINT   figure:ns     their kernels' summed time (ns)
+-- @column time_share_pct    DOUBLE   figure:percent  gpu_ns in percent of all op work's GPU time on the rank
+-- @column known_pct         DOUBLE   figure:percent  share of gpu_ns whose ops have known flops or bytes (percent)
+-- @column flops             BIGINT   figure:flop   FLOPs summed over the ops with known FLOPs
+-- @column bytes             BIGINT   figure:bytes  bytes summed over the ops with known bytes
+-- @column median_intensity  DOUBLE   figure:ratio  median of the ops' flops / bytes (FLOP per byte)
+-- @column achieved_tflops   DOUBLE   figure:tflops  summed FLOPs over the summed time of the ops with FLOPs known (TFLOP/s)
+-- @column achieved_gbps     DOUBLE   figure:gbps   summed bytes over the summed time of the ops with bytes known (GB/s)
+-- @column roof_ns           BIGINT   figure:ns     the time the ops would take at the roof: Σ max(flops / peak FLOP/s, bytes / peak
+--     bandwidth) (ns)
+-- @column headroom_ns       BIGINT   figure:ns     gpu_ns of the ops with known work minus roof_ns: what running at the roof would save (ns)
+-- @column bound             VARCHAR  text          the bound most of the time went to (op_work.bound)
 -- roofline shows first: rank, op_class, op, gpu_ns, time_share_pct, achieved_tflops, headroom_ns, bound
+-- scope: rank
 -- requires: op_work
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,34 +1,34 @@
--- step_breakdown (pack `step-breakdown`, also `steps`): where each rank's GPU time went in each step, and outside steps.
+-- @table step_breakdown: where each rank's GPU time went in each step, and outside steps.
 --
--- Inputs: step_windows (traceflow/derive/), gpu_state (gpu_state.sql), steps, gpu_ops.
 --
 -- One row per rank and step, plus a row per rank for GPU work before its first step's window and
 -- one for work after its last (step NULL): the rows of a rank tile its GPU timeline, so their
 -- busy_ns add up to the union of its GPU ops, every nanosecond once (docs/step-attribution.md).
 -- All durations in ns; *_pct in percent of wall_ns.
---   rank
---   step                 the step (NULL on the outside rows)
---   part                 'step' | 'before' (GPU work before the first step's window: launched before
---                        the capture's steps, or before the capture) | 'after' (after the last window)
---   start_ns             the GPU window's start (ns since epoch), step_windows.sql: the end of the previous
---                        window
---   end_ns               the GPU window's end (ns since epoch): the last end of the step's own ops,
---                        clipped at the next step's first op
---   host_start_ns        the start of the step's host range (ns since epoch); NULL on outside rows
---   host_end_ns          the end of the step's host range (ns since epoch); NULL on outside rows
---   n_ops                GPU ops of the step (its own and those without a step whose start is in the window)
---   wall_ns              end_ns - start_ns
---   busy_ns              union of the rank's GPU ops (all streams) inside the window
---   idle_ns              wall_ns - busy_ns
---   compute_ns           union of compute kernels
---   exposed_comm_ns      communication not overlapped by compute
---   exposed_memory_ns    memcpy/memset not overlapped by compute or communication
---   idle_pct             idle_ns in percent of wall_ns
---   compute_pct          compute_ns in percent of wall_ns
---   exposed_comm_pct     exposed_comm_ns in percent of wall_ns
---   exposed_memory_pct   exposed_memory_ns in percent of wall_ns
---   Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
+-- @column rank                INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step                INTEGER  key           the step (NULL on the outside rows)
+-- @column part                VARCHAR  text          'step' | 'before' (GPU work before the first step's window: launched before
+--     the capture's steps, or before the capture) | 'after' (after the last window)
+-- @column start_ns            BIGINT   time          the GPU window's start (ns since epoch), step_windows.sql: the end of the previous
+--     window
+-- @column end_ns              BIGINT   time          the GPU window's end (ns since epoch): the last end of the step's own ops,
+--     clipped at the next step's first op
+-- @column host_start_ns       BIGINT   time          the start of the step's host range (ns since epoch); NULL on outside rows
+-- @column host_end_ns         BIGINT   time          the end of the step's host range (ns since epoch); NULL on outside rows
+-- @column n_ops               BIGINT   figure:count  GPU ops of the step (its own and those without a step whose start is in the window)
+-- @column wall_ns             BIGINT   figure:ns     end_ns - start_ns
+-- @column busy_ns             BIGINT   figure:ns     union of the rank's GPU ops (all streams) inside the window
+-- @column idle_ns             BIGINT   figure:ns     wall_ns - busy_ns
+-- @column compute_ns          BIGINT   figure:ns     union of compute kernels
+-- @column exposed_comm_ns     BIGINT   figure:ns     communication not overlapped by compute
+-- @column exposed_memory_ns   BIGINT   figure:ns     memcpy/memset not overlapped by compute or communication
+-- @column idle_pct            DOUBLE   figure:percent  idle_ns in percent of wall_ns
+-- @column compute_pct         DOUBLE   figure:percent  compute_ns in percent of wall_ns
+-- @column exposed_comm_pct    DOUBLE   figure:percent  exposed_comm_ns in percent of wall_ns
+-- @column exposed_memory_pct  DOUBLE   figure:percent  exposed_memory_ns in percent of wall_ns
+-- Invariant: compute_ns + exposed_comm_ns + exposed_memory_ns + idle_ns = wall_ns.
 -- step_breakdown shows first: rank, step, busy_ns, idle_ns, compute_ns, exposed_comm_ns, idle_pct, compute_pct, exposed_comm_pct, wall_ns, exposed_memory_ns, exposed_memory_pct
+-- scope: rank
 -- requires: gpu_ops, gpu_state, step_windows, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

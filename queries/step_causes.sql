@@ -1,10 +1,8 @@
--- step_causes (pack `step-causes`): each step's critical path split by cause, per rank
--- (docs/findings.md). The critical path already routes a wait for a late peer through that peer's
--- own work (its host, its kernels), so the time a rank's fault cost its peers is charged to that
--- rank and that cause here, not to the waiting ranks.
+-- @table step_causes: each step's critical path split by cause, per rank
+--     (docs/findings.md). The critical path already routes a wait for a late peer through that peer's
+--     own work (its host, its kernels), so the time a rank's fault cost its peers is charged to that
+--     rank and that cause here, not to the waiting ranks.
 --
--- Inputs: critical_path, exposed_comm_segments (exposed_comm.sql), gpu_ops (copies: direction,
---   pageable / pinned), host_ops, host_time_spans, sync.
 --
 -- A collective on the path is communication only where no compute kernel runs beside it on its
 -- rank's GPU (exposed_comm_segments): where one does, that time is compute, the precedence of
@@ -14,28 +12,29 @@
 -- beside them: "communication-bound" is said with the 62 %, what shorter collectives could gain.
 --
 -- One row per step, rank and cause on the path:
---   step           the step
---   rank           the rank whose segment it is
---   class          compute | communication | memory copies | host | peer wait | idle (the kind of fix)
---   cause          within the class: compute kernels; NCCL kernels; HtoD pageable | HtoD pinned |
---                  DtoH pageable | DtoH pinned | DtoD | memset | ... (copies by direction and host
---                  memory; um_migration: unified-memory page migrations, not copies); for the host, the path's launch and sync segments, and its other host
---                  stretches split by host_time's causes (docs/host-time.md): jit_compile | launch |
---                  sync | allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
---                  they fall outside the rank's steps; a sync segment that is an async copy staged
---                  through pageable memory is that copy's cause (`HtoD pageable`, sync.cause: pin it);
---                  missing peer (peer wait); nothing recorded (idle)
---   path_ns        time on the step's critical path (ns, BIGINT)
---   segments       how many path segments (BIGINT); a collective's stretch beside compute is a segment of
---                  compute too (its name NULL: the kernels beside it are not on the path)
---   top_name       the longest segment's op (kernel, call, or what the host was inside); for host time
---                  split by host_time's causes, the op only where its own time fills most of the
---                  piece, else (no_op) the named host range holding most of it, else NULL
---   bytes          bytes moved by the copies on the path (memory copies only; NULL otherwise)
---   step_wall_ns   the step's critical path length: its span across ranks (ns, BIGINT)
---   share_pct      path_ns / step_wall_ns (percent)
+-- @column step          INTEGER  key           the step
+-- @column rank          INTEGER  rank          the rank whose segment it is
+-- @column class         VARCHAR  text          compute | communication | memory copies | host | peer wait | idle (the kind of fix)
+-- @column cause         VARCHAR  text          within the class: compute kernels; NCCL kernels; HtoD pageable | HtoD pinned |
+--     DtoH pageable | DtoH pinned | DtoD | memset | ... (copies by direction and host
+--     memory; um_migration: unified-memory page migrations, not copies); for the host, the path's launch and sync segments, and its other host
+--     stretches split by host_time's causes (docs/host-time.md): jit_compile | launch |
+--     sync | allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
+--     they fall outside the rank's steps; a sync segment that is an async copy staged
+--     through pageable memory is that copy's cause (`HtoD pageable`, sync.cause: pin it);
+--     missing peer (peer wait); nothing recorded (idle)
+-- @column path_ns       BIGINT   figure:ns     time on the step's critical path (ns)
+-- @column segments      BIGINT   figure:count  how many path segments; a collective's stretch beside compute is a segment of
+--     compute too (its name NULL: the kernels beside it are not on the path)
+-- @column top_name      VARCHAR  text          the longest segment's op (kernel, call, or what the host was inside); for host time
+--     split by host_time's causes, the op only where its own time fills most of the
+--     piece, else (no_op) the named host range holding most of it, else NULL
+-- @column bytes         BIGINT   figure:bytes  bytes moved by the copies on the path (memory copies only; NULL otherwise)
+-- @column step_wall_ns  BIGINT   figure:ns     the step's critical path length: its span across ranks (ns)
+-- @column share_pct     DOUBLE   figure:percent  path_ns / step_wall_ns (percent)
 --
 -- step_causes shows first: step, rank, class, cause, path_ns, share_pct, top_name, segments
+-- scope: job
 -- requires: critical_path, exposed_comm_segments, gpu_ops, host_ops, host_time_spans, sync
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

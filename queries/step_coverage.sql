@@ -1,14 +1,15 @@
--- step_coverage (pack `step-coverage`): per rank, what share of the capture's GPU time lies in steps.
+-- @table step_coverage: per rank, what share of the capture's GPU time lies in steps.
 --
--- Inputs: step_breakdown.
 --
---   gpu_busy_ns   union of all the rank's GPU ops (ns)
---   in_steps_ns   busy time inside step windows (ns)
---   before_ns     busy time before the first step's window (ns)
---   after_ns      busy time after the last step's window (ns)
---   coverage_pct  in_steps_ns / gpu_busy_ns (percent)
---   ops_outside   GPU ops with no step
+-- @column rank          INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column gpu_busy_ns   BIGINT   figure:ns     union of all the rank's GPU ops (ns)
+-- @column in_steps_ns   BIGINT   figure:ns     busy time inside step windows (ns)
+-- @column before_ns     BIGINT   figure:ns     busy time before the first step's window (ns)
+-- @column after_ns      BIGINT   figure:ns     busy time after the last step's window (ns)
+-- @column coverage_pct  DOUBLE   figure:percent  in_steps_ns / gpu_busy_ns (percent)
+-- @column ops_outside   BIGINT   figure:count  GPU ops with no step
 -- step_coverage shows first: rank, coverage_pct, before_ns, after_ns
+-- scope: job
 -- requires: step_breakdown
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,27 +1,32 @@
--- stragglers (pack `stragglers`): which rank every matched collective waited for.
+-- @table stragglers: which rank every matched collective waited for.
 --
--- Inputs: collective_waits.
 --
 -- One row per matched collective. Times in ns.
---   comm, step, seq, op
---   last_rank      the rank that started the collective last
---   last_by_ns     how much later it started than the next-latest rank
---   total_wait_ns  sum over ranks of wait_ns: the peer wait this collective cost the job
---   start_ns       when the last rank started (ns since epoch)
---   blamed_wait_ns sum over ranks of blamed_ns: the wait the last rank caused, after the second-last
---                  rank's arrival (collective_waits.blamed_ns)
---   sharing        its lateness is turns of a GPU it time-slices with the second-last rank, its host
---                  having issued the collective in time (collective_waits.sharing): not a straggler's
+-- @column comm            VARCHAR  key           the NCCL communicator (process group) of the collective
+-- @column step            INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column seq             INTEGER  key           the collective's sequence number within its communicator and step
+-- @column op              VARCHAR  text          the collective (allreduce, allgather, reduce_scatter, broadcast, ...)
+-- @column last_rank       INTEGER  key           the rank that started the collective last
+-- @column last_by_ns      BIGINT   figure:ns     how much later it started than the next-latest rank
+-- @column total_wait_ns   BIGINT   figure:ns     sum over ranks of wait_ns: the peer wait this collective cost the job
+-- @column start_ns        BIGINT   time          when the last rank started (ns since epoch)
+-- @column blamed_wait_ns  BIGINT   figure:ns     sum over ranks of blamed_ns: the wait the last rank caused, after the second-last
+--     rank's arrival (collective_waits.blamed_ns)
+-- @column sharing         BOOLEAN  flag          its lateness is turns of a GPU it time-slices with the second-last rank, its host
+--     having issued the collective in time (collective_waits.sharing): not a straggler's
 --
--- stragglers_by_rank (pack `stragglers-by-rank`): per rank, the peer wait it caused; ordered by wait_caused_ns.
---   times_last      collectives this rank started last
---   wait_caused_ns  the total_wait_ns of those collectives (ns)
---   worst_step      the step of the one that cost most; worst_wait_ns its total_wait_ns (ns)
---   worst_wait_ns   the total_wait_ns of the worst one (ns)
---   blamed_wait_ns  the blamed_wait_ns of those collectives whose lateness was not sharing (ns)
---   times_sharing   collectives it started last by turns of a shared GPU (sharing)
+-- @table stragglers_by_rank: per rank, the peer wait it caused; ordered by wait_caused_ns.
+-- @column rank            INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column times_last      BIGINT   figure:count  collectives this rank started last
+-- @column wait_caused_ns  BIGINT   figure:ns     the total_wait_ns of those collectives (ns)
+-- @column worst_step      INTEGER  key           the step of the one that cost most; worst_wait_ns its total_wait_ns (ns)
+-- @column worst_wait_ns   BIGINT   figure:ns     the total_wait_ns of the worst one (ns)
+-- @column blamed_wait_ns  BIGINT   figure:ns     the blamed_wait_ns of those collectives whose lateness was not sharing (ns)
+-- @column times_sharing   BIGINT   figure:count  collectives it started last by turns of a shared GPU (sharing)
 -- stragglers shows first: comm, step, seq, op, last_rank, last_by_ns, total_wait_ns
 -- stragglers_by_rank shows first: rank, times_last, wait_caused_ns, worst_step, worst_wait_ns
+-- scope: job
 -- requires: collective_waits
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

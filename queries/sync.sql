@@ -1,22 +1,26 @@
--- sync (pack `sync`): host calls that block the CPU until the GPU catches up.
+-- @table sync: host calls that block the CPU until the GPU catches up.
 --
--- Inputs: host_ops, gpu_ops, steps.
 --
 -- Blocking calls: stream / device / context / event synchronize, synchronous memcpy / memset
 -- (cudaMemcpy, cuMemcpyDtoH, ...), and async memcpy calls whose copy touches pageable host
 -- memory (the driver stages them, so the host waits).
 -- One row per blocking call. Times in ns.
---   rank, step (of the call's start), tid, name
---   start_ns          when the host call began (ns since epoch)
---   end_ns            when the host call returned (ns since epoch)
---   blocked_ns        end_ns - start_ns: time the host thread spent inside it
---   reason            'synchronize' | 'sync memcpy' | 'pageable memcpy'
---   gpu_op            the GPU op the call launched, when it launched one (memcpy)
---   cause             what to fix: 'sync', or for a copy staged through pageable memory its direction
---                     and 'pageable' ('HtoD pageable', 'DtoH pageable': pin the host buffer, not "remove
---                     the sync"; a 256 MiB pageable HtoD copy blocks 33-59 ms per step on h100 launch_bound)
+-- @column rank        INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step        INTEGER  key           the step holding the call's start
+-- @column tid         BIGINT   key           the host thread id
+-- @column name        VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column start_ns    BIGINT   time          when the host call began (ns since epoch)
+-- @column end_ns      BIGINT   time          when the host call returned (ns since epoch)
+-- @column blocked_ns  BIGINT   figure:ns     end_ns - start_ns: time the host thread spent inside it
+-- @column reason      VARCHAR  text          'synchronize' | 'sync memcpy' | 'pageable memcpy'
+-- @column gpu_op      VARCHAR  text          the GPU op the call launched, when it launched one (memcpy)
+-- @column op_id       BIGINT   id:host_ops   the blocking call (host_ops.op_id)
+-- @column cause       VARCHAR  text          what to fix: 'sync', or for a copy staged through pageable memory its direction
+--     and 'pageable' ('HtoD pageable', 'DtoH pageable': pin the host buffer, not "remove
+--     the sync"; a 256 MiB pageable HtoD copy blocks 33-59 ms per step on h100 launch_bound)
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
 -- sync shows first: rank, step, name, blocked_ns, reason, gpu_op
+-- scope: rank
 -- requires: gpu_ops, host_ops, steps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

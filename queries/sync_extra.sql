@@ -1,10 +1,8 @@
--- sync_extra (pack `sync-extra`): the blocking calls a rank made in a step beyond its usual count of
--- them: a `torch.cuda.synchronize()` or `.item()` added to one step (a checkpoint, a debug print, a
--- stall). One that empties the GPU's queue is what lets the host time after it idle the GPU, so a
--- host stall's what-if removes the stall's extra calls with it (docs/whatif.md).
+-- @table sync_extra: the blocking calls a rank made in a step beyond its usual count of
+--     them: a `torch.cuda.synchronize()` or `.item()` added to one step (a checkpoint, a debug print, a
+--     stall). One that empties the GPU's queue is what lets the host time after it idle the GPU, so a
+--     host stall's what-if removes the stall's extra calls with it (docs/whatif.md).
 --
--- Inputs: sync (the blocking calls), host_time (each rank's steps), cp_host_nodes (the GPU op each
---   call waited for), gpu_ops (its name).
 --
 -- Per rank and call name, the usual count is the median over the rank's steps of the calls of that
 -- name in a step (a step without one counts 0); a step holding n calls of the name, n at least one
@@ -15,39 +13,40 @@
 -- cudaStreamSynchronize that wait for nothing, 0.008 and 0.005 ms, beside the step's usual two
 -- `loss.item()` waiting for a copy to pinned memory, 7.5 and 355.6 ms: those two were called extra.)
 -- One row per extra call:
---   rank              the rank that made the call
---   step              the step it made the call in
---   name              the call's name (cudaStreamSynchronize, ...)
---   op_id             the call's host op (sync.op_id; BIGINT)
---   start_ns          when the call began (ns since epoch)
---   end_ns            when the call returned (ns since epoch)
---   blocked_ns        its time blocked (BIGINT)
---   n                 calls of the name in the step (BIGINT)
---   usual             the rank's median count of the name per step (DOUBLE)
---   cause             the call's cause in sync: 'sync', or '<direction> pageable' for an async copy staged
---                     through pageable memory (pin the buffer, not "remove the sync") (VARCHAR)
+-- @column rank        INTEGER  rank          the rank that made the call
+-- @column step        INTEGER  key           the step it made the call in
+-- @column name        VARCHAR  text          the call's name (cudaStreamSynchronize, ...)
+-- @column op_id       BIGINT   id:host_ops   the call's host op (sync.op_id)
+-- @column start_ns    BIGINT   time          when the call began (ns since epoch)
+-- @column end_ns      BIGINT   time          when the call returned (ns since epoch)
+-- @column blocked_ns  BIGINT   figure:ns     its time blocked
+-- @column n           BIGINT   figure:count  calls of the name in the step
+-- @column usual       DOUBLE   figure:count  the rank's median count of the name per step
+-- @column cause       VARCHAR  text          the call's cause in sync: 'sync', or '<direction> pageable' for an async copy staged
+--     through pageable memory (pin the buffer, not "remove the sync")
 --
--- sync_extra_peers (pack `sync-extra-peers`): the blocking calls a rank makes more often per step than
--- its peers do. The same count in every step is invisible to sync_extra (its own usual count), yet a
--- rank that blocks in cudaDeviceSynchronize every step where its peers make no such call is a cause its
--- peers are not (h100 ddp4_sync_stall rank 1: `loss.item()` after every micro-step, two
--- cudaStreamSynchronize per step, blocked 377.3 ms per step on nsys, where the other ranks make none).
--- Counts per step, not blocked time, pick the rows: on the same job ranks 0, 2 and 3 block 214-318 ms
--- per step in the 8 cudaEventSynchronize every rank makes, waiting for rank 1; blocking longer in
--- a call the peers make too is waiting, not a cause. Only where two or more ranks have steps.
--- One row per rank and call name it makes at least one more time per step than its peers (median):
---   rank              the rank making the calls (INTEGER)
---   name              the blocking call's name (VARCHAR)
---   cause             'sync' or '<direction> pageable', as in sync_extra (VARCHAR)
---   steps             the rank's steps (BIGINT)
---   steps_with        those holding more calls of the name than the peers' median count (BIGINT)
---   per_step          the rank's median count of the call per step (a step without one counts 0) (DOUBLE)
---   peers_per_step    the median over the other ranks of their median count (DOUBLE)
---   blocked_ns        the rank's median time blocked in the call per step (ns, BIGINT)
---   peers_blocked_ns  the median over the other ranks of theirs (ns, BIGINT)
---   peers             the other ranks (INTEGER[])
+-- @table sync_extra_peers: the blocking calls a rank makes more often per step than
+--     its peers do. The same count in every step is invisible to sync_extra (its own usual count), yet a
+--     rank that blocks in cudaDeviceSynchronize every step where its peers make no such call is a cause its
+--     peers are not (h100 ddp4_sync_stall rank 1: `loss.item()` after every micro-step, two
+--     cudaStreamSynchronize per step, blocked 377.3 ms per step on nsys, where the other ranks make none).
+--     Counts per step, not blocked time, pick the rows: on the same job ranks 0, 2 and 3 block 214-318 ms
+--     per step in the 8 cudaEventSynchronize every rank makes, waiting for rank 1; blocking longer in
+--     a call the peers make too is waiting, not a cause. Only where two or more ranks have steps.
+--     One row per rank and call name it makes at least one more time per step than its peers (median):
+-- @column rank              INTEGER    rank          the rank making the calls
+-- @column name              VARCHAR    text          the blocking call's name
+-- @column cause             VARCHAR    text          'sync' or '<direction> pageable', as in sync_extra
+-- @column steps             BIGINT     figure:count  the rank's steps
+-- @column steps_with        BIGINT     figure:count  those holding more calls of the name than the peers' median count
+-- @column per_step          DOUBLE     figure:count  the rank's median count of the call per step (a step without one counts 0)
+-- @column peers_per_step    DOUBLE     figure:count  the median over the other ranks of their median count
+-- @column blocked_ns        BIGINT     figure:ns     the rank's median time blocked in the call per step (ns)
+-- @column peers_blocked_ns  BIGINT     figure:ns     the median over the other ranks of theirs (ns)
+-- @column peers             INTEGER[]  key           the other ranks
 -- sync_extra shows first: rank, step, name, blocked_ns, n, usual
 -- sync_extra_peers shows first: rank, name, cause, per_step, peers_per_step, blocked_ns, peers_blocked_ns
+-- scope: job
 -- requires: cp_host_nodes, gpu_ops, host_time, sync
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

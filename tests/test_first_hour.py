@@ -92,18 +92,96 @@ def test_enumerated_values_are_the_columns_values(demo_db):
     assert checked >= 5
 
 
-def test_grouped_header_lines_and_types_parse_apart():
-    """comments.parse_tables on a pack's header: one text per column, SQL types left out, a table's
-    columns its own (desync_timing_ranks.rank is not desync_timing's)."""
+def test_declared_docs_are_each_tables_own_and_continue_over_lines():
+    """comments.parse_tables reads the declarations: a table's columns its own (desync_timing_ranks.rank
+    is not desync_timing's), a doc continued over deeper lines joined into one."""
     from traceflow import comments
     from traceflow.packs import pack_sql
     tables, cols = comments.parse_tables(pack_sql("sync_extra"))
     assert tables["sync_extra"].startswith("the blocking calls a rank made in a step beyond its usual count of them:")
     assert cols["sync_extra"]["blocked_ns"] == "its time blocked"
-    assert "Inputs" not in tables
+    assert set(tables) == {"sync_extra", "sync_extra_peers"}
+    tables, cols = comments.parse_tables(pack_sql("idle_gaps"))
+    assert "  " not in cols["idle_gaps"]["host_activity"] and cols["idle_gaps"]["host_activity"].endswith("NULL if neither")
     tables, cols = comments.parse_tables(pack_sql("desync_timing"))
-    assert cols["desync_timing_ranks"]["rank"] == ""  # listed bare: the glossary's, not desync_timing's
-    assert tables["desync_timing_ranks"].endswith("to the end of its trace.")
+    assert cols["desync_timing_ranks"]["rank"] and tables["desync_timing_ranks"].endswith("to the end of its trace.")
+
+
+def _declared():
+    from traceflow import schema, sqlmodules
+    out = dict(schema.declared())
+    for g in ("derive", "queries"):
+        for n in sqlmodules.names(g):
+            out.update(sqlmodules.module(g, n).tables)
+    return out
+
+
+def test_every_table_holds_the_declared_columns_in_order_with_their_types(demo_db):
+    """Each table the demo's database holds that a module or schema.py declares: exactly its declared
+    columns, in order, of the declared DuckDB types (duckdb_columns()); every other is a Python step's."""
+    import duckdb
+    con = duckdb.connect(demo_db, read_only=True)
+    have: dict[str, list] = {}
+    for t, c, ty in con.execute("""SELECT table_name, column_name, data_type FROM duckdb_columns()
+                                   WHERE NOT internal AND database_name = current_database()
+                                   ORDER BY table_name, column_index""").fetchall():
+        have.setdefault(t, []).append((c, ty))
+    declared = _declared()
+    checked = [t for t in declared if t in have]
+    for t in checked:
+        assert have[t] == [(c.name, c.type) for c in declared[t].columns], t
+    assert len(checked) >= 60 and {"idle_gaps", "gpu_ops", "step_windows", "findings", "traces", "fr_entries"} <= set(checked)
+    # the rest are made by steps written in Python (device peaks, GPU sharing, the critical path's
+    # walk, the claims' what-ifs, the format stamp): their declarations are the runner's (issue 44)
+    assert set(have) - set(declared) <= {"device_peaks", "gpu_devices", "gpu_sharing", "critical_path_raw",
+                                          "claims_whatif", "metadata"}, set(have) - set(declared)
+
+
+def test_time_columns_hold_epoch_ns_inside_the_traces_and_ids_name_ops(demo_db):
+    """A column of role `time` holds ns since the epoch within the job's traced span (a duration or a
+    relative time fails); one of role id:gpu_ops / id:host_ops holds op_ids of that table."""
+    import duckdb
+    con = duckdb.connect(demo_db, read_only=True)
+    con.execute("SET search_path = 'main,tf_internal'")
+    lo, hi = con.execute("""SELECT min(s), max(e) FROM (SELECT min(start_ns) s, max(end_ns) e FROM gpu_ops
+                            UNION ALL SELECT min(start_ns), max(end_ns) FROM host_ops)""").fetchone()
+    assert lo > 10**18  # 2001-09-09 in ns since the epoch
+    times = ids = 0
+    for t, decl in _declared().items():
+        if not con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = ?", [t]).fetchone()[0]:
+            continue
+        for c in decl.columns:
+            if c.role == "time":
+                out = con.execute(f'SELECT count(*) FROM {t} WHERE "{c.name}" NOT BETWEEN ? AND ?', [lo - 10**9, hi + 10**9]).fetchone()[0]
+                assert out == 0, (t, c.name, out)
+                times += 1
+            elif c.role in ("id:gpu_ops", "id:host_ops"):
+                of = c.role[3:]
+                out = con.execute(f'SELECT count(*) FROM {t} WHERE "{c.name}" IS NOT NULL AND "{c.name}" NOT IN (SELECT op_id FROM {of})').fetchone()[0]
+                assert out == 0, (t, c.name, out)
+                ids += 1
+    assert times >= 40 and ids >= 15, (times, ids)
+
+
+def test_a_diff_and_a_scaling_study_give_the_declared_columns(demo_db):
+    """The comparisons' tables (TEMP, so in no database): a diff of the demo with itself and a scaling
+    study of it twice give each declared column, in order, of the declared type."""
+    import polars as pl
+
+    import traceflow
+    from traceflow import sqlmodules
+    duck = {pl.Int64: "BIGINT", pl.Int32: "INTEGER", pl.Float64: "DOUBLE", pl.String: "VARCHAR", pl.Boolean: "BOOLEAN"}
+
+    def types(df):
+        return [(n, f"{duck[t.inner.base_type()]}[]" if isinstance(t, pl.List) else duck[t.base_type()]) for n, t in df.schema.items()]
+
+    d = traceflow.diff(demo_db, demo_db)
+    for name in sqlmodules.names("diff"):
+        decl = sqlmodules.module("diff", name).tables[f"diff_{name}"]
+        assert types(d.tables[name]) == [(c.name, c.type) for c in decl.columns], name
+    s = traceflow.scaling([demo_db, demo_db])
+    decl = sqlmodules.module("scaling", "scaling").tables["scaling"]
+    assert types(s.table) == [(c.name, c.type) for c in decl.columns]
 
 
 # --- output slips ---------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from traceflow import derive, packs, sqlmodules
-from traceflow.sqlmodules import creates, referenced, requires, run_order
+from traceflow import derive, packs, schema, sqlmodules
+from traceflow.sqlmodules import creates, creates_public, referenced, requires, run_order
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted(sqlmodules.path(g, n) for g in sqlmodules.GROUPS for n in sqlmodules.names(g))
@@ -96,3 +96,73 @@ def test_pack_names_are_the_tables_and_aliases_still_work():
     assert packs.table_of("steps") == "step_breakdown" == packs.table_of("step-breakdown")
     assert packs.table_of("gpu-state") is None  # a helper, not a pack
     assert {p.name for p in packs.listing()} == {t.replace("_", "-") for t in packs.public_tables()}
+
+
+# --- the declarations (issue 44): every module typed, scoped and documented -------------------------
+
+def test_every_module_declares_scope_reads_and_each_column():
+    from traceflow.sqlmodules import module, valid_role
+    for g in sqlmodules.GROUPS:
+        for n in sqlmodules.names(g):
+            m = module(g, n)
+            lines = sqlmodules.text(g, n).splitlines()
+            code = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("--"))
+            assert not [line for line in lines[code:] if line.startswith(("-- @", "-- scope:", "-- requires:"))], (g, n)  # one header
+            assert m.scope in ("rank", "job") and m.reads == requires(sqlmodules.text(g, n)), (g, n)
+            assert set(m.tables) <= set(m.creates) == creates(sqlmodules.text(g, n)), (g, n)
+            assert set(creates_public(sqlmodules.text(g, n))) <= set(m.tables), (g, n)  # every public table declared
+            for t, d in m.tables.items():
+                assert d.doc and d.columns, (g, n, t)
+                assert len({c.name for c in d.columns}) == len(d.columns), (g, n, t)
+                for c in d.columns:
+                    assert valid_role(c.role) and c.doc.strip() and c.type.split("[")[0].isupper(), (t, c)
+                assert set(d.shows_first) <= {c.name for c in d.columns}, (t, d.shows_first)
+
+
+def test_a_malformed_declaration_names_its_file_and_line():
+    from traceflow.sqlmodules import parse_header
+    with pytest.raises(ValueError, match=r"x\.sql:2: `-- @column name TYPE role doc`"):
+        parse_header("-- @table t: a table\n-- @column a BIGINT seconds  a role not in the vocabulary\n", "x.sql")
+    with pytest.raises(ValueError, match=r"x\.sql:1: `-- scope: rank`"):
+        parse_header("-- scope: ranks\n", "x.sql")
+
+
+def test_the_per_rank_lists_follow_from_the_declarations():
+    """rank_tables' shard list, id columns and time columns, computed from `-- scope:` and the roles,
+    equal the hand lists they replaced (main at e07745c, below); the one difference is
+    memory_snapshot_history.time_ns, ns since the epoch that clock alignment does not shift on either
+    road (rank_tables.UNSHIFTED)."""
+    from traceflow import rank_tables
+    sharded = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "ranges": ("main", "trace_id"),
+               "steps": ("main", "rank"), "step_windows": ("tf_internal", "rank"),
+               "gpu_state": ("tf_internal", "rank"), "gpu_islands": ("tf_internal", "rank"),
+               "idle_gaps": ("main", "rank"), "idle_gaps_summary": ("main", "rank"),
+               "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank"),
+               "op_work": ("main", "rank"), "step_breakdown": ("main", "rank"), "sync": ("main", "rank"),
+               "cp_host_nodes": ("tf_internal", "rank"), "cp_gpu_preds": ("tf_internal", "op_id"),
+               "exposed_comm": ("main", "rank"), "exposed_comm_segments": ("tf_internal", "rank"),
+               "kernels": ("main", "rank"), "launch_bound_steps": ("main", "rank"), "mfu": ("main", "rank"),
+               "roofline": ("main", "rank"), "memory_events": ("main", "trace_id"), "devices": ("main", "trace_id")}
+    sharded.update({t: ("main", "trace_id") for t in ("memory_segments", "memory_snapshot_blocks", "memory_snapshot_history")})
+    times = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
+             "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
+             "step_windows": ("start_ns", "end_ns", "first_op_ns", "last_op_end_ns"), "gpu_state": ("start_ns", "end_ns"),
+             "gpu_islands": ("start_ns", "end_ns"),
+             "idle_gaps": ("start_ns", "end_ns", "next_api_start_ns", "next_issue_start_ns"),
+             "launch_overhead": ("api_start_ns", "issue_start_ns"),
+             "step_breakdown": ("start_ns", "end_ns", "host_start_ns", "host_end_ns"), "sync": ("start_ns", "end_ns"),
+             "cp_host_nodes": ("start_ns", "end_ns"), "exposed_comm_segments": ("start_ns", "end_ns"), "memory_events": ("ts_ns",)}
+    ids = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
+           "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
+           "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"},
+           "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"},
+           "sync": {"op_id": "host_op_base"}, "cp_host_nodes": {"node_op_id": "host_op_base", "waited_op_id": "gpu_op_base"},
+           "cp_gpu_preds": {"op_id": "gpu_op_base", "stream_prev": "gpu_op_base", "dep_op_id": "gpu_op_base"}}
+    assert sharded == rank_tables.SHARDED
+    assert ids == rank_tables.IDS
+    assert times == rank_tables.TIMES
+    assert rank_tables.UNSHIFTED == {"memory_snapshot_history": ("time_ns",)}
+    assert "time_ns" in schema.declared()["memory_snapshot_history"].roles("time")
+    scoped = {n for g in ("derive", "queries") for n in sqlmodules.names(g) if sqlmodules.module(g, n).scope == "rank"}
+    from traceflow.derive import PER_RANK
+    assert scoped == set(PER_RANK) | set(rank_tables.PER_RANK_PACKS) | set(rank_tables.WORKER_HELPERS)

@@ -1,48 +1,21 @@
-"""The database documents itself: `COMMENT ON` every user-facing table and column, taken from the
-header comments of the `.sql` files that create them (one source: the text a reader of the pack
-reads), and from schema.py for the tables ingest loads. `duckdb job.duckdb` then
+"""The database documents itself: `COMMENT ON` every user-facing table and column, with the text
+the modules declare (one source): the `-- @table` / `-- @column` lines of the `.sql` files that
+create them (sqlmodules.module: the text a reader of the pack reads), and schema.py's declarations
+for the tables ingest loads. `duckdb job.duckdb` then
 `SELECT table_name, column_name, comment FROM duckdb_columns()` answers "what is this column".
-
-Header conventions (queries/*.sql, traceflow/derive/*.sql):
-  -- <table> (pack `name`): what the table holds ...      a table's paragraph: its lines of one space
-  -- <table>: what the table holds ...                    after `--`, until a blank `--`, a column line
-                                                          or a section (`-- Inputs:`); the second form
-                                                          only where a block of comments begins
-  --   col  what the column means                         a column (two or more spaces before the text),
-  --        continued on deeper-indented lines            its table the paragraph above it
-  --   rank, step                                         listed bare: the GLOSSARY's text
-One column a line, each with a text of its own (tests/test_first_hour.py checks every column of the
-demo's database: a comment each, none shared within a table, no SQL type, enumerated values the
-column's own). SQL types written beside a text (`BIGINT  ...`, `(ns, BIGINT)`) are left out of the
-comment: DuckDB shows each column's type itself.
+tests/test_first_hour.py checks every column of the demo's database: a comment each, none shared
+within a table, no SQL type, enumerated values the column's own.
 """
 from __future__ import annotations
 
-import re
-
 from .duck import sql_string
-
-_TABLE = re.compile(r"^--\s([a-z_][a-z0-9_]*)(\s+\((?:pack [^)]*|view)\))?:\s+(.*)$")
-_COLUMN = re.compile(r"^--(\s{2,})(\w+(?:,\s*\w+)*)(?:\s{2,}(\S.*))?$")
-_MORE = re.compile(r"^--(\s+)(\S.*)$")
-# The SQL types a header may name beside a column's meaning: DuckDB shows a column's type itself
-# (duckdb_columns().data_type), so its comment leaves them out (a comment that ended "(INTEGER,
-# INTEGER, VARCHAR)" read as part of the meaning).
-_TYPES = r"(?:BIGINT|UBIGINT|INTEGER|SMALLINT|TINYINT|HUGEINT|VARCHAR|DOUBLE|FLOAT|REAL|BOOLEAN|TIMESTAMP)(?:\[\])?"
-
-
-def _untyped(text: str) -> str:
-    """A column's text without the SQL types it names: `BIGINT  the gap` -> `the gap`; `(ns, BIGINT)`
-    -> `(ns)`; `(VARCHAR)` -> ``."""
-    text = re.sub(rf"^{_TYPES}\s+", "", text)
-    text = re.sub(rf"\s*\({_TYPES}(?:,\s*{_TYPES})*\)", "", text)
-    text = re.sub(rf"\s*[;,]\s*{_TYPES}\b", "", text)
-    return re.sub(rf"\b{_TYPES}[;,]\s*", "", text).strip()
+from .schema import GLOSSARY
+from .sqlmodules import parse_header
 
 
 def parse(sql_text: str) -> tuple[dict[str, str], dict[str, str]]:
-    """({table: its paragraph}, {column: its text}) from a file's comment lines (the columns of all
-    its tables; parse_tables gives each table its own)."""
+    """({table: its doc}, {column: its doc}) from a file's declarations (the columns of all its
+    tables; parse_tables gives each table its own)."""
     tables, by_table = parse_tables(sql_text)
     columns: dict[str, str] = {}
     for cols in by_table.values():
@@ -51,65 +24,10 @@ def parse(sql_text: str) -> tuple[dict[str, str], dict[str, str]]:
     return tables, columns
 
 
-def parse_tables(sql_text: str) -> tuple[dict[str, str], dict[str | None, dict[str, str]]]:
-    """({table: its paragraph}, {table: {column: its text}}): a column belongs to the table whose
-    paragraph last came before it (None: before any). A line lists one column (or several that
-    share the text); a column listed without text is the GLOSSARY's."""
-    tables: dict[str, str] = {}
-    by_table: dict[str | None, dict[str, str]] = {None: {}}
-    current: str | None = None
-    lines: list[str] = []
-    fresh: set[int] = set()  # fresh: the comment lines that begin a block (after code or a blank `--`)
-    for line in sql_text.splitlines():
-        if not line.startswith("--"):
-            fresh.add(len(lines))
-            continue
-        if not lines or lines[-1].strip() == "--":
-            fresh.add(len(lines))
-        lines.append(line.rstrip())
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if (m := _TABLE.match(line)) and (m.group(2) or i in fresh):
-            # a paragraph goes on over lines of one space after `--` (two or more begin a column)
-            text, i = [m.group(3)], i + 1
-            while i < len(lines) and re.match(r"^-- \S", lines[i]) and not _pack_header(lines[i]) \
-                    and not _SECTION.match(lines[i]):
-                text.append(lines[i][2:].strip())
-                i += 1
-            current = m.group(1)
-            tables.setdefault(current, " ".join(text))
-            by_table.setdefault(current, {})
-            continue
-        if m := _COLUMN.match(line):
-            indent = len(m.group(1))
-            text, i = [m.group(3) or ""], i + 1
-            while m.group(3) and i < len(lines) and _continues(lines[i], indent):
-                text.append(lines[i][2:].strip())
-                i += 1
-            doc = _untyped(" ".join(text))
-            for col in re.split(r",\s*", m.group(2)):
-                by_table[current].setdefault(col, doc)  # "": listed bare, the GLOSSARY's
-            continue
-        i += 1
-    return tables, by_table
-
-
-# a header's own sections end a table's paragraph: "-- Input: ...", "-- Output columns:"
-_SECTION = re.compile(r"^-- (?:Inputs?|Outputs?|Output columns|Parameters?|Requires)\b.*:")
-
-
-def _pack_header(line: str) -> bool:
-    m = _TABLE.match(line)
-    return m is not None and m.group(2) is not None
-
-
-def _continues(line: str, indent: int) -> bool:
-    m = _MORE.match(line)
-    return m is not None and len(m.group(1)) > indent + 2 and not _COLUMN_WITH_TEXT.match(line) and not _TABLE.match(line)
-
-
-_COLUMN_WITH_TEXT = re.compile(r"^--(\s{2,})(\w+(?:,\s*\w+)*)\s{2,}(\S.*)$")
+def parse_tables(sql_text: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """({table: its doc}, {table: {column: its doc}}), from the file's `-- @table` / `-- @column` lines."""
+    decls = parse_header(sql_text)[2]
+    return {t: d.doc for t, d in decls.items()}, {t: {c.name: c.doc for c in d.columns} for t, d in decls.items()}
 
 
 def apply(con, sql_text: str, tables: list[str]):
@@ -120,13 +38,7 @@ def apply(con, sql_text: str, tables: list[str]):
 def docs_for(sql_text: str, tables: list[str]) -> dict[str, tuple[str | None, dict[str, str]]]:
     """What `sql_text` says about `tables`, to apply later with others in one batch (apply_docs)."""
     docs, by_table = parse_tables(sql_text)
-    every: dict[str, str] = {}
-    for cols in by_table.values():
-        for c, text in cols.items():
-            if text:
-                every.setdefault(c, text)
-    # a table's own columns first; a column its section does not list takes the file's text for it
-    return {t: (docs.get(t), {**every, **by_table.get(t, {})}) for t in tables}
+    return {t: (docs.get(t), by_table.get(t, {})) for t in tables}
 
 
 def comment_table(con, table: str, text: str, columns: dict[str, str]):
@@ -158,29 +70,9 @@ def apply_docs(con, wanted: dict[str, tuple[str | None, dict[str, str]]]):
         con.execute(";\n".join(out))
 
 
-# Columns many tables share, where a file lists them without words of their own.
-GLOSSARY = {
-    "rank": "the rank (process index in the job) the row belongs to",
-    "step": "the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every step",
-    "name": "the name of the op, kernel or call (kernels: the full demangled C++ name)",
-    "kind": "what kind of op or segment this is",
-    "stream": "the CUDA stream",
-    "op_id": "the op's op_id in gpu_ops or host_ops",
-    "tid": "the host thread id",
-    "category": "what a GPU op does: compute | communication | memory",
-    "comm": "the NCCL communicator (process group) of the collective",
-    "seq": "the collective's sequence number within its communicator and step",
-    "op": "the collective (allreduce, allgather, reduce_scatter, broadcast, ...)",
-    "ordinal": "position in time order within the step (0, 1, ...)",
-    "start_ns": "start, ns since the Unix epoch (after clock alignment)",
-    "end_ns": "end, ns since the Unix epoch (after clock alignment)",
-    "dur_ns": "end_ns - start_ns (ns)",
-    "bytes": "bytes moved (copies, memsets, collectives' messages)",
-    "trace_id": "the input file (traces.trace_id) the row came from",
-}
 
 
 def apply_core(con):
-    """The tables ingest loads, documented in schema.py."""
-    from .schema import DOCS
-    apply_docs(con, DOCS)
+    """The tables ingest loads, documented in schema.py (schema.declared)."""
+    from .schema import DOCS, docs
+    apply_docs(con, docs(tuple(DOCS)))

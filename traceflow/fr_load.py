@@ -5,7 +5,7 @@ dumps get their ranks apart from the traces (readers/ranks.assign, on the dumps 
 enter `traces`, whose one row per rank every timing analysis relies on. The tables exist in every
 database (empty without dumps), so the `desync` pack runs on any job.
 
-Size: 3,000 of its 10,200 chars are DOCS, the words for every column of the three tables (the shell's users read them).
+The words for every column of the three tables (the shell's users read them) are schema.py's, with the other loaded tables'.
 """
 from __future__ import annotations
 
@@ -26,37 +26,6 @@ FORMATS = ("fr-pickle", "fr-json")
 # ranks enqueued them together. Two dumps this far apart are of two jobs (as traces: pipeline.py).
 MIXED_JOB_GAP_NS = 60 * 10**9
 
-DOCS: dict[str, tuple[str | None, dict[str, str]]] = {
-    "fr_dumps": ("one row per PyTorch Flight Recorder dump (one rank's buffer); docs/hang-forensics.md", {
-        "dump_id": "the dump's id (fr_entries.dump_id, fr_groups.dump_id)", "source_path": "the dump's file",
-        "source_hash": "blake2b of the dump file (re-ingest is idempotent)",
-        "world_size": "the default process group's size, as the dump states it",
-        "source_format": "'fr-pickle' (watchdog / _dump_fr_trace) | 'fr-json' (_dump_fr_trace_json)",
-        "version": "the dump's version field", "rank_source": "where the rank came from: dump | file name | pattern | file order",
-        "n_entries": "entries in the buffer", "warnings": "what the dump lacks, and what that rules out"}),
-    "fr_entries": ("one row per entry of a rank's Flight Recorder buffer: a collective or p2p call as enqueued", {
-        "dump_id": "the dump the entry is from (fr_dumps.dump_id)", "record_id": "the entry's id in the rank's buffer",
-        "pg": "the process group's name ('0': the default group)", "pg_desc": "its description (default_pg, ...)",
-        "collective_seq_id": "the collective sequence id as recorded (collective_seq_id; seq_id in older dumps)",
-        "p2p_seq_id": "the point-to-point sequence id as recorded (NULL: the dump predates it)",
-        "op_id": "the recorder's op id", "is_p2p": "a point-to-point call (send, recv)",
-        "output_sizes": "the outputs' shapes, JSON text, e.g. [[1000]]", "output_dtypes": "the outputs' dtypes, JSON text, e.g. [\"Float\"]",
-        "timeout_ms": "the call's timeout (ms)", "thread_name": "the thread that enqueued it",
-        "seq": "the call's sequence id in its group: collective_seq_id, or p2p_seq_id for point-to-point calls",
-        "op": "the call (all_reduce, broadcast, send, ...)", "profiling_name": "as recorded, e.g. nccl:all_reduce",
-        "input_sizes": "the inputs' shapes, JSON text, e.g. [[1000]]", "input_dtypes": "the inputs' dtypes, JSON text, e.g. [\"Float\"]",
-        "state": "scheduled | started | completed (gloo records scheduled only)",
-        "retired": "the recorder retired the entry (its work ended)",
-        "created_ns": "when the call was enqueued (ns since epoch)", "started_ns": "when its start was seen (NCCL)",
-        "completed_ns": "when its end was seen (NCCL)", "frames": "the Python stack of the call, innermost first (JSON text)",
-        "user_frame": "the innermost frame outside PyTorch: file:line function"}),
-    "fr_groups": ("one row per process group a dump knew: members (pg_config) and progress (pg_status)", {
-        "dump_id": "the dump the row is from (fr_dumps.dump_id)", "pg": "the process group's name ('0': the default group)",
-        "pg_desc": "its description (default_pg, ...)", "ranks": "the group's members, JSON text", "group_size": "members",
-        "last_enqueued": "the last collective seq the rank enqueued in the group",
-        "last_started": "the last one seen started (NULL: none, or a backend that does not record it: gloo)",
-        "last_completed": "the last one seen completed"}),
-}
 
 
 def create_tables(con):
@@ -65,7 +34,7 @@ def create_tables(con):
     for t in schema.FR_TABLES:
         con.execute(schema.fr_ddl(t).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
     from . import comments
-    comments.apply_docs(con, DOCS)
+    comments.apply_docs(con, schema.docs(tuple(schema.FR_TABLES) + ("fr_dumps",)))
 
 
 def split(traces: list[ProcessTrace]) -> tuple[list[ProcessTrace], list[ProcessTrace]]:

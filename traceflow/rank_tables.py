@@ -1,9 +1,12 @@
 """The per-rank tables and their keys, shared by the ingest's load, the derive step, a cluster's
 per-rank task (rank_task.py) and the views over its shards (shard_views.py): which tables a worker
 shards, their time columns (clock alignment moves them), their id columns (numbered per trace) and
-the id ranges. Constants only: it imports nothing, so every layer may import it.
+the id ranges. It imports nothing at import time (the declarations are read on first use of
+SHARDED / TIMES / IDS), so every layer may import it.
 """
 from __future__ import annotations
+
+from functools import cache
 
 # host_ops ids: a range of their own per trace (gpu_ops ids stay below HOST_OP_ID_BASE)
 HOST_OP_ID_BASE = 10**12
@@ -23,32 +26,62 @@ PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "o
                   "sync", "cp_graph", "exposed_comm", "kernels", "launch_bound_steps", "mfu", "roofline")
 # what those read and the client makes too (op_classes for op_work's names, the view for critical_path.sql)
 WORKER_HELPERS = ("op_classes", "op_work_kernels")
-# the per-rank tables a worker writes: table -> (its schema, the column that says whose rows; 'op_id':
-# the table has neither rank nor trace, its rows are the GPU ops' own)
-SHARDED = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "ranges": ("main", "trace_id"),
-           "steps": ("main", "rank"), "step_windows": ("tf_internal", "rank"),
-           "gpu_state": ("tf_internal", "rank"), "gpu_islands": ("tf_internal", "rank"),
-           "idle_gaps": ("main", "rank"), "idle_gaps_summary": ("main", "rank"),
-           "launch_overhead": ("main", "rank"), "launch_overhead_summary": ("main", "rank"), "op_flops": ("main", "rank"),
-           "op_work": ("main", "rank"), "step_breakdown": ("main", "rank"), "sync": ("main", "rank"),
-           "cp_host_nodes": ("tf_internal", "rank"), "cp_gpu_preds": ("tf_internal", "op_id"),
-           "exposed_comm": ("main", "rank"), "exposed_comm_segments": ("tf_internal", "rank"),
-           "kernels": ("main", "rank"), "launch_bound_steps": ("main", "rank"), "mfu": ("main", "rank"),
-           "roofline": ("main", "rank"), "memory_events": ("main", "trace_id"), "devices": ("main", "trace_id")}
-SHARDED.update({t: ("main", "trace_id") for t in ("memory_segments", "memory_snapshot_blocks", "memory_snapshot_history")})
-# times (ns since the epoch): the views add the rank's clock offset
-TIMES = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
-         "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
-         "step_windows": ("start_ns", "end_ns", "first_op_ns", "last_op_end_ns"), "gpu_state": ("start_ns", "end_ns"),
-         "gpu_islands": ("start_ns", "end_ns"),
-         "idle_gaps": ("start_ns", "end_ns", "next_api_start_ns", "next_issue_start_ns"),
-         "launch_overhead": ("api_start_ns", "issue_start_ns"),
-         "step_breakdown": ("start_ns", "end_ns", "host_start_ns", "host_end_ns"), "sync": ("start_ns", "end_ns"),
-         "cp_host_nodes": ("start_ns", "end_ns"), "exposed_comm_segments": ("start_ns", "end_ns"), "memory_events": ("ts_ns",)}
-# ids: stored from 1 within the process; the views add the base of the trace's GPU ops or host ops
-IDS = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
-       "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
-       "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"},
-       "op_flops": {"op_id": "host_op_base"}, "op_work": {"op_id": "host_op_base"},
-       "sync": {"op_id": "host_op_base"}, "cp_host_nodes": {"node_op_id": "host_op_base", "waited_op_id": "gpu_op_base"},
-       "cp_gpu_preds": {"op_id": "gpu_op_base", "stream_prev": "gpu_op_base", "dep_op_id": "gpu_op_base"}}
+# The per-rank tables and their keys follow from the declarations (sqlmodules.module's `-- scope:`
+# and column roles; schema.declared() for the loaded tables), computed on first use:
+#   SHARDED  table -> (its schema, the column that says whose rows: 'rank', 'trace_id', or 'op_id'
+#            where the table has neither, its rows the GPU ops' own)
+#   TIMES    table -> its columns of role `time` (ns since the epoch): the views add the rank's clock offset
+#   IDS      table -> {column: "gpu_op_base" | "host_op_base"} for the columns of role id:gpu_ops /
+#            id:host_ops (stored from 1 within the process; the views add the base of the trace's ops)
+# Times clock alignment does not shift on either road (derive/clock.py shifts the times of gpu_ops,
+# host_ops, ranges and memory_events; the derived tables are derived again): a memory snapshot's
+# history stays on the snapshot's own clock, so the views must not shift it either.
+UNSHIFTED = {"memory_snapshot_history": ("time_ns",)}
+
+
+def __getattr__(name: str):
+    if name in ("TIMES", "IDS", "SHARDED"):
+        times, ids, sharded = _declared()
+        return {"TIMES": times, "IDS": ids, "SHARDED": sharded}[name]
+    raise AttributeError(name)
+
+
+@cache
+def _declared() -> tuple[dict, dict, dict]:
+    """(TIMES, IDS, SHARDED) as the declarations give them (sqlmodules.module's `-- scope:` and column
+    roles, schema.declared for the loaded tables): the per-rank tables are the loaded per-rank ones
+    and the tables (not views) a scope-rank module creates whose rows say whose they are (a rank, a
+    trace or, lacking both, a GPU op's id); their times are the columns of role `time`, their ids
+    those of role `id:gpu_ops` / `id:host_ops`. tests/test_sql_modules.py holds them equal to the
+    lists they replace (main at e07745c), UNSHIFTED aside."""
+    import re
+
+    from . import schema, sqlmodules
+    tables: dict[str, tuple[str, sqlmodules.TableDecl]] = {t: ("main", d) for t, d in schema.declared().items()
+                                                               if t in schema.PER_RANK}
+    for group in ("derive", "queries"):
+        for mod in sqlmodules.modules(group):
+            if mod.scope != "rank":
+                continue
+            sql = sqlmodules.text(group, mod.name)
+            for t, decl in mod.tables.items():
+                if re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:\w+\.)?{t}\b", sql, re.I):
+                    continue  # a view is made again over the shards
+                internal = re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+tf_internal\.{t}\b", sql, re.I)
+                tables[t] = ("tf_internal" if internal else "main", decl)
+    times: dict[str, tuple[str, ...]] = {}
+    ids: dict[str, dict[str, str]] = {}
+    sharded: dict[str, tuple[str, str]] = {}
+    for t, (sch, decl) in tables.items():
+        cols = decl.columns
+        loaded = t in schema.PER_RANK
+        whose = [c.name for c in cols if c.role == ("trace" if loaded else "rank")] or \
+                [c.name for c in cols if c.role == "trace"] or [c.name for c in cols if c.role.startswith("id:")]
+        if not whose:
+            continue  # a table of definitions (comm_kernels, op_classes): the client makes it too
+        sharded[t] = (sch, whose[0])
+        if tm := tuple(c.name for c in cols if c.role == "time" and c.name not in UNSHIFTED.get(t, ())):
+            times[t] = tm
+        if idc := {c.name: c.role[3:-4] + "_op_base" for c in cols if c.role.startswith("id:")}:
+            ids[t] = idc
+    return times, ids, sharded

@@ -145,7 +145,29 @@ def ddl(table: str) -> str:
     return f"CREATE TABLE {table} ({', '.join(cols)})"
 
 
-# What `COMMENT ON` says about the loaded tables (traceflow/comments.py; shared columns: its GLOSSARY).
+# Columns many tables share, where a table Python makes (hardware.py, gpu_sharing.py, fr_load.py)
+# lists them without words of their own (the .sql modules declare each column's doc).
+GLOSSARY = {
+    "rank": "the rank (process index in the job) the row belongs to",
+    "step": "the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every step",
+    "name": "the name of the op, kernel or call (kernels: the full demangled C++ name)",
+    "kind": "what kind of op or segment this is",
+    "stream": "the CUDA stream",
+    "op_id": "the op's op_id in gpu_ops or host_ops",
+    "tid": "the host thread id",
+    "category": "what a GPU op does: compute | communication | memory",
+    "comm": "the NCCL communicator (process group) of the collective",
+    "seq": "the collective's sequence number within its communicator and step",
+    "op": "the collective (allreduce, allgather, reduce_scatter, broadcast, ...)",
+    "ordinal": "position in time order within the step (0, 1, ...)",
+    "start_ns": "start, ns since the Unix epoch (after clock alignment)",
+    "end_ns": "end, ns since the Unix epoch (after clock alignment)",
+    "dur_ns": "end_ns - start_ns (ns)",
+    "bytes": "bytes moved (copies, memsets, collectives' messages)",
+    "trace_id": "the input file (traces.trace_id) the row came from",
+}
+
+# What `COMMENT ON` says about the loaded tables (traceflow/comments.py; shared columns: GLOSSARY).
 DOCS = {
     "traces": ("one row per traced process (rank) and the file it came from", {
         "world_size": "ranks in the job, as the file states it (or the number of ranks ingested)",
@@ -210,3 +232,110 @@ DOCS = {
     "devices": ("the GPUs a trace describes (Kineto deviceProperties)", {
         "device": "the device index", "name": "the device's name", "memory_bytes": "its memory (totalGlobalMem, bytes)"}),
 }
+
+
+# Each loaded table's columns, typed and with a role (sqlmodules.ROLES), as the SQL modules declare
+# theirs: `name:role`, in table order; types from the schemas above, docs from DOCS (or the glossary).
+# Flight Recorder's tables (fr_load.py)
+DOCS.update({
+    "fr_dumps": ("one row per PyTorch Flight Recorder dump (one rank's buffer); docs/hang-forensics.md", {
+        "dump_id": "the dump's id (fr_entries.dump_id, fr_groups.dump_id)", "source_path": "the dump's file",
+        "source_hash": "blake2b of the dump file (re-ingest is idempotent)",
+        "world_size": "the default process group's size, as the dump states it",
+        "source_format": "'fr-pickle' (watchdog / _dump_fr_trace) | 'fr-json' (_dump_fr_trace_json)",
+        "version": "the dump's version field", "rank_source": "where the rank came from: dump | file name | pattern | file order",
+        "n_entries": "entries in the buffer", "warnings": "what the dump lacks, and what that rules out"}),
+    "fr_entries": ("one row per entry of a rank's Flight Recorder buffer: a collective or p2p call as enqueued", {
+        "dump_id": "the dump the entry is from (fr_dumps.dump_id)", "record_id": "the entry's id in the rank's buffer",
+        "pg": "the process group's name ('0': the default group)", "pg_desc": "its description (default_pg, ...)",
+        "collective_seq_id": "the collective sequence id as recorded (collective_seq_id; seq_id in older dumps)",
+        "p2p_seq_id": "the point-to-point sequence id as recorded (NULL: the dump predates it)",
+        "op_id": "the recorder's op id", "is_p2p": "a point-to-point call (send, recv)",
+        "output_sizes": "the outputs' shapes, JSON text, e.g. [[1000]]", "output_dtypes": "the outputs' dtypes, JSON text, e.g. [\"Float\"]",
+        "timeout_ms": "the call's timeout (ms)", "thread_name": "the thread that enqueued it",
+        "seq": "the call's sequence id in its group: collective_seq_id, or p2p_seq_id for point-to-point calls",
+        "op": "the call (all_reduce, broadcast, send, ...)", "profiling_name": "as recorded, e.g. nccl:all_reduce",
+        "input_sizes": "the inputs' shapes, JSON text, e.g. [[1000]]", "input_dtypes": "the inputs' dtypes, JSON text, e.g. [\"Float\"]",
+        "state": "scheduled | started | completed (gloo records scheduled only)",
+        "retired": "the recorder retired the entry (its work ended)",
+        "created_ns": "when the call was enqueued (ns since epoch)", "started_ns": "when its start was seen (NCCL)",
+        "completed_ns": "when its end was seen (NCCL)", "frames": "the Python stack of the call, innermost first (JSON text)",
+        "user_frame": "the innermost frame outside PyTorch: file:line function"}),
+    "fr_groups": ("one row per process group a dump knew: members (pg_config) and progress (pg_status)", {
+        "dump_id": "the dump the row is from (fr_dumps.dump_id)", "pg": "the process group's name ('0': the default group)",
+        "pg_desc": "its description (default_pg, ...)", "ranks": "the group's members, JSON text", "group_size": "members",
+        "last_enqueued": "the last collective seq the rank enqueued in the group",
+        "last_started": "the last one seen started (NULL: none, or a backend that does not record it: gloo)",
+        "last_completed": "the last one seen completed"}),
+})
+
+
+_ROLES = {
+    "gpu_ops": "trace_id:trace rank:rank device:key stream:key kind:text name:text short_name:text start_ns:time end_ns:time "
+               "correlation_id:key category:text collective:text bytes:figure:bytes copy_kind:text graph_id:key comm:key "
+               "op_id:id:gpu_ops api_name:text api_start_ns:time api_end_ns:time launch_tid:key launch_op_id:id:host_ops "
+               "issue_start_ns:time cpu_op_id:id:host_ops step:key",
+    "host_ops": "trace_id:trace rank:rank pid:key tid:key kind:text name:text start_ns:time end_ns:time correlation_id:key "
+                "external_id:key flops:figure:flop input_dims:text input_types:text concrete_inputs:text op_id:id:host_ops",
+    "ranges": "trace_id:trace rank:rank tid:key domain:text name:text start_ns:time end_ns:time on_gpu:flag",
+    "memory_events": "trace_id:trace rank:rank device_type:text device:key pid:key tid:key ts_ns:time bytes:figure:bytes "
+                     "addr:key total_allocated:figure:bytes total_reserved:figure:bytes",
+    "devices": "trace_id:trace rank:rank device:key name:text memory_bytes:figure:bytes",
+    "memory_segments": "trace_id:trace rank:rank device:key address:key total_size:figure:bytes allocated_size:figure:bytes "
+                       "active_size:figure:bytes requested_size:figure:bytes stream:key segment_type:text is_expandable:flag "
+                       "n_blocks:figure:count largest_free_block:figure:bytes source_hash:text",
+    "memory_snapshot_blocks": "trace_id:trace rank:rank device:key segment_address:key address:key size:figure:bytes "
+                              "requested_size:figure:bytes state:text frames:text",
+    # time_ns: the snapshot's clock, which clock alignment does not shift today (rank_tables.TIMES leaves it out)
+    "memory_snapshot_history": "trace_id:trace rank:rank device:key action:text addr:key size:figure:bytes stream:key "
+                               "time_ns:time frames:text",
+    # the job's tables: one row per rank file, or per Flight Recorder dump and what it holds
+    "traces": "trace_id:trace rank:rank world_size:figure:count source_path:text source_format:text source_hash:text "
+              "profiler_version:text hostname:text pid:key device_name:text clock_offset_ns:figure:ns clock_skew_ns:figure:ns "
+              "clock_spread_ns:figure:ns clock_note:text cpu_clock_offset_ns:figure:ns cpu_clock_consistent:flag "
+              "rank_source:text warnings:text",
+    "fr_dumps": "dump_id:key rank:rank world_size:figure:count source_path:text source_format:text source_hash:text "
+                "version:text rank_source:text n_entries:figure:count warnings:text",
+    # fr_entries.op_id: the recorder's own id, not an op of gpu_ops / host_ops
+    "fr_entries": "dump_id:key rank:rank pg:key pg_desc:key record_id:key seq:key collective_seq_id:key p2p_seq_id:key "
+                  "op_id:key is_p2p:flag op:text profiling_name:text input_sizes:text output_sizes:text input_dtypes:text "
+                  "output_dtypes:text state:text retired:flag created_ns:time started_ns:time completed_ns:time "
+                  "timeout_ms:figure:ms thread_name:text frames:text user_frame:text",
+    "fr_groups": "dump_id:key rank:rank pg:key pg_desc:key ranks:text group_size:figure:count last_enqueued:key "
+                 "last_started:key last_completed:key",
+}
+# the loaded tables whose rows are one rank's (a cluster's worker loads them from its rank file)
+PER_RANK = tuple(TABLES)
+
+
+def _ddl_types(ddl_text: str) -> dict[str, str]:
+    """{column: type} of a CREATE TABLE above (one column a line)."""
+    body = ddl_text[ddl_text.index("(") + 1:ddl_text.rindex(")")]
+    lines = [line.split("--")[0].strip().rstrip(",") for line in body.splitlines()]
+    return {p[0]: p[1] for p in (line.split() for line in lines) if len(p) >= 2}
+
+
+def declared():
+    """{table: sqlmodules.TableDecl} of every table ingest loads (PER_RANK: one rank's rows each)."""
+    from .sqlmodules import Column, TableDecl
+    out = {}
+    for table, spec in _ROLES.items():
+        if table in TABLES:
+            types = {f.name: _DUCK[f.type] for f in TABLES[table]} | dict(DERIVED[table])
+        elif table in FR_TABLES:
+            types = {f.name: _DUCK[f.type] for f in FR_TABLES[table]}
+        else:
+            types = _ddl_types(TRACES_DDL if table == "traces" else FR_DUMPS_DDL)
+        text, docs = DOCS[table]
+        cols = []
+        for item in spec.split():
+            name, role = item.split(":", 1)
+            cols.append(Column(name, types[name], role, docs.get(name) or GLOSSARY.get(name, "")))
+        out[table] = TableDecl(doc=text, columns=tuple(cols))
+    return out
+
+
+def docs(tables) -> dict[str, tuple[str | None, dict[str, str]]]:
+    """What COMMENT ON says about the loaded `tables` (comments.apply_docs), from their declarations."""
+    decl = declared()
+    return {t: (decl[t].doc, {c.name: c.doc for c in decl[t].columns}) for t in tables}

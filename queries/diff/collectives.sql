@@ -1,15 +1,20 @@
--- diff collectives: collectives by kind and message size, per matched step (the mean over the
--- pairs): how many, their transfer time and the time ranks waited in them for peers.
---
--- Inputs (attached as `a` and `b`): collective_waits, collectives, tf_internal.exposed_comm_segments;
--- `pairs` (step_a, step_b).
---
---   op, bytes              the collective and its message size per rank (bytes)
---   a_count, b_count       collectives per matched step (all ranks)
---   a_transfer_ns, b_transfer_ns, delta_transfer_ns   time moving data, summed over ranks (ns)
---   a_wait_ns, b_wait_ns, delta_wait_ns               time waiting for peers, summed over ranks (ns)
---   a_exposed_ns, b_exposed_ns, delta_exposed_ns      time in them with no compute running on the rank
---                                                     (exposed_comm_segments), summed over ranks (ns)
+-- @table diff_collectives: collectives by kind and message size, per matched step (the mean over
+--     the pairs): how many, their transfer time and the time ranks waited in them for peers.
+-- @column op                 VARCHAR  text          the collective (collectives.op)
+-- @column bytes              BIGINT   figure:bytes  its message size per rank (bytes)
+-- @column a_count            DOUBLE   figure:count  collectives per matched step in run a (all ranks)
+-- @column b_count            DOUBLE   figure:count  collectives per matched step in run b (all ranks)
+-- @column a_transfer_ns      BIGINT   figure:ns     time moving data, summed over ranks in run a (ns)
+-- @column b_transfer_ns      BIGINT   figure:ns     time moving data, summed over ranks in run b (ns)
+-- @column delta_transfer_ns  BIGINT   figure:ns     b_transfer_ns - a_transfer_ns (ns)
+-- @column a_wait_ns          BIGINT   figure:ns     time waiting for peers, summed over ranks in run a (ns)
+-- @column b_wait_ns          BIGINT   figure:ns     time waiting for peers, summed over ranks in run b (ns)
+-- @column delta_wait_ns      BIGINT   figure:ns     b_wait_ns - a_wait_ns (ns)
+-- @column a_exposed_ns       BIGINT   figure:ns     time in them with no compute running on the rank (exposed_comm_segments), summed over ranks in run a (ns)
+-- @column b_exposed_ns       BIGINT   figure:ns     time in them with no compute running on the rank (exposed_comm_segments), summed over ranks in run b (ns)
+-- @column delta_exposed_ns   BIGINT   figure:ns     b_exposed_ns - a_exposed_ns (ns)
+-- Reads two runs attached as `a` and `b`, and the matched steps in `pairs` (step_a, step_b; traceflow/compare.py).
+-- scope: job
 -- requires: collective_waits, collectives, exposed_comm_segments, pairs
 CREATE OR REPLACE TEMP TABLE diff_collectives AS
 WITH xa AS (

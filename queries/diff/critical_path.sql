@@ -1,11 +1,15 @@
--- diff critical_path: why the step time changed, along the critical path: per matched step pair,
--- the path's time by kind and rank in each run; the deltas add up to the change in step time.
---
--- Inputs (attached as `a` and `b`): critical_path_summary; `pairs` (step_a, step_b).
---
---   step_a, step_b, kind, rank
---   a_ns, b_ns, delta_ns (b - a): critical-path time of this kind on this rank (ns)
---   step_delta_ns  the change in the step's length (the sum of delta_ns over the pair)
+-- @table diff_critical_path: why the step time changed, along the critical path: per matched step
+--     pair, the path's time by kind and rank in each run; the deltas add up to the change in step time.
+-- @column step_a         INTEGER  key           the step of run a
+-- @column step_b         INTEGER  key           the step of run b it is matched with
+-- @column kind           VARCHAR  text          the critical path segment's kind (critical_path.kind)
+-- @column rank           INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column a_ns           BIGINT   figure:ns     critical-path time of this kind on this rank in run a (ns)
+-- @column b_ns           BIGINT   figure:ns     the same in run b (ns)
+-- @column delta_ns       BIGINT   figure:ns     b_ns - a_ns (ns)
+-- @column step_delta_ns  BIGINT   figure:ns     the change in the step's length (the sum of delta_ns over the pair)
+-- Reads two runs attached as `a` and `b`, and the matched steps in `pairs` (step_a, step_b; traceflow/compare.py).
+-- scope: job
 -- requires: critical_path_summary, pairs
 CREATE OR REPLACE TEMP TABLE diff_critical_path AS
 WITH ca AS (

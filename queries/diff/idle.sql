@@ -1,10 +1,15 @@
--- diff idle: GPU idle time inside steps by cause, per matched step pair and rank.
---
--- Inputs (attached as `a` and `b`): idle_gaps_summary; `pairs` (step_a, step_b).
---
---   step_a, step_b, rank, cause   host_late | dependency | launch_latency
---   a_ns, b_ns, delta_ns          idle time of that cause (ns)
---   a_gaps, b_gaps                how many gaps
+-- @table diff_idle: GPU idle time inside steps by cause, per matched step pair and rank.
+-- @column step_a    INTEGER  key           the step of run a
+-- @column step_b    INTEGER  key           the step of run b it is matched with
+-- @column rank      INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column cause     VARCHAR  text          host_late | dependency | launch_latency (idle_gaps.cause)
+-- @column a_ns      BIGINT   figure:ns     idle time of that cause in run a (ns)
+-- @column b_ns      BIGINT   figure:ns     idle time of that cause in run b (ns)
+-- @column delta_ns  BIGINT   figure:ns     b_ns - a_ns (ns)
+-- @column a_gaps    BIGINT   figure:count  how many gaps in run a
+-- @column b_gaps    BIGINT   figure:count  how many gaps in run b
+-- Reads two runs attached as `a` and `b`, and the matched steps in `pairs` (step_a, step_b; traceflow/compare.py).
+-- scope: job
 -- requires: idle_gaps_summary, pairs
 CREATE OR REPLACE TEMP TABLE diff_idle AS
 WITH ia AS (

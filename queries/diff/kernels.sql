@@ -1,16 +1,21 @@
--- diff kernels: kernels by name across all ranks, per matched step (the mean over the pairs):
--- time, count, mean duration in each run; the gainers and losers, new and vanished kernels.
---
--- Inputs (attached as `a` and `b`): gpu_ops, host_ops, tf_internal.op_classes; `pairs` (step_a, step_b).
---
---   name, category
---   op_class               the class of the CPU ops that launched it (queries/op_classes.sql; the most
---                          frequent one), NULL where the trace links no CPU op (nsys)
---   a_ns, b_ns, delta_ns   GPU time per matched step (ns); delta b - a
---   a_count, b_count       launches per matched step
---   a_mean_ns, b_mean_ns   mean duration (ns)
---   status                 changed | new (only in b) | vanished (only in a)
---   noise_ns, noise        as in diff steps: 3 × 1.4826 × the MAD of the name's per-step time, pooled over both runs
+-- @table diff_kernels: kernels by name across all ranks, per matched step (the mean over the
+--     pairs): time, count, mean duration in each run; the gainers and losers, new and vanished kernels.
+-- @column name       VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column category   VARCHAR  text          what a GPU op does: compute | communication | memory
+-- @column op_class   VARCHAR  text          the class of the CPU ops that launched it (queries/op_classes.sql; the most frequent one),
+--     NULL where the trace links no CPU op (nsys)
+-- @column a_ns       BIGINT   figure:ns     GPU time per matched step in run a (ns)
+-- @column b_ns       BIGINT   figure:ns     GPU time per matched step in run b (ns)
+-- @column delta_ns   BIGINT   figure:ns     b_ns - a_ns (ns)
+-- @column a_count    DOUBLE   figure:count  launches per matched step in run a
+-- @column b_count    DOUBLE   figure:count  launches per matched step in run b
+-- @column a_mean_ns  BIGINT   figure:ns     mean duration in run a (ns)
+-- @column b_mean_ns  BIGINT   figure:ns     mean duration in run b (ns)
+-- @column status     VARCHAR  text          changed | new (only in b) | vanished (only in a)
+-- @column noise_ns   BIGINT   figure:ns     as in diff steps: 3 × 1.4826 × the MAD of the name's per-step time, pooled over both runs
+-- @column noise      BOOLEAN  flag          TRUE when |delta_ns| <= noise_ns
+-- Reads two runs attached as `a` and `b`, and the matched steps in `pairs` (step_a, step_b; traceflow/compare.py).
+-- scope: job
 -- requires: gpu_ops, host_ops, op_classes, pairs
 CREATE OR REPLACE TEMP TABLE diff_kernels AS
 WITH cls AS (

@@ -1,18 +1,21 @@
--- diff steps: per matched step pair and rank, the step breakdown of run a beside run b.
---
--- Inputs (attached as `a` and `b`): step_breakdown, launch_bound_steps, step_windows; the pairs of
--- matched steps in `pairs` (step_a, step_b), made by traceflow/diff.py.
---
+-- @table diff_steps: per matched step pair and rank, the step breakdown of run a beside run b.
 -- One row per pair, rank and metric; rank NULL is the job: its wall is the step's window across
 -- ranks, its other metrics the mean over ranks.
---   step_a, step_b, rank
---   metric    wall | compute | exposed_comm | exposed_memory | idle | launch_exposed
---   a_ns, b_ns, delta_ns (b - a), delta_pct (of a)
---   noise_ns  3 × 1.4826 × the median absolute deviation of the metric from each series' median
---             (one series per run and rank, over its steps), pooled over both runs and all ranks (the
---             job rows over the job's series): a delta no larger than this is within the runs' own
---             step-to-step variation
---   noise     TRUE when |delta_ns| <= noise_ns
+-- @column step_a     INTEGER  key           the step of run a
+-- @column step_b     INTEGER  key           the step of run b it is matched with
+-- @column rank       INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column metric     VARCHAR  text          wall | compute | exposed_comm | exposed_memory | idle | launch_exposed
+-- @column a_ns       BIGINT   figure:ns     the metric in run a (ns)
+-- @column b_ns       BIGINT   figure:ns     the metric in run b (ns)
+-- @column delta_ns   BIGINT   figure:ns     b_ns - a_ns (ns)
+-- @column delta_pct  DOUBLE   figure:percent  delta_ns in percent of a_ns
+-- @column noise_ns   BIGINT   figure:ns     3 × 1.4826 × the median absolute deviation of the metric from each series' median (one
+--     series per run and rank, over its steps), pooled over both runs and all ranks (the job
+--     rows over the job's series): a delta no larger than this is within the runs' own step-to-
+--     step variation
+-- @column noise      BOOLEAN  flag          TRUE when |delta_ns| <= noise_ns
+-- Reads two runs attached as `a` and `b`, and the matched steps in `pairs` (step_a, step_b; traceflow/compare.py).
+-- scope: job
 -- requires: launch_bound_steps, pairs, step_breakdown, step_windows
 CREATE OR REPLACE TEMP TABLE diff_steps AS
 WITH per_rank AS (

@@ -1,7 +1,6 @@
 -- scaling run_summary: one run's figures per step, as the scaling comparison needs them. Run with
 -- the run's database as the default catalog (USE); appends one row to temp.runs.
 --
--- Inputs: traces, step_breakdown, collective_waits, tf_internal.step_windows, gpu_ops, op_work, mfu;
 -- getvariable('tf_run') (the run's position) and getvariable('tf_path').
 --
 --   run, path, ranks, steps
@@ -14,6 +13,7 @@
 --                      compute time (mfu.known_pct) on every rank, else NULL
 -- And into temp.mix: the run's kernel mix, the share of its compute kernel time by kernel (its name up to the
 -- first '<' or '(': Kineto and nsys spell template arguments differently).
+-- scope: job
 -- requires: collective_waits, gpu_ops, mfu, step_breakdown, step_windows, traces
 INSERT INTO temp.mix
 WITH k AS (

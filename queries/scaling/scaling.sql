@@ -1,26 +1,33 @@
--- scaling: how a job's step time scales with its rank count, from one row per run (temp.runs).
+-- @table scaling: how a job's step time scales with its rank count, from one row per run (temp.runs).
 --
--- Inputs: temp.runs (run_summary.sql per run); getvariable('tf_mode'): 'strong' (the same total work
--- on more ranks) or 'weak' (the same work per rank).
 --
 -- The run with the fewest ranks is the base (p0, T0); for a run with p ranks, n = p / p0:
---   run, path, ranks, step_ns, compute_ns, exposed_comm_ns, wait_ns, idle_ns  as in run_summary
---   n                 p / p0
---   speedup           strong: T0 / T; weak (scaled speedup): n × T0 / T
---   efficiency_pct    speedup / n, in percent (parallel efficiency; for weak scaling T0 / T)
---   per_gpu_rel       throughput per GPU relative to the base run: strong T0 / (n × T), weak T0 / T
---   karp_flatt        the serial fraction the speedup implies (Karp–Flatt): (1/speedup − 1/n) / (1 − 1/n);
---                     NULL for the base run. A serial fraction only in [0, 1], i.e. for 1 <= speedup <= n and
---                     one workload: above 1 the step got slower with more ranks, below 0 the speedup is superlinear
---   karp_flatt_valid  karp_flatt lies in [0, 1] (a serial fraction); NULL for the base run
---   kernels_rel       kernels_per_step / the base run's: 1 for one model on more ranks (data parallel)
---   mix_overlap_pct   how much of the run's compute kernel time is in kernels in the same proportion as in the
---                     base run (sum over kernels of the smaller of the two shares), in percent: 100 for one model
---   flops_rel         FLOPs per step (strong: of all ranks together; weak: per rank) / the base run's; NULL
---                     where FLOPs are not known for 90 % of the compute time
---   same_model        FALSE where the runs look like different models: kernels_rel outside [0.8, 1.25],
---                     mix_overlap_pct under 60, or flops_rel outside [0.8, 1.25]
---   exposed_comm_pct, wait_pct  exposed communication and waits for peers in percent of the step
+-- @column run               INTEGER  key           as in run_summary
+-- @column path              VARCHAR  text          as in run_summary
+-- @column ranks             INTEGER  figure:count  as in run_summary
+-- @column step_ns           BIGINT   figure:ns     as in run_summary
+-- @column compute_ns        BIGINT   figure:ns     as in run_summary
+-- @column exposed_comm_ns   BIGINT   figure:ns     as in run_summary
+-- @column wait_ns           BIGINT   figure:ns     as in run_summary
+-- @column idle_ns           BIGINT   figure:ns     as in run_summary
+-- @column n                 DOUBLE   figure:count  p / p0
+-- @column speedup           DOUBLE   figure:ratio  strong: T0 / T; weak (scaled speedup): n × T0 / T
+-- @column efficiency_pct    DOUBLE   figure:percent  speedup / n, in percent (parallel efficiency; for weak scaling T0 / T)
+-- @column per_gpu_rel       DOUBLE   figure:ratio  throughput per GPU relative to the base run: strong T0 / (n × T), weak T0 / T
+-- @column karp_flatt        DOUBLE   figure:ratio  the serial fraction the speedup implies (Karp–Flatt): (1/speedup − 1/n) / (1 − 1/n);
+--     NULL for the base run. A serial fraction only in [0, 1], i.e. for 1 <= speedup <= n and
+--     one workload: above 1 the step got slower with more ranks, below 0 the speedup is superlinear
+-- @column karp_flatt_valid  BOOLEAN  flag          karp_flatt lies in [0, 1] (a serial fraction); NULL for the base run
+-- @column exposed_comm_pct  DOUBLE   figure:percent  exposed communication and waits for peers in percent of the step
+-- @column wait_pct          DOUBLE   figure:percent  exposed communication and waits for peers in percent of the step
+-- @column kernels_rel       DOUBLE   figure:ratio  kernels_per_step / the base run's: 1 for one model on more ranks (data parallel)
+-- @column mix_overlap_pct   DOUBLE   figure:percent  how much of the run's compute kernel time is in kernels in the same proportion as in the
+--     base run (sum over kernels of the smaller of the two shares), in percent: 100 for one model
+-- @column flops_rel         DOUBLE   figure:flop   FLOPs per step (strong: of all ranks together; weak: per rank) / the base run's; NULL
+--     where FLOPs are not known for 90 % of the compute time
+-- @column same_model        BOOLEAN  flag          FALSE where the runs look like different models: kernels_rel outside [0.8, 1.25],
+--     mix_overlap_pct under 60, or flops_rel outside [0.8, 1.25]
+-- scope: job
 -- requires: runs
 CREATE OR REPLACE TEMP TABLE scaling AS
 WITH b AS (SELECT run AS run0, ranks AS p0, step_ns AS t0, kernels_per_step AS k0, flops_per_rank AS f0

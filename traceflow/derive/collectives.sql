@@ -1,16 +1,24 @@
--- collectives: one row per communication op on one rank, keyed so that the same collective
--- has the same (comm, step, seq) on every rank.
--- Inputs: gpu_ops (classified, with step).
---   comm  the process group / communicator: the profiler's name for it when recorded (Kineto
---         "Process Group Name"), else the rank's n-th communication stream ('stream#n', streams
---         ordered by their first communication op): NCCL keeps one stream per communicator.
---   step  the step in which the collective was launched (NULL when launched outside any step:
---         such ops are not matched, because ranks' traces cover different windows)
---   seq   ordinal of the collective within (rank, comm, step), in launch order
---   comm_recorded  the profiler named the communicator (FALSE: 'stream#n'; then a rank with two
---         communication streams or more belongs to communicators that cannot be told apart across
---         ranks: collective_waits leaves them unmatched, partial_capture says why)
--- Output columns: rank, comm, step, seq, op, bytes, start_ns, end_ns (ns), op_id, trace_id, stream, name, comm_recorded
+-- @table collectives: one row per communication op on one rank, keyed so that the same collective
+--     has the same (comm, step, seq) on every rank.
+-- @column rank           INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column comm           VARCHAR  key           the process group / communicator: the profiler's name for it when recorded (Kineto
+--     "Process Group Name"), else the rank's n-th communication stream ('stream#n', streams
+--     ordered by their first communication op): NCCL keeps one stream per communicator.
+-- @column step           INTEGER  key           the step in which the collective was launched (NULL when launched outside any step:
+--     such ops are not matched, because ranks' traces cover different windows)
+-- @column seq            INTEGER  key           ordinal of the collective within (rank, comm, step), in launch order
+-- @column op             VARCHAR  text          the collective (allreduce, allgather, reduce_scatter, broadcast, ...)
+-- @column bytes          BIGINT   figure:bytes  bytes moved (copies, memsets, collectives' messages)
+-- @column start_ns       BIGINT   time          start, ns since the Unix epoch (after clock alignment)
+-- @column end_ns         BIGINT   time          end, ns since the Unix epoch (after clock alignment)
+-- @column op_id          BIGINT   id:gpu_ops    the collective's kernel (gpu_ops.op_id)
+-- @column trace_id       INTEGER  trace         the input file (traces.trace_id) the row came from
+-- @column stream         BIGINT   key           the CUDA stream
+-- @column name           VARCHAR  text          the name of the op, kernel or call (kernels: the full demangled C++ name)
+-- @column comm_recorded  BOOLEAN  flag          the profiler named the communicator (FALSE: 'stream#n'; then a rank with two
+--     communication streams or more belongs to communicators that cannot be told apart across
+--     ranks: collective_waits leaves them unmatched, partial_capture says why)
+-- scope: job
 -- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

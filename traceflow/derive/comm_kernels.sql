@@ -1,13 +1,14 @@
--- comm_kernels: which GPU kernels are communication. The one place that says so (docs/step-attribution.md,
--- "Communication kernels"); gpu_ops.sql gives a kernel category 'communication' when its name matches
--- a pattern here, the first by `priority`.
---   priority  INTEGER  the order patterns are tried in (lowest first)
---   library   VARCHAR  who wrote the kernel: NCCL, RCCL, DeepEP, NVSHMEM, MSCCL++, ...
---   pattern   VARCHAR  regular expression (RE2, case-insensitive) matched anywhere in the kernel name
---   op        VARCHAR  the collective the kernel does; NULL: read from the name (nccl*_AllReduce..., or a
---                      word such as all_reduce / allgather / reduce_scatter / alltoall / broadcast / send / recv)
+-- @table comm_kernels: which GPU kernels are communication. The one place that says so (docs/step-attribution.md,
+--     "Communication kernels"); gpu_ops.sql gives a kernel category 'communication' when its name matches
+--     a pattern here, the first by `priority`.
+-- @column priority  INTEGER  key           the order patterns are tried in (lowest first)
+-- @column library   VARCHAR  text          who wrote the kernel: NCCL, RCCL, DeepEP, NVSHMEM, MSCCL++, ...
+-- @column pattern   VARCHAR  text          regular expression (RE2, case-insensitive) matched anywhere in the kernel name
+-- @column op        VARCHAR  text          the collective the kernel does; NULL: read from the name (nccl*_AllReduce..., or a
+--     word such as all_reduce / allgather / reduce_scatter / alltoall / broadcast / send / recv)
 -- Not here, on purpose: kernels that only prepare communication without moving data between GPUs
 -- (DeepEP's get_dispatch_layout computes the layout; MoE permute/unpermute kernels move data within a GPU).
+-- scope: rank
 -- requires: (nothing)
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 CREATE OR REPLACE TABLE tf_internal.comm_kernels AS

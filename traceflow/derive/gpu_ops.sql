@@ -1,5 +1,4 @@
 -- gpu_ops: classify every GPU op and attach its launch and step.
--- Inputs: gpu_ops as read, host_ops (with op_id), steps.
 -- Adds / fills:
 --   category  'communication' (kernels comm_kernels.sql names: NCCL, RCCL, DeepEP, NVSHMEM, custom all-reduce ...)
 --             | 'memory' (memcpy, memset) | 'compute' (other kernels)
@@ -22,6 +21,7 @@
 --              between steps) get the step whose GPU window holds them in step_windows.sql.
 -- Kernel names are long (C++ templates, often 1 KB): they stay out of the sorts and joins, which
 -- run on a narrow table of the derived columns, which then updates gpu_ops in place by rowid.
+-- scope: rank
 -- requires: comm_kernels, gpu_ops, host_ops, steps, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,16 +1,17 @@
--- launches (view): host launch call <-> the GPU op it enqueued (same trace, same correlation id).
---   rank            the rank that launched the op
---   stream          the GPU op's stream
---   kind            the GPU op's kind (kernel, memcpy, memset)
---   step            the GPU op's step
---   op_id           the GPU op (gpu_ops.op_id)
---   correlation_id  the id that links the call and the op
---   api_name        the launch call (cudaLaunchKernel, cudaMemcpyAsync, ...)
---   api_start_ns    when the launch call began (ns since epoch)
---   api_end_ns      when the launch call returned (ns since epoch)
---   gpu_start_ns    when the GPU op began (ns since epoch)
---   gpu_end_ns      when the GPU op ended (ns since epoch)
---   name            the GPU op's name
+-- @table launches: host launch call <-> the GPU op it enqueued (same trace, same correlation id).
+-- @column rank            INTEGER  rank          the rank that launched the op
+-- @column correlation_id  BIGINT   key           the id that links the call and the op
+-- @column api_name        VARCHAR  text          the launch call (cudaLaunchKernel, cudaMemcpyAsync, ...)
+-- @column api_start_ns    BIGINT   time          when the launch call began (ns since epoch)
+-- @column api_end_ns      BIGINT   time          when the launch call returned (ns since epoch)
+-- @column gpu_start_ns    BIGINT   time          when the GPU op began (ns since epoch)
+-- @column gpu_end_ns      BIGINT   time          when the GPU op ended (ns since epoch)
+-- @column name            VARCHAR  text          the GPU op's name
+-- @column stream          BIGINT   key           the GPU op's stream
+-- @column kind            VARCHAR  text          the GPU op's kind (kernel, memcpy, memset)
+-- @column step            INTEGER  key           the GPU op's step
+-- @column op_id           BIGINT   id:gpu_ops    the GPU op (gpu_ops.op_id)
+-- scope: job
 -- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -1,24 +1,26 @@
--- step_windows: each step's GPU window on each rank; and the step of GPU ops whose launch is not
--- in the capture. Together they make every GPU nanosecond count once (docs/step-attribution.md).
+-- @table step_windows: each step's GPU window on each rank; and the step of GPU ops whose launch is not
+--     in the capture. Together they make every GPU nanosecond count once (docs/step-attribution.md).
 --
--- Inputs: gpu_ops (step from the launch call, gpu_ops.sql), steps.
 --
 -- A step's *own* ops are those launched inside its host range. Ordered by their first start, the
 -- windows of one rank tile its timeline without overlap:
---   start_ns BIGINT  the end of the previous window (ns since epoch); the first window starts at
---                    its first own op. So an idle stretch between two steps' GPU work belongs to
---                    the later step: the GPU was waiting for its work (a data-loader stall, a sync).
---   end_ns   BIGINT  the last end of the own ops of this and earlier steps, clipped at the next
---                    step's first own op (ns). When the host runs ahead of the GPU, ops of step N
---                    still running after step N+1's first op are counted in N+1's window: each
---                    nanosecond of GPU time is in one window only.
---   first_op_ns BIGINT  first start of an own op (ns); last_op_end_ns BIGINT  last end of one (ns)
---   n_ops    BIGINT  the step's own ops, plus the ops without a step of their own that start in its window
+-- @column rank            INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step            INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column start_ns        BIGINT   time          the end of the previous window (ns since epoch); the first window starts at its first own op
+-- @column end_ns          BIGINT   time          the last end of the own ops of this and earlier steps, clipped at the next
+--     step's first own op (ns). When the host runs ahead of the GPU, ops of step N
+--     still running after step N+1's first op are counted in N+1's window: each
+--     nanosecond of GPU time is in one window only.
+-- @column first_op_ns     BIGINT   time          first start of an own op (ns since epoch)
+-- @column last_op_end_ns  BIGINT   time          last end of an own op (ns since epoch)
+-- @column n_ops           BIGINT   figure:count  the step's own ops, plus the ops without a step of their own that start in its window
 --
 -- Ops whose launch call is not in the capture (trimmed exports, a profiler started mid-step, a
 -- second process), and ops launched between two steps' host ranges, get the step whose window
 -- holds their start; ops before the first window or
 -- after the last keep step NULL and are counted in step_breakdown's 'before' / 'after' rows.
+-- scope: rank
 -- requires: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

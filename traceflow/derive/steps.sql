@@ -1,17 +1,18 @@
--- steps: one row per training step of one rank, from the host side.
--- Input: ranges (host side only), host_ops (CPU ops), gpu_ops, host_ops (the extent of a rank
---   without steps). A step is found wherever the profiler wrote it:
+-- @table steps: one row per training step of one rank, from the host side.
+-- A step is found wherever the profiler wrote it:
 --   * an NVTX range / user annotation whose name matches the step pattern (default: `step N`,
 --     `iteration N`, `iter N`, `train_step N`, `training step N`, `global_step N`, `batch N`,
 --     `ProfilerStep#N`, any case and separator; SET VARIABLE tf_step_pattern to change it);
 --   * a CPU op named `ProfilerStep#N` (older PyTorch profilers write the step as an `Operator`).
---   A rank with none gets the whole trace as step 0.
--- Output columns:
---   rank, step
---   start_ns          the start of the step's host range (ns since epoch); several ranges of one step
---                     (a range and a CPU op of the same ProfilerStep) are merged
---   end_ns            the end of the step's host range (ns since epoch)
---   source  where the step came from: 'ProfilerStep' | 'range' | 'whole trace'
+-- A rank with none gets the whole trace as step 0 (host_ops and gpu_ops give its extent).
+-- @column rank      INTEGER  rank          the rank (process index in the job) the row belongs to
+-- @column step      INTEGER  key           the training step (ProfilerStep#N, or the --step-pattern's number); NULL outside every
+--     step
+-- @column start_ns  BIGINT   time          the start of the step's host range (ns since epoch); several ranges of one step
+--     (a range and a CPU op of the same ProfilerStep) are merged
+-- @column end_ns    BIGINT   time          the end of the step's host range (ns since epoch)
+-- @column source    VARCHAR  text          where the step came from: 'ProfilerStep' | 'range' | 'whole trace'
+-- scope: rank
 -- requires: gpu_ops, host_ops, ranges, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
