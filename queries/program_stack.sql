@@ -45,7 +45,7 @@ WITH names AS (  -- each rank's distinct names, with where they come from
            END AS code
     FROM names
 ), best AS (
-    SELECT rank, min(code) AS code, arg_min(name, code::BIGINT * 1000000 + least(length(name), 999999)) AS evidence FROM marks WHERE code IS NOT NULL GROUP BY rank
+    SELECT rank, min(code) AS code, arg_min(name, (code, length(name), name)) AS evidence FROM marks WHERE code IS NOT NULL GROUP BY rank
 )
 SELECT t.rank,
        CASE WHEN b.code <= 3 THEN ['openacc', 'openmp', 'jax'][b.code]
