@@ -185,12 +185,8 @@ def _documented(group: str, text: str) -> list[str]:
     return made
 
 
-def _check_reads() -> frozenset[str]:
-    from .invariants import _CHECKS  # noqa: PLC2701 - the checks' SQL is what they read
-    return frozenset().union(*(sqlmodules.referenced(sql) for _, sql in _CHECKS))
-
-
 def _python_steps() -> list[Step]:
+    from .invariants import reads as check_reads
     from .packs import CRITICAL_PATH_MODULES, PYTHON_ANALYSES, public_tables
     walk_creates, walk_reads = PYTHON_ANALYSES["critical_path_walk"]
     loaded = frozenset({"gpu_ops", "host_ops", "ranges", "traces"})
@@ -204,7 +200,7 @@ def _python_steps() -> list[Step]:
         # rank scope: a worker's analyses of work and peaks read the peaks (and the client's warnings say them)
         Step("python", "device_peaks", "rank", frozenset({"gpu_ops", "traces"}), ("device_peaks", "gpu_devices"), _peaks),
         Step("python", "critical_path_walk", "job", frozenset(walk_reads), tuple(sorted(walk_creates)), _walk, CRITICAL_PATH),
-        Step("python", "checks", "job", _check_reads(), (), _checks, CHECKS),
+        Step("python", "checks", "job", frozenset(check_reads()), (), _checks, CHECKS),
         # the claims replay each finding's fix over the analyses' tables
         Step("python", "claims", "job", frozenset(public_tables()), ("claims_whatif",), _claims, CLAIMS),
         Step("python", "format_stamp", "job", frozenset(), (), _stamp, FINISH),
