@@ -26,9 +26,10 @@ are views that add the offset themselves: the shift passes over views.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
-from typing import Any, Callable
+from typing import Any
 
 from . import sqlmodules
 
@@ -221,9 +222,9 @@ SHIFTED = ("gpu_ops", "host_ops", "ranges", "memory_events", "steps", "step_wind
 REWRITES: dict[str, tuple[str, ...]] = {
     "gpu_ops": ("drop_absurd", "gpu_ops", "step_windows", "clock_shift"),
     "host_ops": ("drop_absurd", "host_clock", "clock_shift"),
-    "ranges": ("drop_absurd", "clock_shift"),
+    "ranges": ("drop_absurd", "host_clock", "clock_shift"),
     "traces": ("host_clock",),  # clock_align's offsets too: their readers read shifted tables as well (tests/test_graph.py)
-    "memory_events": ("clock_shift",), "steps": ("clock_shift",), "step_windows": ("step_windows", "clock_shift"),
+    "memory_events": ("host_clock", "clock_shift"), "steps": ("clock_shift",), "step_windows": ("step_windows", "clock_shift"),
     "collectives": ("clock_shift",),
     "findings": ("claims",),
 }
