@@ -69,8 +69,12 @@ def compare(a: Path, b: Path, ignore: set[str]) -> list[str]:
         cols = ", ".join(f'"{c}"' for c in cols_a if c in cols_b and c not in ignore)
         if not cols:
             continue
-        only_a = con.execute(f'SELECT count(*) FROM (SELECT {cols} FROM a.{schema}."{t}" EXCEPT ALL SELECT {cols} FROM b.{schema}."{t}")').fetchone()[0]
-        only_b = con.execute(f'SELECT count(*) FROM (SELECT {cols} FROM b.{schema}."{t}" EXCEPT ALL SELECT {cols} FROM a.{schema}."{t}")').fetchone()[0]
+        for x in ("a", "b"):  # a view reads by bare names: in its own database
+            con.execute(f"SET search_path = '{x}.main,{x}.tf_internal'")
+            con.execute(f'CREATE OR REPLACE TEMP TABLE tf_cmp_{x} AS SELECT {cols} FROM {x}.{schema}."{t}"')
+        con.execute("RESET search_path")
+        only_a = con.execute("SELECT count(*) FROM (FROM tf_cmp_a EXCEPT ALL FROM tf_cmp_b)").fetchone()[0]
+        only_b = con.execute("SELECT count(*) FROM (FROM tf_cmp_b EXCEPT ALL FROM tf_cmp_a)").fetchone()[0]
         if only_a or only_b:
             out.append(f"{name}: {only_a} rows only before, {only_b} only after")
         extra = sorted(set(cols_a) ^ cols_b)
