@@ -25,6 +25,8 @@ are views that add the offset themselves: the shift passes over views.
 """
 from __future__ import annotations
 
+import functools
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -178,7 +180,6 @@ def _comments(r: Run):
 def _documented(group: str, text: str) -> list[str]:
     """The public tables a module documents: the derived tables and views; the analyses' tables
     (their views, cp_edges, are for the walk's SQL, undocumented as before)."""
-    import re
     made = sqlmodules.creates_public(text)
     if group == "queries":
         tables = set(re.findall(r"CREATE OR REPLACE TABLE (\w+)", text))
@@ -188,10 +189,11 @@ def _documented(group: str, text: str) -> list[str]:
 
 def _python_steps() -> list[Step]:
     from .invariants import reads as check_reads
-    from .packs import CRITICAL_PATH_MODULES, PYTHON_ANALYSES, public_tables
+    from .packs import PYTHON_ANALYSES, public_tables
     walk_creates, walk_reads = PYTHON_ANALYSES["critical_path_walk"]
     loaded = frozenset({"gpu_ops", "host_ops", "ranges", "traces"})
-    assert "critical_path_walk" in CRITICAL_PATH_MODULES
+    documented = frozenset(public_tables()).union(*(sqlmodules.creates_public(sqlmodules.text("derive", n))
+                                                    for n in sqlmodules.names("derive")))
     return [
         Step("python", "drop_absurd", "rank", loaded, (), _drop_absurd),
         Step("python", "host_clock", "rank", loaded, (), _host_clock),
@@ -205,8 +207,7 @@ def _python_steps() -> list[Step]:
         # the claims replay each finding's fix over the analyses' tables
         Step("python", "claims", "job", frozenset(public_tables()), ("claims_whatif",), _claims, CLAIMS),
         Step("python", "format_stamp", "job", frozenset(), (), _stamp, FINISH),
-        Step("python", "comments", "job", frozenset(public_tables()) | loaded | {"steps", "collectives", "launches"}, (),
-             _comments, FINISH),
+        Step("python", "comments", "job", documented | loaded, (), _comments, FINISH),
     ]
 
 
@@ -258,12 +259,14 @@ def _phase_of(group: str, name: str) -> tuple:
     return CRITICAL_PATH if name in CRITICAL_PATH_MODULES else ANALYSES
 
 
+_TEMP = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+TABLE\s+(\w+)", re.I)
+
+
 def sql_step(group: str, name: str) -> Step:
     """An SQL module as a step: its declaration (sqlmodules.module), less the temp tables it makes
     for itself (each module drops its own: they are no table of the database)."""
-    import re
     text = sqlmodules.text(group, name)
-    temp = set(re.findall(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+TABLE\s+(\w+)", text, re.I))
+    temp = set(_TEMP.findall(text))
     declared = getattr(sqlmodules, "module", None)
     if declared is not None:
         m = declared(group, name)
@@ -276,7 +279,12 @@ def sql_step(group: str, name: str) -> Step:
 
 def steps() -> list[Step]:
     """Every module of the graph: the SQL modules of GROUPS, then the Python steps."""
-    return [sql_step(g, n) for g in GROUPS for n in sqlmodules.names(g)] + _python_steps()
+    return list(_steps())
+
+
+@functools.cache
+def _steps() -> tuple[Step, ...]:
+    return tuple([sql_step(g, n) for g in GROUPS for n in sqlmodules.names(g)] + _python_steps())
 
 
 def loaded() -> frozenset[str]:
@@ -353,6 +361,8 @@ def _closure(deps: dict[str, set[str]]) -> dict[str, set[str]]:
 def order(graph: list[Step] | None = None, available: frozenset[str] | None = None) -> list[Step]:
     """The steps in an order where each runs after every step it depends on; among the ready ones,
     the earlier phase first (PHASES), then the name."""
+    if graph is None and available is None:
+        return list(_order())
     graph = steps() if graph is None else graph
     deps = dependencies(graph, available)
     by_name = {s.name: s for s in graph}
@@ -370,6 +380,11 @@ def order(graph: list[Step] | None = None, available: frozenset[str] | None = No
         out.append(by_name[name])
         ts.done(name)
     return out
+
+
+@functools.cache
+def _order() -> tuple[Step, ...]:
+    return tuple(order(steps(), loaded()))
 
 
 def for_scope(graph: list[Step], scope: str | None, sharded: frozenset[str] | set[str] = frozenset()) -> list[Step]:
