@@ -141,3 +141,14 @@ def test_the_shift_gives_the_rows_deriving_again_gives(tmp_path):
         again = con.execute(f"SELECT * FROM {table}").fetchall()
         assert sorted(map(repr, again)) == sorted(map(repr, rows)), table
     assert any(r[0] == 2 for r in before["steps"])
+
+
+def test_a_table_of_definitions_is_made_where_a_rank_step_reads_it():
+    """A job step that reads nothing (a list of kernel names, say) runs on a worker too when a rank
+    step reads its table, and on the client as every job step does."""
+    kinds = graph.Step("derive", "kinds", "job", frozenset(), ("kinds",))
+    uses = graph.Step("queries", "uses_kinds", "rank", frozenset({"kinds", "gpu_ops"}), ("uses_kinds",))
+    order = graph.order(graph.steps() + [kinds, uses])
+    worker = [s.name for s in graph.for_scope(order, "rank")]
+    assert "kinds" in worker and worker.index("kinds") < worker.index("uses_kinds")
+    assert "kinds" in [s.name for s in graph.for_scope(order, "job", frozenset(SHARDED))]

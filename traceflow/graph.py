@@ -391,16 +391,22 @@ def for_scope(graph: list[Step], scope: str | None, sharded: frozenset[str] | se
     """The steps one connection runs: all (None); a worker's ('rank'); or the client's over the
     workers' shards ('job': the job steps, and the rank steps whose tables are not among the
     `sharded` ones, which it makes too: tables of definitions, the peaks, the helpers that job steps
-    read). A rank step may read only the load's tables and other rank steps' (GraphError)."""
+    read). A rank step may read only the load's tables, other rank steps' and those of job steps
+    that read nothing (tables of definitions: a worker makes them too); else GraphError."""
     if scope is None:
         return graph
     if scope == "rank":
-        job_made = {t: s.name for s in graph if s.scope == "job" for t in s.creates}
+        # a job step reading nothing (a table of definitions) runs wherever a rank step reads it
+        constant = {t: s.name for s in graph if s.scope == "job" and not s.reads for t in s.creates}
+        job_made = {t: s.name for s in graph if s.scope == "job" and s.reads for t in s.creates}
+        needed = set()
         for s in graph:
-            if s.scope == "rank" and (bad := sorted(t for t in s.reads if t in job_made)):
-                raise GraphError(f"{s.group}/{s.name} is declared rank scope but reads {', '.join(bad)}, which the job "
-                                 f"step {job_made[bad[0]]} makes from every rank")
-        return [s for s in graph if s.scope == "rank"]
+            if s.scope == "rank":
+                if bad := sorted(t for t in s.reads if t in job_made):
+                    raise GraphError(f"{s.group}/{s.name} is declared rank scope but reads {', '.join(bad)}, which the job "
+                                     f"step {job_made[bad[0]]} makes from every rank")
+                needed |= {constant[t] for t in s.reads if t in constant}
+        return [s for s in graph if s.scope == "rank" or s.name in needed]
     if scope == "job":
         return [s for s in graph if s.scope == "job" or (s.creates and not set(s.creates) <= set(sharded))]
     raise ValueError(f"scope {scope!r}")
