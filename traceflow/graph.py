@@ -22,6 +22,9 @@ times move by one offset, so shifting their times gives the rows deriving them a
 cluster path has always relied on this: its workers derive on the recorded times and the views add
 the offset; tests/test_cluster.py compares the two row for row). A cluster's tables of per-rank rows
 are views that add the offset themselves: the shift passes over views.
+
+Size: one concept, the graph: its Python steps' declarations and bodies (each a few lines calling the
+module that does the work), the order computed from all declarations, the split by scope, the runner.
 """
 from __future__ import annotations
 
