@@ -2,9 +2,11 @@
 
     python bench/compare_commits.py OLD_REV [NEW_REV]      # revisions of this repository (NEW: the working tree)
     python bench/compare_commits.py --trees /tmp/old .     # or two source trees
+    python bench/compare_commits.py main --cluster local:2 # each ingest on a Dask LocalCluster of 2 workers
 
 Each fixture folder (the bundled ones, and ../shared/fixtures when present) is ingested with each
-tree in a subprocess; the public tables of the two databases are then compared row for row.
+tree in a subprocess; every table and view of the two databases (schemas main and tf_internal; a cluster job's per-rank
+tables are views over its shards) is then compared row for row.
 Columns that are ids given in arrival order (op ids, trace ids) can be left out with --ignore.
 Exit status 1 when any table differs.
 """
@@ -25,7 +27,8 @@ sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower(
 sys.path.insert(0, sys.argv[1])
 import traceflow
 assert traceflow.__file__.startswith(sys.argv[1]), traceflow.__file__
-traceflow.ingest(sys.argv[3:], sys.argv[2])
+cluster = sys.argv[3] or None
+traceflow.ingest(sys.argv[4:], sys.argv[2], **({"cluster": cluster} if cluster else {}))
 """
 
 
@@ -50,23 +53,33 @@ def compare(a: Path, b: Path, ignore: set[str]) -> list[str]:
     con = duckdb.connect()
     con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
     con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
-    tables = [r[0] for r in con.execute("""SELECT table_name FROM duckdb_tables()
-                                           WHERE database_name = 'a' AND schema_name = 'main' ORDER BY 1""").fetchall()]
-    out = []
-    for t in tables:
-        cols_a = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = 'a' AND schema_name = 'main' AND table_name = ?", [t]).fetchall()]
-        cols_b = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = 'b' AND schema_name = 'main' AND table_name = ?", [t]).fetchall()}
+    listed = """SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name IN ('main', 'tf_internal')
+                UNION ALL SELECT schema_name, view_name FROM duckdb_views() WHERE database_name = ? AND NOT internal
+                AND schema_name IN ('main', 'tf_internal') ORDER BY ALL"""
+    tables = con.execute(listed, ["a", "a"]).fetchall()
+    out = [f"{s}.{t}: only in the new database" for s, t in sorted(set(con.execute(listed, ["b", "b"]).fetchall()) - set(tables))]
+    for schema, t in tables:
+        name = t if schema == "main" else f"{schema}.{t}"
+        columns = "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = ? AND table_name = ?"
+        cols_a = [r[0] for r in con.execute(columns, ["a", schema, t]).fetchall()]
+        cols_b = {r[0] for r in con.execute(columns, ["b", schema, t]).fetchall()}
         if not cols_b:
-            out.append(f"{t}: only in the old database")
+            out.append(f"{name}: only in the old database")
             continue
         cols = ", ".join(f'"{c}"' for c in cols_a if c in cols_b and c not in ignore)
-        only_a = con.execute(f"SELECT count(*) FROM (SELECT {cols} FROM a.{t} EXCEPT ALL SELECT {cols} FROM b.{t})").fetchone()[0]
-        only_b = con.execute(f"SELECT count(*) FROM (SELECT {cols} FROM b.{t} EXCEPT ALL SELECT {cols} FROM a.{t})").fetchone()[0]
+        if not cols:
+            continue
+        for x in ("a", "b"):  # a view reads by bare names: in its own database
+            con.execute(f"SET search_path = '{x}.main,{x}.tf_internal'")
+            con.execute(f'CREATE OR REPLACE TEMP TABLE tf_cmp_{x} AS SELECT {cols} FROM {x}.{schema}."{t}"')
+        con.execute("RESET search_path")
+        only_a = con.execute("SELECT count(*) FROM (FROM tf_cmp_a EXCEPT ALL FROM tf_cmp_b)").fetchone()[0]
+        only_b = con.execute("SELECT count(*) FROM (FROM tf_cmp_b EXCEPT ALL FROM tf_cmp_a)").fetchone()[0]
         if only_a or only_b:
-            out.append(f"{t}: {only_a} rows only before, {only_b} only after")
+            out.append(f"{name}: {only_a} rows only before, {only_b} only after")
         extra = sorted(set(cols_a) ^ cols_b)
         if extra:
-            out.append(f"{t}: columns in one only: {', '.join(extra)}")
+            out.append(f"{name}: columns in one only: {', '.join(extra)}")
     return out
 
 
@@ -74,6 +87,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("revs", nargs="*", help="OLD [NEW] revisions (NEW defaults to the working tree)")
     ap.add_argument("--trees", nargs=2, metavar=("OLD", "NEW"), help="two source trees instead of revisions")
+    ap.add_argument("--cluster", default="", help="ingest on this cluster (local:N, a scheduler address); default: locally")
+    ap.add_argument("--only", default="", help="only the fixture folders whose path contains this")
     ap.add_argument("--ignore", default="op_id,launch_op_id,node_op_id,next_op_id", help="columns left out of the comparison")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tf-compare-"))
@@ -86,12 +101,12 @@ def main():
         ap.error("give OLD [NEW] revisions or --trees OLD NEW")
     ignore = {c for c in args.ignore.split(",") if c}
     bad = 0
-    for folder in fixtures():
+    for folder in [f for f in fixtures() if args.only in str(f)]:
         files = trace_files(folder)
         dbs = []
         for label, tree in (("old", old), ("new", new)):
             db = work / f"{label}-{abs(hash(str(folder)))}.duckdb"
-            r = subprocess.run([sys.executable, "-c", INGEST, str(tree), str(db), *files], capture_output=True, text=True,
+            r = subprocess.run([sys.executable, "-c", INGEST, str(tree), str(db), args.cluster, *files], capture_output=True, text=True,
                                env=dict(os.environ, PYTHONPATH=""))
             dbs.append(db if r.returncode == 0 else r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed")
         if not all(isinstance(d, Path) for d in dbs):

@@ -2,9 +2,9 @@
 
     python bench/time_packs.py bench/work/cluster/r256-cluster.duckdb
 
-Runs queries/*.sql in `packs.run_order()` on a copy of the database (the original is untouched), in
-one transaction as ingest does; the critical path's walk (Python) and, for a cluster database, the
-analyses its workers ran (rank_tables.PER_RANK_PACKS, views here) are left out. How docs/scale-out.md
+Runs queries/*.sql in the runner's order (graph.py) on a copy of the database (the original is
+untouched), in one transaction as ingest does; the Python steps and, for a cluster database, the
+analyses its workers ran (rank scope, views here) are left out. How docs/scale-out.md
 found which analyses grew faster than the ranks on the client.
 """
 from __future__ import annotations
@@ -15,22 +15,22 @@ import time
 
 from db_copy import writable_copy
 
-from traceflow import packs
-from traceflow.rank_tables import PER_RANK_PACKS
+from traceflow import graph, sqlmodules
+from traceflow.rank_tables import SHARDED
 from traceflow.shard_views import folder_of
 
 
 def main(database: str):
     with writable_copy(database) as con:
-        done_on_workers = PER_RANK_PACKS if folder_of(con) else ()
+        scope = "job" if folder_of(con) else None
         con.execute("BEGIN TRANSACTION")
-        for name in packs.run_order():
-            if name in packs.PYTHON_ANALYSES or name in done_on_workers:
+        for step in graph.for_scope(graph.order(), scope, frozenset(SHARDED)):
+            if step.group != "queries":
                 continue
             t0 = time.perf_counter()
-            con.execute(packs.pack_sql(name))
+            con.execute(sqlmodules.text(step.group, step.name))
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"{name:24s} {time.perf_counter() - t0:6.2f} s   peak RSS {rss:7.0f} MiB", flush=True)
+            print(f"{step.name:24s} {time.perf_counter() - t0:6.2f} s   peak RSS {rss:7.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":

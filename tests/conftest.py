@@ -173,6 +173,7 @@ SLOW_TESTS = {
     "test_profiler_step_recorded_as_cpu_op": "edits and ingests a Kineto job",
     "test_nsys_without_metadata_table": "edits and ingests an nsys job",
     "test_alignment_undoes_a_shift": "shifts a rank's clock and ingests again",
+    "test_the_shift_gives_the_rows_deriving_again_gives": "shifts a rank's clock of the bundled job and ingests it",
     "test_nsys_kernels_link_to_the_innermost_emit_nvtx_op": "ingests an nsys job under emit_nvtx",
     "test_an_unknown_device_is_a_warning_and_flags_set_the_peaks": "three ingests",
     "test_copy_bytes_follow_from_the_recorded_shapes": "records with torch",

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("readers", ("readers",)),                     # a file -> Arrow (pure; worker processes import only this)
     ("load", ("load", "shard_views", "fr_load")),  # Arrow (or a cluster's Parquet shards, Flight Recorder dumps) -> tables
     ("derive", ("derive", "hardware", "invariants")),  # derived tables, clock alignment, device peaks, absurd input
-    ("analyses", ("packs", "critical_path", "whatif", "claims", "verdict", "flops_coverage", "hang", "memory")),  # the SQL packs and the Python analyses
+    ("analyses", ("graph", "packs", "critical_path", "whatif", "claims", "verdict", "flops_coverage", "hang", "memory")),  # the SQL packs and the Python analyses
     ("ingest", ("pipeline", "rank_task", "cluster", "recipes")),  # runs read -> load -> derive -> analyses
     ("outputs", ("report", "perfetto", "perfetto_packets", "compare", "gate", "scaling_study")),  # pages and traces written
     ("job", ("job", "postmortem", "traceflow")),   # the public surface: traceflow.open(...) -> Job

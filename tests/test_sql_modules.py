@@ -164,5 +164,7 @@ def test_the_per_rank_lists_follow_from_the_declarations():
     assert rank_tables.UNSHIFTED == {"memory_snapshot_history": ("time_ns",)}
     assert "time_ns" in schema.declared()["memory_snapshot_history"].roles("time")
     scoped = {n for g in ("derive", "queries") for n in sqlmodules.names(g) if sqlmodules.module(g, n).scope == "rank"}
-    from traceflow.derive import PER_RANK
-    assert scoped == set(PER_RANK) | set(rank_tables.PER_RANK_PACKS) | set(rank_tables.WORKER_HELPERS)
+    # the hand lists they replace (derive.PER_RANK, rank_tables.PER_RANK_PACKS and WORKER_HELPERS at e07745c)
+    assert scoped == {"comm_kernels", "steps", "gpu_ops", "step_windows", "gpu_state", "gpu_islands", "idle_gaps",
+                      "launch_overhead", "op_flops", "op_work", "step_breakdown", "sync", "cp_graph", "exposed_comm",
+                      "kernels", "launch_bound_steps", "mfu", "roofline", "op_classes", "op_work_kernels"}

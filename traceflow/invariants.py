@@ -111,6 +111,12 @@ _CHECKS = [
 ]
 
 
+def reads() -> set[str]:
+    """The tables the checks read (their SQL's FROM and JOIN): what the runner (graph.py) runs them after."""
+    from .sqlmodules import referenced
+    return set().union(*(referenced(sql) for _, sql in _CHECKS))
+
+
 def check(con):
     """Raises InputError naming the first rank (its file) whose tables break an invariant."""
     for name, sql in _CHECKS:

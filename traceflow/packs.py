@@ -1,4 +1,5 @@
-"""Query packs: one analysis per queries/*.sql file, results kept as tables in the database.
+"""Query packs: one analysis per queries/*.sql file, results kept as tables in the database (the
+runner, graph.py, runs them with every other step after the load).
 
 A pack file opens with a comment (what it computes, inputs, output columns and units) and
 then `CREATE OR REPLACE TABLE <name> AS ...`; pasting it into the DuckDB shell gives the same
@@ -7,7 +8,6 @@ table. Thresholds are DuckDB variables with defaults (`SET VARIABLE tf_... = ...
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 
 from . import sqlmodules
@@ -92,47 +92,3 @@ def listing() -> list[PackInfo]:
             described.update(parse(pack_sql(f))[0])
     return [PackInfo(table.replace("_", "-"), table, described.get(table, "").split(". ")[0].rstrip("."))
             for table in public_tables()]
-
-
-def compute_all(con, timings: dict | None = None, phase=None, skip=(), only=None, **walk_options):
-    """Every analysis in dependency order (but those in `skip`: a cluster's workers ran them; with
-    `only`, just those: the critical path's three modules again, say); seconds spent go to
-    timings["packs"] and, for the critical path's three modules, timings["critical_path"], the walk's
-    batches of steps to timings["walk_batches"]. phase(name) is told as each phase starts.
-    walk_options: critical_path.walk's."""
-    import time
-
-    from . import comments
-    from .duck import use_internal_schema
-    timings = {} if timings is None else timings
-    timings.setdefault("packs", 0.0)
-    timings.setdefault("critical_path", 0.0)
-    public = set(public_tables())
-    use_internal_schema(con, create=True)
-    said = None
-    docs: dict = {}
-    def document(sql: str):
-        docs.update(comments.docs_for(sql, [t for t in re.findall(r"CREATE OR REPLACE TABLE (\w+)", sql) if t in public]))
-
-    for name in run_order():
-        if only is not None and name not in only:
-            continue
-        if name in skip:  # their tables are views already; documented all the same
-            document(pack_sql(name))
-            continue
-        now = "computing the critical path" if name in CRITICAL_PATH_MODULES else "running the analyses"
-        if phase and now != said:
-            phase(now)
-            said = now
-        t0 = time.perf_counter()
-        if name == "critical_path_walk":
-            from .critical_path import walk
-            timings["walk_batches"] = walk(con, **walk_options)
-        else:
-            sql = pack_sql(name)
-            con.execute(sql)
-            document(sql)
-        timings["critical_path" if name in CRITICAL_PATH_MODULES else "packs"] += time.perf_counter() - t0
-    t0 = time.perf_counter()
-    comments.apply_docs(con, docs)
-    timings["packs"] += time.perf_counter() - t0

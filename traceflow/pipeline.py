@@ -1,7 +1,7 @@
 """`ingest`: rank files -> one DuckDB database (the readers per file in parallel, then the cross-rank phase).
 
 Size: the ingest's phases in order, find the files (expand), read them in parallel (readers/pool.py,
-or a cluster's tasks), load (load.py), derive (derive/), analyse (packs.py), with the memory
+or a cluster's tasks), load (load.py), then every later step (graph.py: derive, analyses, checks, claims), with the memory
 settings and the one-job checks that sit between them.
 """
 from __future__ import annotations
@@ -15,15 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import db_format
-from .derive import derive_all
 from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError, one_line
 from .load import TRACE_SPANS, create_tables, cut_long_names, load_all
 from .machine import check_address_space, db_config
 from .outputs import PARTS, after_replace, atomic_output, scratch_folder
-from .packs import compute_all
-from .rank_tables import PER_RANK_PACKS
 from .readers import ranks
 from .readers.detect import identify
 from .readers.pool import map_files, workers
@@ -153,19 +150,12 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
             con.execute("BEGIN TRANSACTION")
-            result.warnings.extend(derive_all(con, align=align, step_pattern=step_pattern, timings=result.timings,
-                                              phase=phase, peak_tflops=peak_tflops, peak_gbps=peak_gbps,
-                                              per_rank_done=parts is not None))
-            compute_all(con, result.timings, phase, skip=PER_RANK_PACKS if parts is not None else ())
+            from . import graph
+            # every step after the load, in the graph's order (on a cluster's client: the job's steps over the shards)
+            done = graph.run(con, scope="job" if parts is not None else None, align=align, step_pattern=step_pattern,
+                             peaks=(peak_tflops, peak_gbps), timings=result.timings, phase=phase)
+            result.warnings.extend(done.warnings)
             result.timings.pop("walk_batches", None)
-            from . import invariants
-            invariants.check(con)
-            db_format.stamp(con)
-            phase("checking each fix by the what-if replay")
-            from . import claims
-            claims.store(con)  # the verdict's rows with their fixes, replayed gains and repro SQL
-            from .comments import apply_core
-            apply_core(con)  # after derive, which rebuilds gpu_ops
             _commit_to_file(con)
             con.execute("CHECKPOINT")
         finally:

@@ -1,6 +1,6 @@
-"""The per-rank tables and their keys, shared by the ingest's load, the derive step, a cluster's
+"""The per-rank tables and their keys, shared by the ingest's load, the runner (graph.py), a cluster's
 per-rank task (rank_task.py) and the views over its shards (shard_views.py): which tables a worker
-shards, their time columns (clock alignment moves them), their id columns (numbered per trace) and
+shards (which steps a worker runs is their scope, graph.py), their time columns (clock alignment moves them), their id columns (numbered per trace) and
 the id ranges. It imports nothing at import time (the declarations are read on first use of
 SHARDED / TIMES / IDS), so every layer may import it.
 """
@@ -12,20 +12,6 @@ from functools import cache
 HOST_OP_ID_BASE = 10**12
 HOST_OP_IDS_PER_TRACE = 10**10
 SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per process of the run)
-# Analyses (queries/) a worker runs on its rank: each reads only per-rank tables and gives each rank
-# the rows it gives alone. On the client they grew faster than the ranks, and held its memory: at
-# 64 -> 256 ranks gpu_state (a sort of every op's start and end) took 2.7 -> 13.4 s and 1.0 -> 3.0
-# GiB, idle_gaps 1.3 -> 5.9 s and 3.1 GiB, launch_overhead 0.7 -> 2.3 s, gpu_islands 0.7 -> 2.3 s;
-# then op_flops, 5.6 s and 1.6 GiB at 256 ranks; then op_work, 4.6 s and 0.6 GiB (with the device
-# peaks on the worker); then step_breakdown (2.2 s, 1.0 GiB) and sync (1.6 s); then the critical
-# path's graph, cp_graph (3.1 s, 1.2 GiB), whose walk still runs on the client; then exposed_comm
-# (0.84 s, and the client's peak RSS 119 -> 390 MiB); then kernels, launch_bound_steps and mfu
-# (0.43, 0.45, 0.23 s; together +71 MiB of the client's peak at 256 ranks, +25 MiB at 64); then
-# roofline, whose median per rank and op held every op of the job (+39 MiB at 256 ranks, +16 at 64).
-PER_RANK_PACKS = ("gpu_state", "gpu_islands", "idle_gaps", "launch_overhead", "op_flops", "op_work", "step_breakdown",
-                  "sync", "cp_graph", "exposed_comm", "kernels", "launch_bound_steps", "mfu", "roofline")
-# what those read and the client makes too (op_classes for op_work's names, the view for critical_path.sql)
-WORKER_HELPERS = ("op_classes", "op_work_kernels")
 # The per-rank tables and their keys follow from the declarations (sqlmodules.module's `-- scope:`
 # and column roles; schema.declared() for the loaded tables), computed on first use:
 #   SHARDED  table -> (its schema, the column that says whose rows: 'rank', 'trace_id', or 'op_id'

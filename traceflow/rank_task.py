@@ -1,10 +1,10 @@
 """A cluster's per-rank task: one rank file read, loaded and derived on a worker, written as Parquet.
 
 The worker reads the file (readers/worker.py), loads its processes into an in-memory DuckDB, runs
-the per-rank part of the derive step there (the CPU-clock reconciliation, steps, GPU ops' launches
-and steps, step windows: derive.PER_RANK) and the per-rank analyses (PER_RANK_PACKS), and writes each process's tables as Parquet shards into
-the job's parts folder, which the database reads in place (shard_views.py). The client then holds
-only what needs every rank: clock alignment, collectives and the analyses.
+the graph's rank steps there (graph.run(scope='rank'): the CPU-clock reconciliation, steps, GPU ops'
+launches and steps, step windows, the per-rank analyses), and writes each process's tables as
+Parquet shards into the job's parts folder, which the database reads in place (shard_views.py).
+The client then runs the job steps (clock alignment, collectives, the analyses across ranks).
 
 The worker does not know the job's ranks, trace ids or clock offsets: each process is trace
 `j` and rank `j` of its file here; its rows carry `tf_shard` (file index << SHARD_BITS | j), by
@@ -12,8 +12,9 @@ which the views give them their trace, rank, ids and clock offset. Ids are store
 process (GPU ops in (start, end) order, host ops in the order read), which the views turn into the
 ids a local ingest gives.
 
-What a worker shards (tables, their time and id columns, and the measurement that moved each
-analysis here) is declared in rank_tables.py, which shard_views.py and the tests read too.
+What a worker shards (tables, their time and id columns) is declared in rank_tables.py, which
+shard_views.py and the tests read too; which steps are rank steps, in their modules' declarations
+(why each analysis is one, measured: docs/scale-out.md).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from .duck import connect as duck_connect
 from .duck import sql_string
-from .rank_tables import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, IDS, PER_RANK_PACKS, SHARD_BITS, SHARDED, WORKER_HELPERS
+from .rank_tables import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, IDS, SHARD_BITS, SHARDED
 from .text import as_text
 
 
@@ -52,8 +53,6 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
 
 
 def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None, peaks: tuple):
-
-    from .derive import PER_RANK, derive_tables, host_clock
     from .load import TRACE_SPANS, create_tables, load_trace
     con = duck_connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
     try:
@@ -63,19 +62,13 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
             con.execute("INSERT INTO traces (trace_id, rank, source_path, source_format, device_name) VALUES (?, ?, ?, ?, ?)",
                         [j, j, as_text(t.source_path), t.source_format, t.device_name])
             load_trace(con, scratch, t, j, j)
-        from .invariants import drop_absurd
-        absurd = drop_absurd(con)  # here each trace's rank is its id
-        spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded: before any clock moves
-        notes = dict(host_clock.reconcile(con))
-        for tid, text in absurd:
+        spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded, as a local ingest's
+        from .graph import run as run_graph
+        done = run_graph(con, scope="rank", step_pattern=step_pattern, peaks=peaks)  # here each trace's rank is its id
+        # (the peaks' warnings are the client's to give, once per job)
+        notes = dict(done.cpu_notes)
+        for tid, text in done.absurd:
             notes[tid] = f"{notes[tid]}; {text}" if tid in notes else text
-        derive_tables(con, step_pattern, PER_RANK)
-        from .hardware import load_peaks
-        load_peaks(con, *peaks)  # (its warnings are the client's to give, once per job)
-        from .packs import pack_sql, run_order
-        for name in run_order():
-            if name in PER_RANK_PACKS or name in WORKER_HELPERS:
-                con.execute(pack_sql(name))
         _write_shards(con, traces, parts, index, notes, spans)
     finally:
         con.close()
