@@ -20,6 +20,9 @@ ways, and each table's columns, types and order against the database the demo's 
 run order of the analyses is computed from these declarations (a topological order), COMMENT ON
 takes its text from them (comments.py) and the per-rank tables' time and id columns follow from
 their roles (rank_tables.py).
+
+Size: the module system in one place: finding the files, the header parser and its declaration
+types, and the SQL reading that checks the declarations (creates, referenced) and orders them.
 """
 from __future__ import annotations
 
