@@ -1,8 +1,9 @@
 """The import contract: traceflow's modules form layers that import only downwards, with no cycle
 and no import of another module's private name (docs/architecture.md).
 
-The graph is read from the source with `ast`, deferred imports (inside functions) included; an
-import under `if TYPE_CHECKING:` is for the type checker only and does not count. LAYERS below is
+The graph is read from the source with `ast`, deferred imports (inside functions) and imports under
+`if TYPE_CHECKING:` included: a type-only import still ties the two modules together (the reader of
+one must know the other), and a circle of them is a circle all the same. LAYERS below is
 the one statement of the layers: a module belongs to the first entry naming it or a package above
 it, and may import modules of its own layer or lower ones. A new module must be placed here.
 """
@@ -40,11 +41,6 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def _type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
 def imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], list[str]]:
     """(the traceflow modules `name` imports, the private names it takes from other modules)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -59,10 +55,6 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], li
 
     def visit(node: ast.AST):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
-                for c in child.orelse:
-                    visit_one(c)
-                continue
             visit_one(child)
 
     def visit_one(node: ast.AST):
@@ -197,7 +189,8 @@ def test_the_mcp_server_calls_only_the_job():
 
 def test_the_checker_sees_what_it_must(tmp_path):
     """The checker on a package written here: a deferred import closing a cycle, an import under
-    TYPE_CHECKING (ignored), a private name, and a layer violation are each found."""
+    TYPE_CHECKING closing another (type-only: counted all the same), a private name, and a layer
+    violation are each found."""
     pkg = tmp_path / "traceflow"
     (pkg / "readers").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -206,7 +199,8 @@ def test_the_checker_sees_what_it_must(tmp_path):
     (pkg / "readers" / "kineto.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..job import Job\n"
         "from ..errors import _hidden\n")
-    (pkg / "job.py").write_text("from . import errors\nerrors._x\n")
+    (pkg / "report.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .job import Job\n")
+    (pkg / "job.py").write_text("from . import errors\nerrors._x\ndef write():\n    from .report import write\n")
     known = {}
     for p in pkg.rglob("*.py"):
         parts = list(p.relative_to(tmp_path).with_suffix("").parts)
@@ -215,8 +209,12 @@ def test_the_checker_sees_what_it_must(tmp_path):
         known[".".join(parts)] = p
     edges = {n: imports(n, p, known)[0] for n, p in known.items()}
     private = [x for n, p in known.items() for x in imports(n, p, known)[1]]
-    assert edges["traceflow.readers.kineto"] == {"traceflow.errors"}  # not job: TYPE_CHECKING only
-    assert cycles(edges) == [["traceflow.errors", "traceflow.readers.kineto"]]
+    assert edges["traceflow.readers.kineto"] == {"traceflow.errors", "traceflow.job"}  # job: TYPE_CHECKING only, counted
+    assert edges["traceflow.report"] == {"traceflow.job"}
+    # errors -> kineto -> job -> errors (a deferred import, then a type-only one); job <-> report (type-only)
+    assert cycles(edges) == [["traceflow.errors", "traceflow.job", "traceflow.readers.kineto", "traceflow.report"]]
+    del edges["traceflow.report"]
+    assert cycles(edges) == [["traceflow.errors", "traceflow.job", "traceflow.readers.kineto"]]
     assert sorted(private) == ["traceflow.job uses traceflow.errors._x",
                                "traceflow.readers.kineto imports traceflow.errors._hidden"]
     assert layer_of("traceflow.errors") < layer_of("traceflow.readers.kineto")  # errors -> readers is upward
