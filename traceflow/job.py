@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .packs import PackInfo
     from .pipeline import IngestInfo
     from .scaling_study import Scaling
+    from .views import JobView
     from .whatif import Scenario
 
 
@@ -355,13 +356,18 @@ class Job:
     def write_report(self, output: str = "report.html", force: bool = False) -> str:
         """The post-mortem HTML page: one self-contained file that opens offline."""
         from .report.html import write_report
-        return write_report(self, output, force=force)
+        return write_report(self.view(), output, force=force)
 
     def write_perfetto(self, output: str = "job.perfetto-trace", ranks: list[int] | None = None,
                        steps: list[int] | None = None, force: bool = False) -> str:
         """A Perfetto trace of the job with traceflow's findings as tracks (gzip-compressed)."""
         from .perfetto import write_trace
-        return write_trace(self, output, ranks=ranks, steps=steps, force=force)
+        return write_trace(self.view(), output, ranks=ranks, steps=steps, force=force)
+
+    def view(self) -> JobView:
+        """What an output draws from (views.JobView): the connection, path, name and findings, read-only."""
+        from .views import JobView
+        return JobView(self.con, self.path, self.name, self.findings)
 
 
 def ingest(files, output: str = "traceflow.duckdb", **options) -> Job:
