@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "traceflow"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # leaves every layer may use: errors, text, DuckDB helpers, the tables' declarations, safe file writing
     ("base", ("errors", "text", "duck", "schema", "rank_tables", "db_format", "machine", "job_name", "outputs", "interrupts", "sqlmodules",
-              "comments", "torch", "sql_bounds", "views")),
+              "comments", "torch", "sql_bounds", "views", "options")),
     ("readers", ("readers",)),                     # a file -> Arrow (pure; worker processes import only this)
     ("load", ("load", "shard_views", "fr_load")),  # Arrow (or a cluster's Parquet shards, Flight Recorder dumps) -> tables
     ("derive", ("derive", "hardware", "invariants")),  # derived tables, clock alignment, device peaks, absurd input

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from .compare import Diff
+    from .options import Options
     from .packs import PackInfo
     from .pipeline import IngestInfo
     from .scaling_study import Scaling
@@ -370,13 +371,14 @@ class Job:
         return JobView(self.con, self.path, self.name, self.findings)
 
 
-def ingest(files, output: str = "traceflow.duckdb", **options) -> Job:
+def ingest(files, output: str = "traceflow.duckdb", options: Options | None = None, *, progress=None, **settings) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON, or folders of them) into the DuckDB
-    database `output` and open it; `options` are pipeline.ingest's (append, align, jobs, cluster, ...).
-    The Job's `warnings`, `skipped` and `timings` say what the ingest did."""
+    database `output` and open it. The settings: `options` (traceflow.Options), or its fields as
+    keywords (append, align, jobs, step_pattern, max_inflate, cluster, ...: options.py), checked
+    before any work. The Job's `warnings`, `skipped` and `timings` say what the ingest did."""
     from .outputs import staged
     from .pipeline import ingest as build
-    info = build(files, output, **options)
+    info = build(files, output, options, progress=progress, **settings)
     return Job(str(Path(output)), info, source=staged(output))
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .duck import connect as duck_connect
 from .duck import sql_string
+from .options import Options
 from .rank_tables import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, IDS, PER_RANK_PACKS, SHARD_BITS, SHARDED, WORKER_HELPERS
 from .text import as_text
 
@@ -34,14 +35,16 @@ def shard_path(folder, key: str, table: str) -> Path:
     return Path(folder) / f"{key}.{table}.parquet"
 
 
-def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | None, peaks: tuple = (None, None)) -> list:
-    """The task: returns the file's ProcessTraces, each with `derived` filled; shards in `parts`."""
+def run(inp, parts: str, index: int, options: Options | None = None) -> list:
+    """The task: returns the file's ProcessTraces, each with `derived` filled; shards in `parts`.
+    `options`: the ingest's, as the client checked them (the worker reads no setting of its own)."""
+    options = options or Options()
     from .outputs import scratch_folder
     from .readers.worker import read_file
     with scratch_folder() as scratch:  # the worker's own disk: Arrow files and spill (a killed worker's: cleaned later)
-        traces = read_file(inp, scratch, index, nsys_exe)
+        traces = read_file(inp, scratch, index, options)
         try:
-            _derive_and_write(traces, scratch, parts, index, step_pattern, peaks)
+            _derive_and_write(traces, scratch, parts, index, options)
         except Exception as e:
             from .errors import OutputError
             from .outputs import disk_problem
@@ -51,7 +54,7 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
         return traces
 
 
-def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None, peaks: tuple):
+def _derive_and_write(traces, scratch: str, parts: str, index: int, options: Options):
 
     from .derive import PER_RANK, derive_tables, host_clock
     from .load import TRACE_SPANS, create_tables, load_trace
@@ -69,9 +72,9 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
         notes = dict(host_clock.reconcile(con))
         for tid, text in absurd:
             notes[tid] = f"{notes[tid]}; {text}" if tid in notes else text
-        derive_tables(con, step_pattern, PER_RANK)
+        derive_tables(con, options.step_pattern, PER_RANK)
         from .hardware import load_peaks
-        load_peaks(con, *peaks)  # (its warnings are the client's to give, once per job)
+        load_peaks(con, options.peak_tflops, options.peak_gbps)  # (its warnings are the client's to give, once per job)
         from .packs import pack_sql, run_order
         for name in run_order():
             if name in PER_RANK_PACKS or name in WORKER_HELPERS:
