@@ -1,16 +1,11 @@
 """The ingest's settings: one frozen object, checked once, before any work, and handed down whole.
 
-    Options(step_pattern=r"iter (\\d+)", max_inflate="4GB", cluster="local:4")   # UsageError (exit 2) if bad
-
-Every setting of an ingest is a field here: the command's flags (cli.py builds one from them), the
-keyword arguments of `traceflow.ingest(...)` (pipeline.ingest builds one from them) and the two
-environment variables, read once, here. The object goes down the ingest as it is: to the readers
-(readers/worker.read_file), to the reader processes of a local ingest and, pickled, to a cluster's
-Dask workers (rank_task.run), so a worker never depends on the environment it was started in (a
-remote worker's is not the client's). Nothing below reads a setting from `os.environ`.
-
-A leaf beside the errors: the checks that need the readers' or the cluster's rules (the inflation
-bound's syntax, a `local:N`'s bound) live here, and those modules take them from here.
+Every setting of an ingest is a field: the command's flags, `traceflow.ingest(...)`'s keywords, and
+the two environment variables, read once, here. The object goes down as it is: to the readers
+(readers/worker.read_file), to a local ingest's reader processes and, pickled, to a cluster's Dask
+workers (rank_task.run): a worker never depends on the environment it was started in. A leaf: the
+checks that need the readers' or the cluster's rules (the inflation bound's syntax, local:N's
+bound) live here, and those modules take them from here.
 """
 from __future__ import annotations
 
