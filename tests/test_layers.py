@@ -10,6 +10,7 @@ it, and may import modules of its own layer or lower ones. A new module must be 
 from __future__ import annotations
 
 import ast
+import re
 from graphlib import TopologicalSorter
 from pathlib import Path
 
@@ -218,3 +219,102 @@ def test_the_checker_sees_what_it_must(tmp_path):
     assert sorted(private) == ["traceflow.job uses traceflow.errors._x",
                                "traceflow.readers.kineto imports traceflow.errors._hidden"]
     assert layer_of("traceflow.errors") < layer_of("traceflow.readers.kineto")  # errors -> readers is upward
+
+
+# --- the tables each Python reader of tables declares (issue 44) --------------------------------------
+# The modules outside the ingest's graph that run SQL over the database (the what-if, the verdict and
+# its claims, the report's sections, the Perfetto trace, the Job's verbs behind the CLI and the MCP
+# tools, the terminal's lines): each declares the tables it reads in one module-level constant,
+# `READS = frozenset({...})`, checked against the tables its SQL strings read (sqlmodules.referenced).
+TABLE_READERS = ("whatif", "verdict", "claims", "hang", "memory", "flops_coverage", "perfetto", "job", "terminal",
+                 "report/html", "report/hang", "report/memory", "report/roofline")
+# What DuckDB keeps about itself (information_schema.tables ...) and duckdb_*() functions: not our tables
+_CATALOG = re.compile(r"\binformation_schema\.\w+|\bduckdb_\w+\(\)", re.I)
+_SQLISH = re.compile(r"\b(?:SELECT|FROM|JOIN)\b")
+
+
+def sql_strings(tree: ast.Module) -> list[str]:
+    """The SQL in a module's string literals (docstrings left out): each f-string with its
+    placeholders of module-level string constants filled in, the others blank."""
+    constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                 and isinstance(n.value.value, str) for t in n.targets if isinstance(t, ast.Name)}
+    docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef,
+            ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr)}
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.JoinedStr):
+            parts = []
+            for v in n.values:
+                docs.add(id(v))
+                if isinstance(v, ast.Constant):
+                    parts.append(str(v.value))
+                elif isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name) and v.value.id in constants:
+                    parts.append(constants[v.value.id])
+                else:
+                    parts.append(" {} ")
+            out.append("".join(parts))
+    out += [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+    return [s for s in out if _SQLISH.search(s)]
+
+
+def tables_read(source: str) -> set[str]:
+    """The tables a module's SQL strings read, less what its own SQL creates and what it registers
+    (an Arrow table handed to DuckDB by name: con.register)."""
+    from traceflow import sqlmodules
+    tree = ast.parse(source)
+    strings = [_CATALOG.sub("(catalog)", s) for s in sql_strings(tree)]
+    made = set().union(*(sqlmodules.creates(s) for s in strings)) if strings else set()
+    registered = {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "register" and n.args and isinstance(n.args[0], ast.Constant)}
+    return set().union(*(sqlmodules.referenced(s) for s in strings)) - made - registered if strings else set()
+
+
+def declared_reads(source: str) -> set[str] | None:
+    for n in ast.parse(source).body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "READS" for t in n.targets):
+            return set(ast.literal_eval(n.value.args[0]) if isinstance(n.value, ast.Call) else ast.literal_eval(n.value))
+    return None
+
+
+def known_tables() -> set[str]:
+    """Every table or view something of traceflow's makes: the SQL modules, the loaded tables
+    (schema.py), and every CREATE in a string of traceflow's Python."""
+    from traceflow import schema, sqlmodules
+    out = {t for g in sqlmodules.GROUPS for n in sqlmodules.names(g) for t in sqlmodules.creates(sqlmodules.text(g, n))}
+    out |= set(getattr(schema, "TABLES", {})) | set(getattr(schema, "FR_TABLES", {}))
+    if_not_exists = re.compile(r"\bCREATE\s+(?:TABLE|VIEW)\s+IF\s+NOT\s+EXISTS\s+(?:\w+\.)?(\w+)", re.I)
+    for p in PACKAGE.rglob("*.py"):
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                out |= sqlmodules.creates(n.value) | set(if_not_exists.findall(n.value))
+    return out
+
+
+def test_python_readers_declare_the_tables_they_read():
+    wrong = {}
+    for name in TABLE_READERS:
+        source = (PACKAGE / f"{name}.py").read_text()
+        declared, found = declared_reads(source), tables_read(source)
+        if declared != found:
+            wrong[name] = {"declared": None if declared is None else sorted(declared), "read": sorted(found)}
+    assert wrong == {}
+
+
+def test_every_declared_read_is_a_table_traceflow_makes():
+    known = known_tables()
+    unknown = {name: sorted((declared_reads((PACKAGE / f"{name}.py").read_text()) or set()) - known) for name in TABLE_READERS}
+    assert {k: v for k, v in unknown.items() if v} == {}
+
+
+def test_the_reads_checker_sees_what_it_must():
+    source = '''"""SELECT * FROM not_read (a docstring)"""
+KIND = "idle_gaps"
+READS = frozenset({"steps"})
+def f(con, t):
+    con.register("rows_arrow", t)
+    con.execute("CREATE TEMP TABLE scratch AS SELECT * FROM rows_arrow")
+    con.execute(f"SELECT * FROM {KIND} JOIN scratch USING (rank) JOIN steps USING (step), {t}")
+    con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'x'")
+'''
+    assert tables_read(source) == {"idle_gaps", "steps"}
+    assert declared_reads(source) == {"steps"}

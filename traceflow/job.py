@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from .views import JobView
     from .whatif import Scenario
 
+READS = frozenset({"critical_path", "findings", "findings_steps", "gpu_devices", "gpu_ops", "step_breakdown", "step_windows",
+                   "steps", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+
 
 # What DuckDB raises when traceflow's own SQL meets a table or view that is not as traceflow wrote it
 # (a column dropped, a view redefined with other columns or types): the database is damaged.

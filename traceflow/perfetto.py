@@ -26,6 +26,9 @@ from .perfetto_packets import Interner, counter_packets, slice_packets
 if TYPE_CHECKING:
     from .views import JobView
 
+READS = frozenset({"critical_path", "exposed_comm_segments", "gpu_ops", "host_ops", "idle_gaps", "memory_events", "ranges",
+                   "step_breakdown", "step_windows", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+
 SEQ = 0x7F1F
 
 

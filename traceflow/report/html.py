@@ -22,6 +22,10 @@ from .blocks import CAUSE_COLORS, KIND_COLORS, PAGE_NAMES, STATE_COLORS, Cell, I
 if TYPE_CHECKING:
     from ..views import JobView
 
+READS = frozenset({"critical_path", "critical_path_summary", "gpu_ops", "idle_gaps", "idle_gaps_summary", "kernels",
+                   "launch_bound_steps", "launch_overhead_summary", "step_breakdown", "step_coverage", "stragglers",
+                   "stragglers_by_rank", "sync", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+
 
 def build(job: JobView) -> str:
     """The page's HTML for a job (its connection and its findings, computed once)."""
