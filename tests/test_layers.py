@@ -318,3 +318,11 @@ def f(con, t):
 '''
     assert tables_read(source) == {"idle_gaps", "steps"}
     assert declared_reads(source) == {"steps"}
+
+
+def test_the_command_runs_the_one_postmortem():
+    """`traceflow postmortem` is postmortem.run, not a second copy of its steps (issue 44): of
+    postmortem.py the command takes `run` alone."""
+    taken = {a.name for n in ast.walk(ast.parse((PACKAGE / "cli.py").read_text())) if isinstance(n, ast.ImportFrom)
+             and n.module in ("postmortem", "traceflow.postmortem") for a in n.names}
+    assert taken == {"run"}
