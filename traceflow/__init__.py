@@ -9,7 +9,7 @@
 """
 from .errors import InputError, OutputError, UsageError
 
-__all__ = ["InputError", "Job", "OutputError", "UsageError", "annotate", "connect", "diff", "ingest", "open", "postmortem",
+__all__ = ["InputError", "Job", "Options", "OutputError", "UsageError", "annotate", "connect", "diff", "ingest", "open", "postmortem",
            "query", "report", "scaling", "sql"]
 __version__ = "0.1.0"
 
@@ -20,6 +20,9 @@ def __getattr__(name):
     if name in ("open", "Job", "ingest", "connect", "diff", "scaling"):
         from . import job
         return getattr(job, name)
+    if name == "Options":  # every setting of an ingest, checked once (options.py)
+        from .options import Options
+        return Options
     raise AttributeError(f"module 'traceflow' has no attribute {name!r}")
 
 
@@ -51,6 +54,7 @@ def annotate(database: str, output: str = "job.perfetto-trace", ranks=None, step
         return job.write_perfetto(output, ranks=ranks, steps=steps, force=force)
 
 
-def postmortem(files, outdir: str = "postmortem", **ingest_options):
+def postmortem(files, outdir: str = "postmortem", options=None, **settings):
+    """Ingest, report and annotate in one go (`traceflow postmortem`): postmortem.run."""
     from .postmortem import run
-    return run(files, outdir, **ingest_options)
+    return run(files, outdir, options, **settings)

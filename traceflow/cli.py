@@ -22,6 +22,7 @@ import tempfile
 import click
 
 from .errors import InputError, MachineLimit, UsageError, one_line, out_of_memory
+from .options import Options
 from .outputs import disk_problem, os_problem
 from .terminal import Progress, critical_path_lines, empty_message, plural, print_csv, print_frame, print_rows, print_table, say, say_line
 from .text import printable
@@ -140,27 +141,24 @@ def _ingest_options(f):
     return f
 
 
-def _do_ingest(paths, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-               peak_tflops=None, peak_gbps=None, cluster=None, name=None):
-    """`paths`: job.input_files(FILES), found once per command."""
-    from .job import ingest
-    with Progress(len(paths), interrupts.raise_if_interrupted) as progress:
-        res = ingest(paths, output, append=append, rank_pattern=rank_pattern, align=align, nsys=nsys,
-                     step_pattern=step_pattern, jobs=jobs, progress=progress, force=force, max_inflate=max_inflate,
-                     peak_tflops=peak_tflops, peak_gbps=peak_gbps, cluster=cluster, name=name)
-    for w in res.warnings:
+def _options(**flags) -> Options:
+    """The ingest flags as one Options, checked here, before any file is looked at (exit 2 or 3, one line)."""
+    return Options(**flags)
+
+
+def _said(warnings, skipped):
+    """What the ingest had to say, on stderr."""
+    for w in warnings:
         say_line(f"traceflow: warning: {w}", err=True)
-    for s in res.skipped:
+    for s in skipped:
         say_line(f"traceflow: note: {s}", err=True)
-    return res
 
 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=_PATH)
 @click.option("-o", "--output", default="traceflow.duckdb", show_default=True, help="Database to write (replaced atomically).")
 @_ingest_options
-def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops, peak_gbps,
-           cluster, name):
+def ingest(files, output, **flags):
     """Read rank profiles into one DuckDB database.
 
     FILES are Nsight Systems SQLite exports (rank*.sqlite, also .gz/.xz), .nsys-rep reports
@@ -181,9 +179,13 @@ def ingest(files, output, append, rank_pattern, align, nsys, step_pattern, jobs,
       traceflow ingest /tmp/nccl_trace_rank_* -o hang.duckdb      # Flight Recorder dumps: why it stopped
       traceflow ingest fr_dumps/ kineto/rank*.json -o hang.duckdb  # dumps beside the job's traces
     """
-    from .job import input_files
-    with _do_ingest(input_files(files), output, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                    peak_tflops, peak_gbps, cluster, name) as job:
+    from .job import ingest, input_files
+    options = _options(**flags)
+    paths = input_files(files)
+    with Progress(len(paths), interrupts.raise_if_interrupted) as progress:
+        job = ingest(paths, output, options, progress=progress)
+    _said(job.warnings, job.skipped)
+    with job:
         rows = job.rank_summary()
         dumps = job.dump_count()
     say(f"wrote {job.path}: {plural(len(rows), 'rank')}" + (f", {plural(dumps, 'Flight Recorder dump')}" if dumps else ""))
@@ -313,8 +315,7 @@ def annotate(database, output, ranks, steps, force):
 @click.option("-o", "--output", "outdir", default="postmortem", show_default=True, help="Folder for job.duckdb, report.html, job.perfetto-trace.")
 @click.option("--explain", is_flag=True, help="Every sentence of the verdict (the long form) instead of its 30-second form.")
 @_ingest_options
-def postmortem(files, outdir, explain, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force, peak_tflops,
-               peak_gbps, cluster, name):
+def postmortem(files, outdir, explain, **flags):
     """Ingest, report and annotate in one go, then print the verdict. For a job's epilogue.
 
     \b
@@ -324,16 +325,15 @@ def postmortem(files, outdir, explain, append, rank_pattern, align, nsys, step_p
       traceflow postmortem runs/rank*.sqlite -o pm/ --name "llama-70b, 64 GPUs, before the fix"
     """
     from .job import input_files
-    from .postmortem import finish, output_folder, replaced_together
+    from .postmortem import run
+    options = _options(**flags)
     paths = input_files(files)
-    with output_folder(outdir, paths, force=force) as db, replaced_together(), \
-            _do_ingest(paths, db, append, rank_pattern, align, nsys, step_pattern, jobs, max_inflate, force,
-                       peak_tflops, peak_gbps, cluster, name) as job, \
-            Progress(0, interrupts.raise_if_interrupted) as progress:
-        out = finish(job, outdir, force=force, progress=progress, explain=explain)
+    with Progress(len(paths), interrupts.raise_if_interrupted) as progress:
+        out = run(paths, outdir, options, explain=explain, progress=progress)
+    _said(out["warnings"], out["skipped"])
     for line in out["verdict"].splitlines():  # each line escaped (verdict.text escapes every line's trace text)
         say_line(line)
-    say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {db}")
+    say(f"report:   {out['report']}\nperfetto: {out['trace']}\ndatabase: {out['database']}")
 
 
 @main.command("whatif")

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import InputError, MachineLimit, OutputError, UsageError, one_line
+from .options import Options, check_address
 from .readers.detect import Input
 
 RETRIES = 2  # a task whose worker died is run again elsewhere; a bad file fails the same way each time
@@ -34,47 +35,7 @@ def _distributed():
     return distributed
 
 
-def local_bound() -> int:
-    """The most worker processes `local:N` may start here: 4 per core (at least 8), and no more than
-    the memory holds at 256 MiB each (a worker's interpreter with Arrow and DuckDB)."""
-    from .machine import ram_bytes
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(max(8, 4 * cores), ram_bytes() // (256 << 20)))
-
-
-def check_address(cluster: Any) -> None:
-    """UsageError (exit 2) for a `local:N` that is no number, below 1 or past local_bound(); MachineLimit
-    (exit 3) when ulimit -n is too low for it: before any work."""
-    text = str(cluster)
-    if not text.startswith("local:"):
-        return
-    try:
-        n = int(text.split(":", 1)[1])
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UsageError(f"--cluster {one_line(text, 40)}: local:N needs a number of worker processes, e.g. local:4")
-    if n > (bound := local_bound()):
-        raise UsageError(f"--cluster {text}: at most local:{bound} on this machine (its cores and memory); for more "
-                         "workers, start a Dask cluster and give its scheduler's address (tcp://host:8786)")
-    check_open_files(n)
-
-
-# Open files a LocalCluster of N workers needs (ulimit -n), measured with the ddp2_flops job: local:2
-# failed at 40 and ran at 48, local:4 failed at 64 and ran at 80 ("Nanny failed to start", or at 16 a
-# hang with Dask's tracebacks); 32 + 12 per worker, with a margin over both.
-FILES_BASE, FILES_PER_WORKER = 32, 12
 CLUSTER_START_S = 120.0  # a local:8 starts in ~10 s on 2 loaded cores; past this something is wrong
-
-
-def check_open_files(n: int) -> None:
-    """MachineLimit (exit 3) when the open-files limit (ulimit -n) is below what local:N needs."""
-    import resource
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = FILES_BASE + FILES_PER_WORKER * n
-    if soft != resource.RLIM_INFINITY and soft < need:
-        raise MachineLimit(f"--cluster local:{n} needs at least {need} open files, and the limit (ulimit -n) is {soft}: "
-                           f"raise it (ulimit -n {need}) or ask for fewer workers")
 
 
 def _start_local(distributed, n: int, env: dict, mask) -> Any:
@@ -227,14 +188,14 @@ def _quiet_resource_tracker() -> None:
         os.close(devnull)
 
 
-def read_all(client, inputs: list[Input], folder: str, nsys_exe: str | None, step_pattern: str | None, peaks: tuple,
-             progress) -> list:
+def read_all(client, inputs: list[Input], folder: str, options: Options, progress) -> list:
     """One task per file (rank_task.run: read, per-rank derive, Parquet shards into `folder`, shared
-    with the workers). Returns the traces in the order of `inputs`; a bad file raises its reader's
+    with the workers); each task gets the ingest's `options`, pickled (its settings reach a worker
+    started anywhere, whatever its environment). Returns the traces in the order of `inputs`; a bad file raises its reader's
     InputError."""
     distributed = _distributed()
     from . import rank_task
-    futures = [client.submit(rank_task.run, inp, folder, i, nsys_exe, step_pattern, peaks,
+    futures = [client.submit(rank_task.run, inp, folder, i, options,
                              key=f"traceflow-rank-{os.getpid()}-{i}-{os.urandom(4).hex()}",
                              retries=RETRIES, pure=False) for i, inp in enumerate(inputs)]
     index = {f.key: i for i, f in enumerate(futures)}

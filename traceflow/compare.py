@@ -14,31 +14,21 @@ from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import db_format, sqlmodules
 from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
-
-if TYPE_CHECKING:
-    import polars as pl
+from .views import DiffView
 
 COMPARISONS = ("steps", "critical_path", "kernels", "op_classes", "collectives", "idle")  # in run order
 
 
 @dataclass
-class Diff:
-    a: str
-    b: str
-    pairs: list[tuple[int, int]]
-    comparability: list[dict]          # what, a, b, same
-    warnings: list[str]
-    sentences: list[str]
-    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
-    names: tuple[str, str] = ("a", "b")  # the runs' job names, for titles (job_name.py)
+class Diff(DiffView):
+    """Two runs compared (the fields: views.DiffView, what the pages draw from) and its verbs."""
 
     def to_json(self) -> dict:
         return {"a": self.a, "b": self.b, "pairs": [{"step_a": x, "step_b": y} for x, y in self.pairs],

@@ -2,6 +2,8 @@
 and the report's roofline section say the same words)."""
 from __future__ import annotations
 
+READS = frozenset({"host_ops", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+
 
 def why_no_flops(con) -> str:
     """Why no op has known FLOPs, per profiler: what the traces lack, and how to record it."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .outputs import atomic_output
 
 if TYPE_CHECKING:
-    from .compare import Diff
+    from .views import DiffView as Diff
 
 # 0 no regression, 1 internal error, 2 usage, 3 bad input (docs/bad-input.md): 4 is the gate's alone.
 EXIT_REGRESSION = 4

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"desync", "desync_ranks", "desync_timing_ranks", "fr_dumps", "fr_entries"})
+
 
 def _ranks(rs: list[int], cap: int = 8) -> str:
     """'rank 2', 'ranks 0, 1, 3', 'ranks 0–1023' (a run), 'ranks 0, 4, 9, ... (40 in all)'."""

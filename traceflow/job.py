@@ -29,10 +29,15 @@ if TYPE_CHECKING:
     import polars as pl
 
     from .compare import Diff
+    from .options import Options
     from .packs import PackInfo
     from .pipeline import IngestInfo
     from .scaling_study import Scaling
+    from .views import JobView
     from .whatif import Scenario
+
+READS = frozenset({"critical_path", "findings", "findings_steps", "gpu_devices", "gpu_ops", "step_breakdown", "step_windows",
+                   "steps", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 
 # What DuckDB raises when traceflow's own SQL meets a table or view that is not as traceflow wrote it
@@ -355,22 +360,28 @@ class Job:
     def write_report(self, output: str = "report.html", force: bool = False) -> str:
         """The post-mortem HTML page: one self-contained file that opens offline."""
         from .report.html import write_report
-        return write_report(self, output, force=force)
+        return write_report(self.view(), output, force=force)
 
     def write_perfetto(self, output: str = "job.perfetto-trace", ranks: list[int] | None = None,
                        steps: list[int] | None = None, force: bool = False) -> str:
         """A Perfetto trace of the job with traceflow's findings as tracks (gzip-compressed)."""
         from .perfetto import write_trace
-        return write_trace(self, output, ranks=ranks, steps=steps, force=force)
+        return write_trace(self.view(), output, ranks=ranks, steps=steps, force=force)
+
+    def view(self) -> JobView:
+        """What an output draws from (views.JobView): the connection, path, name and findings, read-only."""
+        from .views import JobView
+        return JobView(self.con, self.path, self.name, self.findings)
 
 
-def ingest(files, output: str = "traceflow.duckdb", **options) -> Job:
+def ingest(files, output: str = "traceflow.duckdb", options: Options | None = None, *, progress=None, **settings) -> Job:
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON, or folders of them) into the DuckDB
-    database `output` and open it; `options` are pipeline.ingest's (append, align, jobs, cluster, ...).
-    The Job's `warnings`, `skipped` and `timings` say what the ingest did."""
+    database `output` and open it. The settings: `options` (traceflow.Options), or its fields as
+    keywords (append, align, jobs, step_pattern, max_inflate, cluster, ...: options.py), checked
+    before any work. The Job's `warnings`, `skipped` and `timings` say what the ingest did."""
     from .outputs import staged
     from .pipeline import ingest as build
-    info = build(files, output, **options)
+    info = build(files, output, options, progress=progress, **settings)
     return Job(str(Path(output)), info, source=staged(output))
 
 

@@ -6,16 +6,17 @@ from __future__ import annotations
 import os
 
 
-def db_config(scratch: str) -> dict:
-    """DuckDB spills to disk past this, instead of taking 80% of RAM as it would by default. (2 GiB
+def db_config(scratch: str, memory_limit: str | None = None) -> dict:
+    """DuckDB spills to disk past this (`memory_limit`: the user's, $TRACEFLOW_MEMORY_LIMIT, read
+    once into options.Options), instead of taking 80% of RAM as it would by default. (2 GiB
     was too little: some of DuckDB's operators cannot spill, and a 16-rank nsys job ran out.)
     Under an address-space limit (ulimit -v) a quarter of it, and a thread per 256 MiB of it: DuckDB
     counts only its buffers, while every thread reserves a stack and malloc arenas besides."""
-    limit = os.environ.get("TRACEFLOW_MEMORY_LIMIT") or f"{max(1 << 30, min(3 << 30, ram_bytes() // 8)) >> 20}MB"
+    limit = memory_limit or f"{max(1 << 30, min(3 << 30, ram_bytes() // 8)) >> 20}MB"
     config: dict = {"memory_limit": limit, "temp_directory": os.path.join(scratch, "duckdb-spill")}
     space = address_space()
     if space is not None:
-        if not os.environ.get("TRACEFLOW_MEMORY_LIMIT"):
+        if not memory_limit:
             config["memory_limit"] = f"{min(int(limit[:-2]), space // 4 >> 20)}MB"
         config["threads"] = max(1, min(os.cpu_count() or 1, space // (256 << 20)))
     return config

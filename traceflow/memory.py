@@ -8,6 +8,8 @@ or when its peak lies far above its peers' median (memory_ranks.far_above_peers,
 """
 from __future__ import annotations
 
+READS = frozenset({"memory_findings"})  # the tables its SQL reads (tests/test_layers.py)
+
 
 def mib(n) -> str:
     """Bytes as the page and the verdict print them."""

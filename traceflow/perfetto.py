@@ -18,13 +18,16 @@ import numpy as np
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
+from .duck import arrow_table
 from .errors import UsageError
 from .outputs import PERFETTO_MARK, atomic_output, check_output
 from .perfetto_packets import Interner, counter_packets, slice_packets
 
 if TYPE_CHECKING:
-    from .job import Job
-from .duck import arrow_table
+    from .views import JobView
+
+READS = frozenset({"critical_path", "exposed_comm_segments", "gpu_ops", "host_ops", "idle_gaps", "memory_events", "ranges",
+                   "step_breakdown", "step_windows", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 SEQ = 0x7F1F
 
@@ -106,7 +109,7 @@ def _time_filter(wins, alias=""):
     return "(" + " OR ".join(f"({p}end_ns > {int(a)} AND {p}start_ns < {int(b)})" for a, b in wins) + ")"
 
 
-def write_trace(job: Job, output: str = "job.perfetto-trace", ranks=None, steps=None, force: bool = False) -> str:
+def write_trace(job: JobView, output: str = "job.perfetto-trace", ranks=None, steps=None, force: bool = False) -> str:
     check_output(output, "perfetto", inputs=[job.path], force=force)
     con = job.con
     keep_ranks, wins = _window(con, ranks, steps)

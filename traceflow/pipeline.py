@@ -17,11 +17,14 @@ from pathlib import Path
 from . import db_format
 from .duck import connect as duck_connect
 from .duck import use_internal_schema
-from .errors import InputError, UsageError, one_line
+from .errors import InputError, UsageError
 from .load import TRACE_SPANS, create_tables, cut_long_names, load_all
 from .machine import check_address_space, db_config
+from .options import Options
+from .options import of as options_of
 from .outputs import PARTS, after_replace, atomic_output, scratch_folder
 from .readers import ranks
+from .readers.compressed import inflate_bound
 from .readers.detect import identify
 from .readers.pool import map_files, workers
 from .text import as_text
@@ -107,53 +110,56 @@ def expand(files) -> list[str]:
 SMALL_LOAD_ROWS = 1_000_000
 
 
-def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, rank_pattern: str | None = None,
-           align: str = "auto", nsys: str | None = None, jobs: int | None = None, step_pattern: str | None = None,
-           progress=None, force: bool = False, max_inflate: str | None = None,
-           peak_tflops: float | None = None, peak_gbps: float | None = None, cluster=None, name: str | None = None) -> IngestInfo:
+def ingest(files, output: str = "traceflow.duckdb", options: Options | None = None, *, progress=None,
+           **settings) -> IngestInfo:
     # Long because: the phases in order (find, read, load, derive, analyse) with the checks between them.
     """Read rank files (nsys SQLite / .nsys-rep / Kineto JSON) into the DuckDB database `output`.
 
     The database is built in a temp file and renamed into place: on any error the existing
     `output` is left as it was. `output` may only name a traceflow database, or a new file
     (`force`: any regular file that is not an input). Raises InputError (exit 3) naming the bad file.
-    `peak_tflops` / `peak_gbps` set the GPUs' peaks for the roofline and MFU (traceflow/hardware.py
-    knows the common data-centre GPUs by name). `cluster` ('local:N', a Dask scheduler address, or a
-    dask.distributed.Client) runs the per-rank work as Dask tasks (traceflow/cluster.py, rank_task.py), whose
-    Parquet shards the database then reads in place from `output`.parts-*/ (shard_views.py).
-    `name` names the job in titles (default: its input folder or first file; job_name.py).
+    The settings: `options` (an options.Options), or its fields as keywords (append, rank_pattern,
+    align, nsys, jobs, step_pattern, force, max_inflate, memory_limit, peak_tflops, peak_gbps, cluster,
+    name), checked before any work (UsageError, exit 2). `peak_tflops` / `peak_gbps` set the GPUs'
+    peaks for the roofline and MFU (traceflow/hardware.py knows the common data-centre GPUs by name).
+    `cluster` ('local:N', a Dask scheduler address, or a dask.distributed.Client) runs the per-rank
+    work as Dask tasks (traceflow/cluster.py, rank_task.py), whose Parquet shards the database then
+    reads in place from `output`.parts-*/ (shard_views.py). `name` names the job in titles (default:
+    its input folder or first file; job_name.py).
     Returns what it did (IngestInfo); traceflow.ingest (job.ingest) opens the database as a Job.
     """
-    _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps, cluster, append)
+    options = options_of(options, **settings)
+    cluster, append = options.cluster, options.append
     check_address_space()
-    paths = expand(files)
+    with inflate_bound(options.max_inflate):  # a folder's .json.gz files are sniffed here (_looks_like_trace)
+        paths = expand(files)
     inputs = [identify(p) for p in paths]  # each file looked at once, before any output is touched
     if cluster is not None and (dump := next((i for i in inputs if i.format.startswith("fr-")), None)):
         raise UsageError(f"{dump.path} is a Flight Recorder dump: dumps are ingested without --cluster")
     progress = progress or (lambda *_: None)
     result = IngestInfo()
-    with atomic_output(output, "database", inputs=paths, force=force, copy_existing=append) as tmp, \
+    with atomic_output(output, "database", inputs=paths, force=options.force, copy_existing=append) as tmp, \
             scratch_folder() as scratch, _parts_folder(output, cluster) as parts:
         t0 = time.perf_counter()
-        traces = _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, (peak_tflops, peak_gbps), progress)
+        traces = _read_job(inputs, scratch, parts, options, progress)
         result.timings["read"] = time.perf_counter() - t0
         phase = getattr(progress, "phase", lambda _: None)
         phase("loading into DuckDB")
-        con = _connect(tmp, scratch)
+        con = _connect(tmp, scratch, options.memory_limit)
         try:
             if append:
                 _refuse_views(con, output)
                 _refuse_older(con, output)
-            _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs)
+            _load_into(con, traces, scratch, parts, result, options)
             from .job_name import store
-            store(con, name, files, append)
+            store(con, options.name, files, append)
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
             con.execute("BEGIN TRANSACTION")
             from . import graph
             # every step after the load, in the graph's order (on a cluster's client: the job's steps over the shards)
-            done = graph.run(con, scope="job" if parts is not None else None, align=align, step_pattern=step_pattern,
-                             peaks=(peak_tflops, peak_gbps), timings=result.timings, phase=phase)
+            done = graph.run(con, scope="job" if parts is not None else None, align=options.align, step_pattern=options.step_pattern,
+                             peaks=(options.peak_tflops, options.peak_gbps), timings=result.timings, phase=phase)
             result.warnings.extend(done.warnings)
             result.timings.pop("walk_batches", None)
             _commit_to_file(con)
@@ -164,9 +170,9 @@ def ingest(files, output: str = "traceflow.duckdb", *, append: bool = False, ran
     return result
 
 
-def _connect(tmp, scratch: str):
+def _connect(tmp, scratch: str, memory_limit: str | None):
     """The new database, open for the ingest."""
-    con = duck_connect(tmp, config=db_config(scratch))
+    con = duck_connect(tmp, config=db_config(scratch, memory_limit))
     con.execute("SET enable_progress_bar = false")  # ours is on stderr; DuckDB's would go to stdout
     # FSST string compression is tried on every text column and chosen for almost none: the
     # file has the same blocks without it (long4 Kineto 88, the bundled job 51, nsys-ai 40)
@@ -176,16 +182,17 @@ def _connect(tmp, scratch: str):
     return con
 
 
-def _read_job(inputs, scratch, parts, cluster, jobs, nsys, step_pattern, peaks, progress):
-    """The per-rank map: here (readers in threads or processes), or as a cluster's tasks."""
-    if cluster is None:
-        return map_files(inputs, scratch, jobs, nsys, progress)
+def _read_job(inputs, scratch, parts, options: Options, progress):
+    """The per-rank map: here (readers in threads or processes), or as a cluster's tasks; each
+    reader, process or Dask worker gets `options`."""
+    if options.cluster is None:
+        return map_files(inputs, scratch, options, progress)
     from .cluster import client_for, read_all
-    with client_for(cluster, scratch) as client:
-        return read_all(client, inputs, parts, nsys, step_pattern, peaks, progress)
+    with client_for(options.cluster, scratch) as client:
+        return read_all(client, inputs, parts, options, progress)
 
 
-def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
+def _load_into(con, traces, scratch, parts, result, options: Options):
     """The readers' tables into the database; with a cluster's `parts`, views over its shards
     instead (shard_views). A job of few rows loads on this connection in one
     transaction, which then checkpoints: each INSERT's own commit wrote its rows to the WAL before
@@ -193,6 +200,7 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
     1.26 -> 1.22 s). More rows load on several connections at once, faster than on one (long4 nsys,
     3.1M rows, went 7.3 -> 8.0 s on one)."""
     t0 = time.perf_counter()
+    append, rank_pattern = options.append, options.rank_pattern
     if parts is not None:
         from . import shard_views
         from .derive import host_clock
@@ -207,7 +215,7 @@ def _load_into(con, traces, scratch, parts, result, append, rank_pattern, jobs):
     if small:
         con.execute("BEGIN TRANSACTION")
     _build(con, traces, result, append, rank_pattern,
-           lambda loads: load_all(con, scratch, loads, 1 if small else workers(jobs, len(loads))), scratch)
+           lambda loads: load_all(con, scratch, loads, 1 if small else workers(options.jobs, len(loads))), scratch)
     result.warnings.extend(cut_long_names(con))
     if small:
         _commit_to_file(con)
@@ -220,44 +228,6 @@ def _commit_to_file(con):
     again into the file (DuckDB skips the WAL for a commit that checkpoints)."""
     con.execute("SET checkpoint_threshold = '0B'")
     con.execute("COMMIT")
-
-
-def _check_options(align, step_pattern, rank_pattern, max_inflate, peak_tflops, peak_gbps, cluster=None, append=False):
-    """Every option checked before any work, so a typo costs nothing."""
-    if cluster is not None and not hasattr(cluster, "submit"):  # an address, not a Client
-        from .cluster import check_address
-        check_address(cluster)
-    if cluster is not None and append:
-        raise UsageError("--append cannot be combined with --cluster: a cluster job's tables are views over its "
-                         "shards; ingest all the rank files again")
-    for flag, v in (("--peak-tflops", peak_tflops), ("--peak-gbps", peak_gbps)):
-        # at least 0.001 (1 GFLOP/s, 1 MB/s): 1e-300 passed, and made the roof times infinite (an internal
-        # error at casting them to BIGINT)
-        if v is not None and not (1e-3 <= v < 1e7):
-            raise UsageError(f"{flag} must be a number from 0.001 to 10,000,000 (TFLOP/s, GB/s), not {v}")
-    if align not in ("off", "auto", "collectives"):
-        raise UsageError(f"--align must be off, auto or collectives, not {align!r}")
-    if step_pattern is not None:
-        _check_step_pattern(step_pattern)
-    if rank_pattern is not None:
-        ranks.rank_from_name("", rank_pattern)
-    from .readers.compressed import parse_limit
-    if max_inflate:
-        parse_limit(max_inflate)
-        os.environ["TRACEFLOW_MAX_INFLATE"] = max_inflate  # reader processes inherit it
-    elif os.environ.get("TRACEFLOW_MAX_INFLATE"):
-        try:
-            parse_limit(os.environ["TRACEFLOW_MAX_INFLATE"])
-        except UsageError as e:
-            raise UsageError(f"TRACEFLOW_MAX_INFLATE: {str(e).removeprefix('--max-inflate ')}") from None
-    if os.environ.get("TRACEFLOW_MEMORY_LIMIT"):
-        import duckdb
-        try:
-            duck_connect().execute("SET memory_limit = ?", [os.environ["TRACEFLOW_MEMORY_LIMIT"]])
-        except duckdb.Error as e:
-            raise UsageError(f"TRACEFLOW_MEMORY_LIMIT={os.environ['TRACEFLOW_MEMORY_LIMIT']!r}: not a size DuckDB "
-                             f"takes, such as '4GB' ({one_line(e)})") from None
-
 
 
 @contextmanager
@@ -287,15 +257,6 @@ def _drop_replaced_parts(output: str, keep: str | None):
         except OSError:
             continue
         shutil.rmtree(p, ignore_errors=True)
-
-
-def _check_step_pattern(pattern: str):
-    """The pattern runs in DuckDB (RE2 syntax): try it there, before reading anything."""
-    import duckdb
-    try:
-        duck_connect().execute("SELECT regexp_extract('step 1', ?, 1)", [pattern]).fetchall()
-    except duckdb.Error as e:
-        raise UsageError(f"--step-pattern is not a valid regular expression with one group ({one_line(e)})") from None
 
 
 def _check_one_job(con, spans: list | None = None):

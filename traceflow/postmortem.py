@@ -6,6 +6,8 @@ from contextlib import contextmanager
 
 from .errors import OutputError
 from .job import Job
+from .options import Options
+from .options import of as options_of
 from .outputs import check_output, os_problem, replaced_together
 
 FILES = {"database": "job.duckdb", "report": "report.html", "perfetto": "job.perfetto-trace"}
@@ -52,10 +54,17 @@ def finish(job: Job, outdir: str, force: bool = False, progress=None, explain: b
     return {"verdict": job.verdict(explain), "report": report, "trace": trace, "database": job.path}
 
 
-def run(files, outdir: str = "postmortem", **ingest_options) -> dict:
+def run(files, outdir: str = "postmortem", options: Options | None = None, *, explain: bool = False, progress=None,
+        **settings) -> dict:
+    """Ingest `files` into `outdir`/job.duckdb, then write the report and the Perfetto trace beside it,
+    the three replaced together (`traceflow postmortem`, and traceflow.postmortem). The settings:
+    `options` (an options.Options), or its fields as keywords, checked before any work. Returns
+    {verdict (the 30-second form, or every sentence with `explain`), report, trace, database,
+    warnings and skipped (the ingest's, for the user)}."""
     from .job import ingest, input_files
-    force = ingest_options.pop("force", False)
+    options = options_of(options, **settings)
     paths = input_files(files)  # once: a folder's JSON files are sniffed, up to 1 MiB each
-    with output_folder(outdir, paths, force) as db, replaced_together(), \
-            ingest(paths, db, force=force, **ingest_options) as job:
-        return finish(job, outdir, force)
+    with output_folder(outdir, paths, options.force) as db, replaced_together(), \
+            ingest(paths, db, options, progress=progress) as job:
+        return {**finish(job, outdir, options.force, progress, explain), "database": db,
+                "warnings": job.warnings, "skipped": job.skipped}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .duck import connect as duck_connect
 from .duck import sql_string
+from .options import Options
 from .rank_tables import HOST_OP_ID_BASE, HOST_OP_IDS_PER_TRACE, IDS, SHARD_BITS, SHARDED
 from .text import as_text
 
@@ -35,14 +36,16 @@ def shard_path(folder, key: str, table: str) -> Path:
     return Path(folder) / f"{key}.{table}.parquet"
 
 
-def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | None, peaks: tuple = (None, None)) -> list:
-    """The task: returns the file's ProcessTraces, each with `derived` filled; shards in `parts`."""
+def run(inp, parts: str, index: int, options: Options | None = None) -> list:
+    """The task: returns the file's ProcessTraces, each with `derived` filled; shards in `parts`.
+    `options`: the ingest's, as the client checked them (the worker reads no setting of its own)."""
+    options = options or Options()
     from .outputs import scratch_folder
     from .readers.worker import read_file
     with scratch_folder() as scratch:  # the worker's own disk: Arrow files and spill (a killed worker's: cleaned later)
-        traces = read_file(inp, scratch, index, nsys_exe)
+        traces = read_file(inp, scratch, index, options)
         try:
-            _derive_and_write(traces, scratch, parts, index, step_pattern, peaks)
+            _derive_and_write(traces, scratch, parts, index, options)
         except Exception as e:
             from .errors import OutputError
             from .outputs import disk_problem
@@ -52,7 +55,7 @@ def run(inp, parts: str, index: int, nsys_exe: str | None, step_pattern: str | N
         return traces
 
 
-def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern: str | None, peaks: tuple):
+def _derive_and_write(traces, scratch: str, parts: str, index: int, options: Options):
     from .load import TRACE_SPANS, create_tables, load_trace
     con = duck_connect(config={"temp_directory": os.path.join(scratch, "spill"), **_worker_threads()})
     try:
@@ -64,7 +67,8 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, step_pattern
             load_trace(con, scratch, t, j, j)
         spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded, as a local ingest's
         from .graph import run as run_graph
-        done = run_graph(con, scope="rank", step_pattern=step_pattern, peaks=peaks)  # here each trace's rank is its id
+        done = run_graph(con, scope="rank", step_pattern=options.step_pattern,
+                         peaks=(options.peak_tflops, options.peak_gbps))  # here each trace's rank is its id
         # (the peaks' warnings are the client's to give, once per job)
         notes = dict(done.cpu_notes)
         for tid, text in done.absurd:

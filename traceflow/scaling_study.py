@@ -16,17 +16,15 @@ from . import db_format, sqlmodules
 from .duck import connect as duck_connect
 from .duck import relation, sql_string
 from .errors import InputError, UsageError, one_line
+from .views import ScalingView
 
 if TYPE_CHECKING:
     import polars as pl
 
 
 @dataclass
-class Scaling:
-    mode: str
-    table: pl.DataFrame
-    warnings: list[str]
-    sentences: list[str]
+class Scaling(ScalingView):
+    """Runs at several rank counts compared (the fields: views.ScalingView, what the page draws from) and its verbs."""
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "warnings": self.warnings, "sentences": self.sentences, "runs": self.table.to_dicts()}

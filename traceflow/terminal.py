@@ -15,6 +15,8 @@ import click
 
 from .text import decimal_text, is_identifier, is_name_column, is_percent, is_share, printable, short_names
 
+READS = frozenset({"critical_path", "steps", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+
 
 def say(text, err: bool = False):
     """click.echo for anything that may hold text from a trace: control characters escaped, per line."""

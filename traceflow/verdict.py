@@ -23,6 +23,8 @@ from . import memory
 from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
+READS = frozenset({"findings", "findings_steps", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
 _SENTENCES: dict[str, Callable[[dict, Any], str | None]] = {}

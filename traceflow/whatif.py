@@ -23,6 +23,9 @@ import numpy as np
 
 from .errors import UsageError
 
+READS = frozenset({"collectives", "cp_gpu_preds", "cp_host_nodes", "gpu_ops", "host_time", "host_time_spans", "step_windows",
+                   "sync_extra"})  # the tables its SQL reads (tests/test_layers.py)
+
 MAX_ERROR_PCT = 2.0  # a replay of the unedited graph further than this from the measured step refuses predictions
 KINDS = {"compute": 0, "comm": 1, "memory": 2}
 

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import lzma
 import os
-import re
 import zlib
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-from ..errors import InputError, UsageError
+from ..errors import InputError
+from ..options import parse_limit
 
-# The bound on inflation (--max-inflate / TRACEFLOW_MAX_INFLATE): 'Nx' times the file's size, or a
+# The bound on inflation (--max-inflate / TRACEFLOW_MAX_INFLATE, options.parse_limit): 'Nx' times the file's size, or a
 # size. Real traces inflate 3x (nsys SQLite) to 22x (Kineto JSON: every fixture and bench input
 # measured, 2022-2026); a bomb inflates thousands of times. 100x, at least 256 MiB, keeps every real
 # trace and holds a bomb to what the streaming readers handle in their own bounded memory.
@@ -16,23 +18,25 @@ DEFAULT_LIMIT = "100x"
 RATIO_FLOOR = 256 << 20
 RAW_CHUNK = 1 << 20      # compressed bytes per inflate call
 MAX_PADDING = 1 << 20    # zero bytes allowed after the last gzip member (a tape or disk block pads to 512 B-64 KiB)
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30, "ti": 1 << 40}
-_LIMIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:(x)|([kmgt]i?)?b?)\s*$", re.IGNORECASE)
+# The bound in force on this thread: the ingest's --max-inflate (options.Options.max_inflate, which
+# holds $TRACEFLOW_MAX_INFLATE too), set by readers/worker.read_file around each file it reads, in
+# whichever thread or process reads it (a reader process, a Dask worker); None: DEFAULT_LIMIT.
+_BOUND: ContextVar[str | None] = ContextVar("traceflow_max_inflate", default=None)
 
 
-def parse_limit(text: str) -> tuple[str, float]:
-    """'100x' -> ('ratio', 100.0); '4GB' -> ('bytes', 4e9); '512MiB' -> ('bytes', 536870912)."""
-    m = _LIMIT.match(text or "")
-    if not m or float(m.group(1)) <= 0:
-        raise UsageError(f"--max-inflate {text!r}: give a ratio such as '100x' or a size such as '4GB'")
-    if m.group(2):
-        return "ratio", float(m.group(1))
-    return "bytes", float(m.group(1)) * _UNITS[(m.group(3) or "").lower()]
+@contextmanager
+def inflate_bound(text: str | None):
+    """`text` ('100x', '4GB'; None: the default) is the bound for what this thread reads inside."""
+    token = _BOUND.set(text)
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
 
 
 def inflate_limit(compressed_size: int) -> tuple[int, str]:
     """The most bytes a file of this size may inflate to, and how that was set (for the error)."""
-    text = os.environ.get("TRACEFLOW_MAX_INFLATE") or DEFAULT_LIMIT
+    text = _BOUND.get() or DEFAULT_LIMIT
     kind, value = parse_limit(text)
     if kind == "ratio":
         return max(RATIO_FLOOR, int(compressed_size * value)), f"{value:g}x the file, at least {RATIO_FLOOR >> 20} MiB"

@@ -15,6 +15,7 @@ import warnings
 from contextlib import nullcontext
 
 from ..errors import InputError
+from ..options import Options
 from .detect import ROCM_FORMATS, Input
 from .model import ProcessTrace
 from .worker import import_readers, read_file, worker_start
@@ -25,21 +26,21 @@ def workers(jobs: int | None, n: int) -> int:
     return max(1, min(jobs or os.cpu_count() or 1, n))
 
 
-def map_files(inputs: list[Input], folder, jobs: int | None, nsys_exe: str | None, progress) -> list[ProcessTrace]:
+def map_files(inputs: list[Input], folder, options: Options, progress) -> list[ProcessTrace]:
     """Reads every input (worker.read_file, its Arrow files into `folder`); returns the traces in the
     order of `inputs`, the first error raised. In parallel when there are several files or a big one: on threads for
     SQLite exports; for JSON (a reader that runs Python code) in worker processes, and in this one
     too on small inputs."""
-    jobs = workers(jobs, len(inputs))
+    jobs = workers(options.jobs, len(inputs))
     # A big input is read in workers only: what a reader allocated goes back to the OS with its
     # process instead of staying in the heap of the one that builds the database.
     big = sum(i.size for i in inputs) > (64 << 20)
     if jobs == 1 and not big:
-        return _share(inputs, [read_file], folder, nsys_exe, progress)
+        return _share(inputs, [read_file], folder, options, progress)
     if all(i.format in ("nsys-sqlite", *ROCM_FORMATS) for i in inputs):
         # An SQLite export is read by DuckDB scans and Arrow writes, which release the GIL:
         # threads do as well as processes here, without a worker's start (~0.2 s).
-        return _share(inputs, [read_file] * jobs, folder, nsys_exe, progress)
+        return _share(inputs, [read_file] * jobs, folder, options, progress)
     # A spawned worker takes ~0.2 s to start (a fresh interpreter importing Arrow; a forked one starts
     # at once, start_method): on small inputs this process reads too, and takes the next file
     # whenever it is free.
@@ -56,7 +57,7 @@ def map_files(inputs: list[Input], folder, jobs: int | None, nsys_exe: str | Non
             for _ in range(n_proc):
                 readers.append(_Reader(context))
         slots = [r.read for r in readers] + ([] if big else [read_file])
-        return _share(inputs, slots, folder, nsys_exe, progress, abort=lambda: _stop(readers))
+        return _share(inputs, slots, folder, options, progress, abort=lambda: _stop(readers))
     except BaseException:
         _stop(readers)  # an error or Ctrl-C: the readers' work is lost anyway, do not wait for it
         raise
@@ -172,7 +173,7 @@ def _close(readers: list[_Reader]):
         raise KeyboardInterrupt
 
 
-def _share(inputs: list[Input], slots, folder, nsys_exe, progress, abort=None):
+def _share(inputs: list[Input], slots, folder, options, progress, abort=None):
     """Each slot (a function that reads one file, here or in a worker) takes the next file as soon
     as it is free, so a slow start or a big file holds up only its own slot. The last slot runs
     on the calling thread. Returns the traces in the order of `inputs`; the first error wins."""
@@ -189,7 +190,7 @@ def _share(inputs: list[Input], slots, folder, nsys_exe, progress, abort=None):
         try:
             while (i := take()) is not None:
                 try:
-                    results[i] = read(inputs[i], folder, i, nsys_exe)
+                    results[i] = read(inputs[i], folder, i, options)
                 except _Died:
                     raise InputError(inputs[i].path, "the reader process died while reading this file "
                                      "(killed, or out of memory)") from None

@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 import re
 
-from ..errors import InputError, UsageError
+from ..errors import InputError
+from ..options import rank_pattern as compile_rank_pattern
 from .model import ProcessTrace
 
 # `rank3.sqlite`, `rank_3`, `rank-3.pt.trace.json`, `..._r3...`, `worker3_...`
@@ -34,11 +35,7 @@ def _checked(t: ProcessTrace):
 def rank_from_name(path: str, pattern: str | None = None) -> int | None:
     name = os.path.basename(path)
     if pattern:
-        try:
-            rx = re.compile(pattern)
-        except re.error as e:
-            raise UsageError(f"--rank-pattern is not a valid regular expression: {e}") from None
-        m = rx.search(name)
+        m = compile_rank_pattern(pattern).search(name)
         if not m:
             return None
         try:

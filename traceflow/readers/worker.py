@@ -14,8 +14,9 @@ import time
 import traceback
 
 from ..errors import InputError, OutputError, one_line, out_of_memory
+from ..options import Options
 from ..outputs import disk_problem
-from .compressed import BoundedReader
+from .compressed import BoundedReader, inflate_bound
 from .detect import ROCM_FORMATS, Input, identify
 from .model import IpcSink, ProcessTrace
 from .stream import content_hash
@@ -49,13 +50,15 @@ def import_readers(formats) -> None:
         from . import rocm  # noqa: F401
 
 
-def read_file(inp: Input | str, folder: str, index: int, nsys_exe: str | None = None) -> list[ProcessTrace]:
-    """The map step for one input (an Input from detect.identify, or a path, detected here)."""
+def read_file(inp: Input | str, folder: str, index: int, options: Options | None = None) -> list[ProcessTrace]:
+    """The map step for one input (an Input from detect.identify, or a path, detected here), under
+    the ingest's `options` (its nsys executable, its inflation bound); None: the defaults."""
     if isinstance(inp, str):
         inp = identify(inp)
     path = inp.path
     try:
-        return _read_file(inp, folder, index, nsys_exe)
+        with inflate_bound(options.max_inflate if options else None):
+            return _read_file(inp, folder, index, options.nsys if options else None)
     except InputError as e:
         if (problem := disk_problem(e)) is not None:  # a reader's own message, about the scratch folder
             raise OutputError(folder, f"{problem} while reading {path} (traceflow's scratch folder: set TMPDIR "

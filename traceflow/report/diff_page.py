@@ -7,7 +7,7 @@ from ..text import printable
 from .blocks import KIND_COLORS, Heading, Items, Note, Plots, Section, rows_table
 
 if TYPE_CHECKING:
-    from ..compare import Diff
+    from ..views import DiffView as Diff
 
 
 def _frame(df, cols, headers, ms_cols=(), limit=None):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .blocks import Note, Section, table
 
+READS = frozenset({"desync", "desync_ranks", "desync_timing_ranks"})  # the tables its SQL reads (tests/test_layers.py)
+
 
 def section(con, f: dict) -> Section | None:
     """None unless the dumps show a hang (f: the verdict's findings, whose 'hang' holds them)."""

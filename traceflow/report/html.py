@@ -20,10 +20,15 @@ from . import memory, roofline, whatif
 from .blocks import CAUSE_COLORS, KIND_COLORS, PAGE_NAMES, STATE_COLORS, Cell, Items, Note, Plots, Section, Table, bars, label, shortened, table
 
 if TYPE_CHECKING:
-    from ..job import Job
+    from ..views import JobView
 
-def build(job: Job) -> str:
-    """The page's HTML for a Job (its connection and its findings, computed once)."""
+READS = frozenset({"critical_path", "critical_path_summary", "gpu_ops", "idle_gaps", "idle_gaps_summary", "kernels",
+                   "launch_bound_steps", "launch_overhead_summary", "step_breakdown", "step_coverage", "stragglers",
+                   "stragglers_by_rank", "sync", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+
+
+def build(job: JobView) -> str:
+    """The page's HTML for a job (its connection and its findings, computed once)."""
     return _build(job.con, job.path, job.findings(), job.name)
 
 
@@ -184,7 +189,7 @@ def render(**values) -> str:
     return env.get_template("page.html.j2").render(**values)
 
 
-def write_report(job: Job, output: str = "report.html", force: bool = False) -> str:
+def write_report(job: JobView, output: str = "report.html", force: bool = False) -> str:
     return write_page(output, [job.path], lambda: build(job), force)
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from ..memory import has_memory, mib
 from .blocks import Heading, Note, Plots, Section, label, rows_table, table
 
+# the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"memory", "memory_events", "memory_peak_allocations", "memory_ranks", "memory_snapshot"})
+
 MAX_RANKS_CHARTED = 8   # the ranks with the highest peaks are charted
 MAX_RANKS_LISTED = 32   # and listed (`traceflow query DB memory-ranks` lists every rank)
 TOP_PER_PEAK = 3        # allocations listed per rank's peak

@@ -7,6 +7,9 @@ import math
 
 from .blocks import Note, Plots, Section, label, table
 
+# the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"gpu_ops", "mfu", "mfu_waterfall", "op_work", "roofline"})
+
 WATERFALL = (("mfu_pct", "MFU", "#4c78a8"), ("below_roof_pts", "kernels below their roof", "#9ecae9"),
              ("no_flops_compute_pts", "compute with no known FLOPs", "#bab0ac"), ("idle_pts", "GPU idle", "#e45756"),
              ("straggler_wait_pts", "waiting for stragglers", "#ff9da6"),

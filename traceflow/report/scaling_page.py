@@ -7,7 +7,7 @@ from ..text import printable
 from .blocks import Items, Note, Plots, Section, rows_table
 
 if TYPE_CHECKING:
-    from ..scaling_study import Scaling
+    from ..views import ScalingView as Scaling
 
 
 def build(s: Scaling) -> str:
