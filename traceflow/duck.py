@@ -160,7 +160,7 @@ def costly_view(con, qualified: str) -> str | None:
         plan = json.loads(con.execute(f"EXPLAIN (FORMAT json) SELECT * FROM {qualified}").fetchall()[0][1])
     except duckdb.Error:  # a view DuckDB cannot plan (a table it reads is gone) fails when read, with DuckDB's words
         return None
-    scanned = 0
+    scanned = 0.0
 
     def rows(node) -> float:
         nonlocal scanned
