@@ -12,6 +12,7 @@ repro_sql is checked against the database instead, tests/test_claims.py).
 """
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -322,6 +323,73 @@ def _shared_gpu(job: Job, r: dict):
     return sorted(r["ranks"] or []) in groups, f"ranks on one device in the raw files: {groups}"
 
 
+def _pct90(xs: list[int]) -> float:
+    """The 90th percentile, linear between the nearest ranks (as numpy's default)."""
+    xs = sorted(xs)
+    k = 0.9 * (len(xs) - 1)
+    lo = math.floor(k)
+    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (k - lo)
+
+
+def turns(job: Job, ranks) -> tuple[float, int, float | None]:
+    """(overlap %, hand-overs, 90th percentile turn ns) of the ranks' compute kernels (NCCL's left
+    out) on the UTC epoch, own reading of time slicing: a kernel whose span holds a whole kernel of
+    another rank (the first of another rank's starting after it) was preempted at a turn's end and is
+    left out; a turn is a run of one rank's kernels with none of another's between, first start to
+    last end."""
+    ks = sorted((job.ranks[q]["base"] + g["start"], job.ranks[q]["base"] + g["end"], q) for q in ranks
+                for g in job.ranks[q]["gpu"] if g["kernel"] and g["end"] > g["start"] and not g["name"].lower().startswith("nccl"))
+    keep = []
+    for q in ranks:
+        other = [(a, b) for a, b, x in ks if x != q]
+        starts = [a for a, _ in other]
+        for a, b, x in ks:
+            if x == q:
+                j = bisect.bisect_left(starts, a)
+                if not (j < len(other) and other[j][1] <= b):
+                    keep.append((a, b, x))
+    keep.sort()
+    per = sum(intervals.measure([(a, b) for a, b, x in keep if x == q]) for q in ranks)
+    overlap = 100.0 * (per - intervals.measure([(a, b) for a, b, _ in keep])) / per if per else 0.0
+    runs: list[list[int]] = []
+    for a, b, x in keep:
+        if runs and runs[-1][2] == x:
+            runs[-1][1] = max(runs[-1][1], b)
+        else:
+            runs.append([a, b, x])
+    return overlap, len(runs), (_pct90([b - a for a, b, _ in runs]) if runs else None)
+
+
+def turn_ms(job: Job, ranks) -> float:
+    return (turns(job, ranks)[2] or 0) / 1e6
+
+
+def late_by_turns(job: Job, ranks) -> tuple[int, int]:
+    """(collectives, ns) started last by one of the ranks only because its GPU served another's turn:
+    on one device with the second-last, its launch call issued before the second-last's kernel began
+    (the lateness oracle's rule, every step)."""
+    groups, dev = collectives(job), _devices(job)
+    n = ns = 0
+    for ops in groups or []:
+        last, second = ops[0], ops[1]
+        shared = dev.get(last["rank"]) is not None and dev.get(last["rank"]) == dev.get(second["rank"])
+        if last["rank"] in ranks and shared and last["issued"] < second["start"]:
+            n, ns = n + 1, ns + last["start"] - second["start"]
+    return n, ns
+
+
+def _sharing(job: Job, r: dict):
+    """Time slicing: the ranks' kernels never overlap (under 0.5 % of their time, Kineto's microsecond
+    rounding) over 10 hand-overs or more, the turn's length (within 5 %), and the collectives late
+    by whole turns with their lateness."""
+    overlap, hand, turn = turns(job, r["ranks"] or [])
+    n, ns = late_by_turns(job, set(r["ranks"] or []))
+    ok = overlap < 0.5 and hand >= 10 and _close(r["evidence_ns"], turn, rel=0.05) and r["n"] == n \
+        and (n == 0 or _close(r["value_ns"], ns, rel=0.01, absolute=2000 * n))
+    return ok, (f"kernels overlapping another rank's: {overlap:.2f} %, {hand} turns of {(turn or 0) / 1e6:.3f} ms; "
+                f"{n} collectives late by turns, {ns / 1e6:.3f} ms, from the raw files")
+
+
 def _cannot_answer(job: Job, r: dict):
     if r["evidence"] != "launch latency":
         return None, "a figure of the whole rank"
@@ -361,7 +429,7 @@ def _step_outlier(job: Job, r: dict):
 
 
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
-           "coverage": _coverage, "exposed_comm": _exposed_comm}
+           "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

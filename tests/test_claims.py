@@ -121,7 +121,36 @@ def test_the_short_form_and_the_fixes_on_the_bundled_job(tmp_path_factory):
         f = job.findings()
     _check_form(f)
     _check_fixes(f, False, f.get("warmup_step"))
-    assert any(c.startswith("Ranks 0–3 may share one GPU") for c in f["caveats"])
+    assert any(c.startswith("Ranks 0–3 time-slice one GPU") for c in f["caveats"])
+
+
+@pytest.mark.parametrize("prof", ["kineto", "nsys"])
+def test_the_shared_gpu_caveat_says_once_what_was_proven(prof, tmp_path_factory):
+    """h100 ddp4_straggler: four ranks on one H100, their kernels taking turns. Kineto records no host
+    or GPU id: the caveat said "may share one GPU (same device index ...)" beside a second caveat
+    on the turns; nsys said "share one GPU (the same GPU UUID)" and the turns apart. One caveat now
+    says the sharing was proven from the kernels (the turn's length as the raw kernels give it: a
+    run of one rank's kernels, none of another's between), and what it does to cross-rank figures."""
+    db = _db(H100 / prof / "ddp4_straggler", tmp_path_factory)
+    with traceflow.open(db) as job:
+        f = job.findings()
+    about = [c for c in f["caveats"] if "GPU" in c and ("share" in c or "turns" in c or "time-slice" in c)]
+    assert len(about) == 1, about
+    c = about[0]
+    assert c.startswith("Ranks 0–3 time-slice one GPU") and "may share" not in c
+    assert "cross-rank waits, idle, exposed communication and MFU" in c
+    long = [x for x in f["sentences"] if x.startswith("Ranks") and ("time-slice" in x or "turns" in x or "share" in x)]
+    assert len(long) == 1 and "proven from the trace" in long[0]
+    import duckdb
+    con = duckdb.connect(db, read_only=True)
+    try:
+        job = claim_oracle.Job(con)
+        got = claim_oracle.check(con, [r for r in f["findings"] if r["kind"] in ("shared_gpu", "sharing")], job)
+        raw_turn = claim_oracle.turn_ms(job, [0, 1, 2, 3])
+    finally:
+        con.close()
+    assert [v for _, v, _ in got] == ["correct", "correct"], got
+    assert abs(float(re.search(r"turns of (\d+\.\d) ms", c).group(1)) - raw_turn) <= 0.05
 
 
 # --- the oracle and the truth ----------------------------------------------------------------------
