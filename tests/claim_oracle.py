@@ -106,7 +106,8 @@ class Job:
     """The raw files of one ingested job, by rank, and the analysed steps."""
 
     def __init__(self, con):
-        self.ranks = {r: read(p) for r, p in con.execute("SELECT rank, source_path FROM traces ORDER BY rank").fetchall()}
+        self.paths = dict(con.execute("SELECT rank, source_path FROM traces ORDER BY rank").fetchall())
+        self.ranks = {r: read(p) for r, p in self.paths.items()}
         self.steps = [s for s, in con.execute("SELECT step FROM tf_internal.findings_steps WHERE NOT warmup ORDER BY step").fetchall()]
 
     def step_of(self, rank: int, t: int) -> int | None:
@@ -390,6 +391,61 @@ def _sharing(job: Job, r: dict):
                 f"{n} collectives late by turns, {ns / 1e6:.3f} ms, from the raw files")
 
 
+# ops that carry a model's FLOPs (PyTorch FlopCounterMode's convention), and those whose FLOPs follow
+# from their input shapes by a textbook formula: the oracle's own reading of the names
+FLOP_OP = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|addmv|mv|dot|convolution|_convolution|"
+                     r"cudnn_convolution\w*|conv\w*|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
+                     r"|attention|flash_attn")
+SHAPED = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|convolution|_convolution|cudnn_convolution|"
+                    r"_scaled_dot_product_(flash|efficient|cudnn)_attention(_backward)?|_flash_attention_(forward|backward)|"
+                    r"_efficient_attention_(forward|backward)|_cudnn_attention_(forward|backward))$")
+
+
+def kineto_flop_ops(path: Path) -> list[dict]:
+    """The FLOP-carrying CPU ops that launched GPU work, from a Kineto file: each op's name, launch
+    step (ProfilerStep range holding it), GPU time of the kernels its launches carry (External id),
+    and whether its FLOPs are known (the profiler's `flops` argument, or shapes of an op of a formula)."""
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    ev = [e for e in d.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in ev]
+    ops = {a.get("External id"): e for e, a in zip(ev, args) if e.get("cat") in ("cpu_op", "Operator") and a.get("External id") is not None}
+    launch = {a.get("correlation"): a.get("External id") for e, a in zip(ev, args) if e.get("cat") in RUNTIME_CATS}
+    steps = [(e["ts"], e["ts"] + (e.get("dur") or 0), int(m.group(1))) for e in ev
+             if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
+    gpu: dict = {}
+    for e, a in zip(ev, args):
+        if e.get("cat") in ("kernel", "Kernel") and not str(e.get("name")).lower().startswith("nccl"):
+            x = launch.get(a.get("correlation"))
+            gpu[x] = gpu.get(x, 0) + _ns(e.get("dur") or 0)
+    out = []
+    for x, op in ops.items():
+        if x in gpu and FLOP_OP.search(str(op.get("name"))):
+            a = op.get("args") or {}
+            dims = [dd for dd in a.get("Input Dims") or [] if dd]
+            known = a.get("flops") is not None or (bool(SHAPED.match(op["name"])) and bool(dims))
+            # a file with no step range is one step, 0 (docs/step-attribution.md)
+            step = next((s for lo, hi, s in steps if lo <= op["ts"] < hi), None) if steps else 0
+            out.append({"name": op["name"], "step": step, "gpu_ns": gpu[x], "known": known})
+    return out
+
+
+def _mfu(job: Job, r: dict):
+    """Whether MFU is a lower bound: FLOP-carrying ops (matmul, attention, convolution) of unknown
+    FLOPs in its step, and their share of those ops' kernel time, from the raw Kineto files (within
+    0.5 point). The MFU figure itself needs the device's peak: not from the file."""
+    paths = sorted({p for p in job.paths.values() if not str(p).endswith(".sqlite")})
+    if len(paths) != len(set(job.paths.values())):
+        return None, "nsys: FLOPs come from NVTX op ranges, not read here"
+    ops = [o for p in paths for o in kineto_flop_ops(Path(p)) if o["step"] == r["step"]]
+    total = sum(o["gpu_ns"] for o in ops)
+    missing = 100.0 * sum(o["gpu_ns"] for o in ops if not o["known"]) / total if total else 0.0
+    said = re.search(r"unknown for ([\d.]+) %", r["note"] or "")
+    ok = (said is None and missing == 0) or (said is not None and abs(float(said.group(1)) - missing) <= 0.5)
+    return ok, (f"FLOP-carrying ops in step {r['step']}: {len(ops)}, {sum(not o['known'] for o in ops)} of unknown FLOPs, "
+                f"{missing:.1f} % of their kernel time, from the raw files")
+
+
 def _cannot_answer(job: Job, r: dict):
     if r["evidence"] != "launch latency":
         return None, "a figure of the whole rank"
@@ -429,7 +485,7 @@ def _step_outlier(job: Job, r: dict):
 
 
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
-           "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing}
+           "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:
