@@ -446,6 +446,89 @@ def _mfu(job: Job, r: dict):
                 f"{missing:.1f} % of their kernel time, from the raw files")
 
 
+def kineto_launches(path: Path) -> list[dict]:
+    """Each launched GPU op of a Kineto file (its runtime call found by correlation id, in a step
+    range; a file with none is step 0) with what launching it left the GPU idle, own reading of
+    docs/launch-overhead: the idle stretch before the busy island this op began (the union of every
+    GPU op of the file), from the later of its previous island's end and the start of the CPU op that
+    made the call (External id; the call's start without one) to the op's start; and the part of
+    that after the call returned."""
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    ev = [e for e in d.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+    arg = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in ev]
+    ops = {a.get("External id"): _ns(e["ts"]) for e, a in zip(ev, arg) if e.get("cat") in ("cpu_op", "Operator")
+           and a.get("External id") is not None}
+    calls = {a.get("correlation"): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), a.get("External id"))
+             for e, a in zip(ev, arg) if e.get("cat") in RUNTIME_CATS and a.get("correlation") is not None}
+    steps = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), int(m.group(1))) for e in ev
+             if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
+    gpu = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), i) for i, e in enumerate(ev) if e.get("cat") in GPU_CATS)
+    # the op that begins each busy island, and where the idle before it began
+    gap_before: dict[int, int] = {}
+    run_end = None
+    for a, b, i in gpu:
+        if run_end is not None and a > run_end:
+            gap_before[i] = run_end
+        run_end = b if run_end is None else max(run_end, b)
+    out = []
+    for a, b, i in gpu:
+        c = calls.get(arg[i].get("correlation"))
+        if c is None:
+            continue
+        step = next((s for lo, hi, s in steps if lo <= c[0] < hi), None) if steps else 0
+        if step is None:
+            continue
+        issue = ops.get(c[2], c[0])
+        gap = gap_before.get(i)
+        exposed = 0 if gap is None else max(0, a - max(issue, gap))
+        queued = 0 if gap is None else max(0, a - max(c[1], issue, gap))
+        out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued})
+    return out
+
+
+def _launch_names(job: Job, r: dict):
+    """Kernel names that left their rank's GPU idle longer in launching than they ran (per rank and
+    name, over the trace's steps): how many names, that idle, their run time, and the idle after the
+    launch calls had returned; from the raw Kineto files (within 1 %)."""
+    paths = sorted(set(job.paths.values()))
+    if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
+        return None, "nsys (CPU ops from NVTX nesting) or a fused file: not read here"
+    names, exposed, gpu, queued = set(), 0, 0, 0
+    for p in paths:
+        per: dict = {}
+        for o in kineto_launches(Path(p)):
+            x = per.setdefault(o["name"], [0, 0, 0])
+            x[0], x[1], x[2] = x[0] + o["exposed"], x[1] + o["gpu_ns"], x[2] + o["queued"]
+        for name, (e, g, q) in per.items():
+            if e > g:
+                names.add(name)
+                exposed, gpu, queued = exposed + e, gpu + g, queued + q
+    ok = r["n"] == len(names) and _close(r["value_ns"], exposed) and _close(r["baseline_ns"], gpu) \
+        and _close(r["evidence_ns"] or 0, queued)
+    return ok, (f"{len(names)} launch-bound kernel names: {exposed / 1e6:.3f} ms idle in launching against "
+                f"{gpu / 1e6:.3f} ms running, {queued / 1e6:.3f} ms after the calls returned, from the raw files")
+
+
+def _dominant(job: Job, r: dict):
+    """The dominant class's named kernel ("longest: X", compute or communication): the kernel name
+    with the most run time of that class (NCCL kernels, or every other kernel) launched in the
+    analysed steps, all ranks together, in the raw files. The share of the critical path is a figure
+    of the path model: not checked here (its repro_sql is, tests/test_claims.py)."""
+    if r["class"] not in ("compute", "communication") or not r["evidence"]:
+        return None, "a figure of the critical-path model"
+    steps, per = set(job.steps), {}
+    for rank, d in job.ranks.items():
+        where = job.launched_in(rank)
+        for i, g in enumerate(d["gpu"]):
+            if g["kernel"] and where[i] in steps and g["name"].lower().startswith("nccl") == (r["class"] == "communication"):
+                per[g["name"]] = per.get(g["name"], 0) + g["end"] - g["start"]
+    if not per:
+        return None, "no kernel of that class launched in the analysed steps of the raw files"
+    top = max(per, key=per.get)
+    return r["evidence"] == top, f"the {r['class']} kernel with the most run time in the analysed steps: {top} ({per[top] / 1e6:.1f} ms)"
+
+
 def _cannot_answer(job: Job, r: dict):
     if r["evidence"] != "launch latency":
         return None, "a figure of the whole rank"
@@ -485,7 +568,8 @@ def _step_outlier(job: Job, r: dict):
 
 
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
-           "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu}
+           "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
+           "launch_names": _launch_names, "dominant": _dominant}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

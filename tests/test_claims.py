@@ -153,6 +153,30 @@ def test_the_shared_gpu_caveat_says_once_what_was_proven(prof, tmp_path_factory)
     assert abs(float(re.search(r"turns of (\d+\.\d) ms", c).group(1)) - raw_turn) <= 0.05
 
 
+def test_the_oracle_checks_launch_names_sharing_dominant_and_mfu_and_catches_moved_ones(tmp_path_factory):
+    """Bundled ddp4_sync_stall: the launch-bound kernel names (16 names, 194.6 ms idle against 22.2 ms
+    run, 193.0 ms after the calls returned), the time slicing (turns, collectives late by turns), the
+    dominant class's kernel and the MFU's lower-bound rule, each recomputed from the raw files
+    (tests/claim_oracle.py: were 'not checkable'); each row with one figure or name moved is wrong."""
+    import duckdb
+    db = _db(BUNDLED / "ddp4_sync_stall", tmp_path_factory)
+    kinds = ("launch_names", "sharing", "dominant", "mfu")
+    with traceflow.open(db) as job:
+        rows = [r for r in job.findings()["findings"] if "claim" in r and r["kind"] in kinds]
+    assert sorted(r["kind"] for r in rows) == sorted(kinds), rows
+    move = {"launch_names": lambda r: dict(r, n=r["n"] + 1), "sharing": lambda r: dict(r, evidence_ns=r["evidence_ns"] * 1.2),
+            "dominant": lambda r: dict(r, evidence="ncclDevKernel_Broadcast_RING_LL"),
+            "mfu": lambda r: dict(r, note="lower bound: FLOPs unknown for 12.0 % of its matmul, attention and convolution op time")}
+    con = duckdb.connect(db, read_only=True)
+    try:
+        job_files = claim_oracle.Job(con)
+        got = claim_oracle.check(con, rows, job_files)
+        assert [v for _, v, _ in got] == ["correct"] * len(rows), got
+        assert [v for _, v, _ in claim_oracle.check(con, [move[r["kind"]](r) for r in rows], job_files)] == ["wrong"] * len(rows)
+    finally:
+        con.close()
+
+
 # --- the oracle and the truth ----------------------------------------------------------------------
 
 def _oracle(db: str) -> list[tuple[dict, str, str]]:

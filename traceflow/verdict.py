@@ -404,8 +404,10 @@ def _exposed_comm(r: dict, con) -> str:
 @sentence("mfu")
 def _mfu(r: dict, con) -> str:
     s = f"Step {r['step']} reaches {r['share_pct']:.1f}% MFU"
-    if r["note"] and r["note"].startswith("lower bound"):  # findings.sql: FLOP-carrying ops of unknown FLOPs
-        s += f" ({r['note'].split(': ', 1)[1]}: a lower bound)"
+    if r["note"] and r["note"].startswith("lower bound: "):  # findings.sql: FLOP-carrying ops of unknown FLOPs
+        s += f" ({r['note'][len('lower bound: '):]}: a lower bound)"
+    elif r["note"] == "lower bound":  # a database of the earlier rule (known_pct < 90)
+        s += f" (FLOPs known for {r['low_pct']:.0f}% of its compute time: a lower bound)"
     if r["high_pct"]:
         s += f"; {r['high_pct']:.0f}% of its op time with known work is memory-bound, led by {r['evidence']}"
     return s + "."
