@@ -330,3 +330,38 @@ def test_mfu_is_a_lower_bound_only_where_flop_ops_lack_flops(tmp_path_factory):
         if bound:
             assert re.search(r"FLOPs unknown for 3\d\.\d % of its matmul, attention and convolution op time: a lower bound",
                              mfu[0]["sentence"])
+
+
+def test_a_compute_straggler_is_its_own_kernel_time_not_the_gpus_turns(tmp_path_factory):
+    """h100 kineto ddp4_straggler: four ranks time-slice one H100 and run the same model, so each
+    rank's kernels do the same work every step. The raw file's step whose kernels no turn cut (rank 1,
+    step 5: no kernel over 0.25 ms) gives that work: 11.9 ms. The kernel spans per step (what
+    "computes more" was measured on: step_breakdown.compute_ns) read 11.9-54.1 ms, since a kernel
+    preempted at the end of its turn holds the other ranks' turns. claims.own_kernel_ns gives every
+    rank and step within 0.5 ms of the raw figure, and a straggler said to compute more on this GPU
+    (the rule applied to each rank at the real straggler's 18.3 ms/step) loses the cause: turns are
+    sharing, not work."""
+    import duckdb
+
+    from traceflow import claims
+    db = _db(H100 / "kineto" / "ddp4_straggler", tmp_path_factory)
+    con = duckdb.connect(db, read_only=True)
+    try:
+        job = claim_oracle.Job(con)
+        steps = job.steps
+        d, where = job.ranks[1], job.launched_in(1)
+        k5 = [g for i, g in enumerate(d["gpu"]) if g["kernel"] and where[i] == 5 and not g["name"].lower().startswith("nccl")]
+        assert max(g["end"] - g["start"] for g in k5) < 250_000  # never preempted in that step
+        raw = sum(g["end"] - g["start"] for g in k5)
+        spans = dict(((r, s), ns) for r, s, ns in con.execute(
+            "SELECT rank, step, compute_ns FROM step_breakdown WHERE part = 'step'").fetchall())
+        own = claims.own_kernel_ns(con, steps)
+        assert max(spans.values()) > 4 * raw  # the spans hold the other ranks' turns
+        assert set(own) == {(r, s) for r in range(4) for s in steps}
+        assert all(abs(v - raw) <= 500_000 for v in own.values()), (raw, own)
+        for rank in range(4):
+            row = {"rank": rank, "value_ns": 18.3e6, "class": "compute", "cause": "more compute", "evidence_ns": 1}
+            claims._compute_straggler(con, row, steps)
+            assert (row["cause"], row["evidence_ns"]) == ("late start", None)
+    finally:
+        con.close()

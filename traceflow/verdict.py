@@ -210,7 +210,8 @@ def _straggler(r: dict, con) -> str:
         s += (f": it makes {r['per_step']:g} more blocking call{'' if r['per_step'] == 1 else 's'} per step than the "
               f"other ranks ({r['evidence']}), so it launches its next work late")
     elif r["cause"] == "more compute":
-        s += (f": its GPU computes {_ms(r['evidence_ns'])} more per step than the other ranks (median) — balance the "
+        s += (f": its kernels run {_ms(r['evidence_ns'])} more per step than the other ranks' (median; kernel time "
+              "only, a shared GPU's turns left out) — balance the "
               "work across ranks (uneven shards, pipeline stages) or check that GPU (clocks, thermals)")
     elif r["cause"] == "late step start":
         s += (f": it began each step {_ms(r['evidence_ns'])} after the other ranks (median, on its GPU; its host was late "
