@@ -451,15 +451,33 @@ def kineto_launches(path: Path) -> list[dict]:
     range; a file with none is step 0) with what launching it left the GPU idle, own reading of
     docs/launch-overhead: the idle stretch before the busy island this op began (the union of every
     GPU op of the file), from the later of its previous island's end and the start of the CPU op that
-    made the call (External id; the call's start without one) to the op's start; and the part of
+    made the call (External id, else the innermost op around it on its thread; the call's start
+    without one) to the op's start; and the part of
     that after the call returned."""
     raw = path.read_bytes()
     d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     ev = [e for e in d.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
     arg = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in ev]
-    ops = {a.get("External id"): _ns(e["ts"]) for e, a in zip(ev, arg) if e.get("cat") in ("cpu_op", "Operator")
-           and a.get("External id") is not None}
-    calls = {a.get("correlation"): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), a.get("External id"))
+    cpu = [(e, a) for e, a in zip(ev, arg) if e.get("cat") in ("cpu_op", "Operator")]
+    ops = {a.get("External id"): _ns(e["ts"]) for e, a in cpu if a.get("External id") is not None}
+    # by thread, for a call whose External id names no op (older files: the call's is its correlation
+    # id): the innermost CPU op around it on its thread
+    by_tid: dict = {}
+    for e, _ in cpu:
+        by_tid.setdefault((e.get("pid"), e.get("tid")), []).append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0)))
+    for v in by_tid.values():
+        v.sort()
+
+    def around(e) -> int | None:
+        v = by_tid.get((e.get("pid"), e.get("tid")), [])
+        a, b = _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0)
+        for j in range(bisect.bisect_right(v, (a, float("inf"))) - 1, -1, -1):
+            if v[j][1] >= b:
+                return v[j][0]  # the latest-starting op holding the call: the innermost
+        return None
+
+    calls = {a.get("correlation"): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0),
+                                    ops.get(a.get("External id")) or around(e))
              for e, a in zip(ev, arg) if e.get("cat") in RUNTIME_CATS and a.get("correlation") is not None}
     steps = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), int(m.group(1))) for e in ev
              if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
@@ -479,7 +497,7 @@ def kineto_launches(path: Path) -> list[dict]:
         step = next((s for lo, hi, s in steps if lo <= c[0] < hi), None) if steps else 0
         if step is None:
             continue
-        issue = ops.get(c[2], c[0])
+        issue = c[2] if c[2] is not None else c[0]
         gap = gap_before.get(i)
         exposed = 0 if gap is None else max(0, a - max(issue, gap))
         queued = 0 if gap is None else max(0, a - max(c[1], issue, gap))
