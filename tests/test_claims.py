@@ -365,3 +365,44 @@ def test_a_compute_straggler_is_its_own_kernel_time_not_the_gpus_turns(tmp_path_
             assert (row["cause"], row["evidence_ns"]) == ("late start", None)
     finally:
         con.close()
+
+
+def test_the_critical_path_graph_matches_collectives_as_the_claims_do(tmp_path_factory):
+    """The walk's cross-rank edges come from the collectives the claims match (collective_waits), not
+    from its own matching. HTA's trace_filter pair: each rank ran its NCCL SendRecv kernels on two
+    streams and the files name no communicator, so which stream pairs with which is a guess, and 6 of
+    the 10 pairs by order never ran at one moment (raw files): the claims make no cross-rank claim,
+    and the graph now holds no cross-rank group (it held 10). Bundled ddp4_sync_stall (one named
+    stream per rank): the graph's groups are collective_waits' groups, all of them."""
+    import gzip
+
+    import duckdb
+
+    from traceflow.critical_path.graph import Graph
+    hta = [WILD / "hta" / "trace_filter" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
+    if not all(p.exists() for p in hta):
+        pytest.skip(f"{hta[0].parent} not found")
+    streams = []
+    for p in hta:
+        d = json.loads(gzip.decompress(p.read_bytes()))
+        nccl = [e for e in d["traceEvents"] if e.get("cat") == "kernel" and e.get("name", "").lower().startswith("nccl")]
+        streams.append({e["args"]["stream"] for e in nccl})
+        assert not any("Process Group" in k for e in nccl for k in e["args"])  # no communicator named
+    assert all(len(s) == 2 for s in streams)
+    for files, want_groups in (([str(p) for p in hta], 0), (_files(BUNDLED / "ddp4_sync_stall"), None)):
+        key = files[0]
+        if key not in _DBS:
+            out = tmp_path_factory.mktemp("claims") / "job.duckdb"
+            traceflow.ingest(files, str(out))
+            _DBS[key] = str(out)
+        con = duckdb.connect(_DBS[key], read_only=True)
+        try:
+            con.execute("SET search_path = 'main,tf_internal'")
+            g = Graph.from_db(con)
+            members = sorted(sorted(int(x) for x in g.op_id[pos]) for pos in g.group_members.values())
+            matched = sorted(sorted(ids) for (ids,) in con.execute(
+                "SELECT list(op_id) FROM collective_waits GROUP BY comm, step, seq").fetchall())
+        finally:
+            con.close()
+        assert members == matched
+        assert len(members) == want_groups if want_groups is not None else len(members) > 0
