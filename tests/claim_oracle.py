@@ -547,6 +547,39 @@ def _dominant(job: Job, r: dict):
     return r["evidence"] == top, f"the {r['class']} kernel with the most run time in the analysed steps: {top} ({per[top] / 1e6:.1f} ms)"
 
 
+def nsys_op_ranges(path: Path) -> tuple[int, int]:
+    """(PyTorch op ranges, those carrying input sizes) among a file's NVTX ranges: emit_nvtx writes
+    `aten::mm, seq = 3, sizes = [[8, 16], [16, 4]]`-like texts."""
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if not c.execute("select count(*) from sqlite_master where name = 'NVTX_EVENTS'").fetchone()[0]:
+            return 0, 0
+        names = dict(c.execute("select id, value from StringIds")) if c.execute(
+            "select count(*) from sqlite_master where name = 'StringIds'").fetchone()[0] else {}
+        texts = [t if t is not None else names.get(i, "") for t, i in c.execute("select text, textId from NVTX_EVENTS")]
+    finally:
+        c.close()
+    ops = [str(t) for t in texts if str(t or "").startswith("aten::")]
+    return len(ops), sum(1 for t in ops if "sizes" in t)
+
+
+def _mfu_empty(job: Job, r: dict):
+    """No op with known FLOPs, and why, from the raw files: a Kineto file with no FLOP-carrying op of
+    known FLOPs (its `flops` argument, or shapes of an op of a formula), an nsys file with no PyTorch
+    op range (or none carrying sizes); the sentence's reason is the one the files give."""
+    if r["n"]:
+        return None, "the device's peak is unknown: not a figure of the file"
+    said = r.get("sentence") or ""
+    for p in sorted(set(job.paths.values())):
+        if str(p).endswith(".sqlite"):
+            ops, sized = nsys_op_ranges(Path(p))
+            if sized or ("no PyTorch op ranges" in said) != (ops == 0):
+                return False, f"{p}: {ops} PyTorch op ranges, {sized} with sizes, in the raw file"
+        elif any(o["known"] for o in kineto_flop_ops(Path(p))):
+            return False, f"{p}: FLOP-carrying ops of known FLOPs in the raw file"
+    return True, "no op of known FLOPs in the raw files, for the reason said"
+
+
 def _cannot_answer(job: Job, r: dict):
     if r["evidence"] != "launch latency":
         return None, "a figure of the whole rank"
@@ -587,7 +620,8 @@ def _step_outlier(job: Job, r: dict):
 
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
            "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
-           "launch_names": _launch_names, "dominant": _dominant}
+           "launch_names": _launch_names, "dominant": _dominant,
+           "mfu_empty": _mfu_empty}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

@@ -406,3 +406,20 @@ def test_the_critical_path_graph_matches_collectives_as_the_claims_do(tmp_path_f
             con.close()
         assert members == matched
         assert len(members) == want_groups if want_groups is not None else len(members) > 0
+
+
+def test_the_oracle_checks_why_mfu_is_empty(tmp_path_factory):
+    """h100 nsys ddp4_straggler: recorded without emit_nvtx, its files hold no PyTorch op range, so no
+    op has known FLOPs, as the verdict says and why; the same row giving another reason is wrong."""
+    import duckdb
+    db = _db(H100 / "nsys" / "ddp4_straggler", tmp_path_factory)
+    with traceflow.open(db) as job:
+        rows = [r for r in job.findings()["findings"] if r["kind"] == "mfu_empty"]
+    assert len(rows) == 1 and "no PyTorch op ranges" in rows[0]["sentence"]
+    moved = dict(rows[0], sentence=rows[0]["sentence"].replace("have no PyTorch op ranges", "carry no sizes"))
+    con = duckdb.connect(db, read_only=True)
+    try:
+        job_files = claim_oracle.Job(con)
+        assert [v for _, v, _ in claim_oracle.check(con, [rows[0], moved], job_files)] == ["correct", "wrong"]
+    finally:
+        con.close()
