@@ -12,6 +12,7 @@ repro_sql is checked against the database instead, tests/test_claims.py).
 """
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -105,7 +106,8 @@ class Job:
     """The raw files of one ingested job, by rank, and the analysed steps."""
 
     def __init__(self, con):
-        self.ranks = {r: read(p) for r, p in con.execute("SELECT rank, source_path FROM traces ORDER BY rank").fetchall()}
+        self.paths = dict(con.execute("SELECT rank, source_path FROM traces ORDER BY rank").fetchall())
+        self.ranks = {r: read(p) for r, p in self.paths.items()}
         self.steps = [s for s, in con.execute("SELECT step FROM tf_internal.findings_steps WHERE NOT warmup ORDER BY step").fetchall()]
 
     def step_of(self, rank: int, t: int) -> int | None:
@@ -322,6 +324,262 @@ def _shared_gpu(job: Job, r: dict):
     return sorted(r["ranks"] or []) in groups, f"ranks on one device in the raw files: {groups}"
 
 
+def _pct90(xs: list[int]) -> float:
+    """The 90th percentile, linear between the nearest ranks (as numpy's default)."""
+    xs = sorted(xs)
+    k = 0.9 * (len(xs) - 1)
+    lo = math.floor(k)
+    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (k - lo)
+
+
+def turns(job: Job, ranks) -> tuple[float, int, float | None]:
+    """(overlap %, hand-overs, 90th percentile turn ns) of the ranks' compute kernels (NCCL's left
+    out) on the UTC epoch, own reading of time slicing: a kernel whose span holds a whole kernel of
+    another rank (the first of another rank's starting after it) was preempted at a turn's end and is
+    left out; a turn is a run of one rank's kernels with none of another's between, first start to
+    last end."""
+    ks = sorted((job.ranks[q]["base"] + g["start"], job.ranks[q]["base"] + g["end"], q) for q in ranks
+                for g in job.ranks[q]["gpu"] if g["kernel"] and g["end"] > g["start"] and not g["name"].lower().startswith("nccl"))
+    keep = []
+    for q in ranks:
+        other = [(a, b) for a, b, x in ks if x != q]
+        starts = [a for a, _ in other]
+        for a, b, x in ks:
+            if x == q:
+                j = bisect.bisect_left(starts, a)
+                if not (j < len(other) and other[j][1] <= b):
+                    keep.append((a, b, x))
+    keep.sort()
+    per = sum(intervals.measure([(a, b) for a, b, x in keep if x == q]) for q in ranks)
+    overlap = 100.0 * (per - intervals.measure([(a, b) for a, b, _ in keep])) / per if per else 0.0
+    runs: list[list[int]] = []
+    for a, b, x in keep:
+        if runs and runs[-1][2] == x:
+            runs[-1][1] = max(runs[-1][1], b)
+        else:
+            runs.append([a, b, x])
+    return overlap, len(runs), (_pct90([b - a for a, b, _ in runs]) if runs else None)
+
+
+def turn_ms(job: Job, ranks) -> float:
+    return (turns(job, ranks)[2] or 0) / 1e6
+
+
+def late_by_turns(job: Job, ranks) -> tuple[int, int]:
+    """(collectives, ns) started last by one of the ranks only because its GPU served another's turn:
+    on one device with the second-last, its launch call issued before the second-last's kernel began
+    (the lateness oracle's rule, every step)."""
+    groups, dev = collectives(job), _devices(job)
+    n = ns = 0
+    for ops in groups or []:
+        last, second = ops[0], ops[1]
+        shared = dev.get(last["rank"]) is not None and dev.get(last["rank"]) == dev.get(second["rank"])
+        if last["rank"] in ranks and shared and last["issued"] < second["start"]:
+            n, ns = n + 1, ns + last["start"] - second["start"]
+    return n, ns
+
+
+def _sharing(job: Job, r: dict):
+    """Time slicing: the ranks' kernels never overlap (under 0.5 % of their time, Kineto's microsecond
+    rounding) over 10 hand-overs or more, the turn's length (within 5 %), and the collectives late
+    by whole turns with their lateness."""
+    overlap, hand, turn = turns(job, r["ranks"] or [])
+    n, ns = late_by_turns(job, set(r["ranks"] or []))
+    ok = overlap < 0.5 and hand >= 10 and _close(r["evidence_ns"], turn, rel=0.05) and r["n"] == n \
+        and (n == 0 or _close(r["value_ns"], ns, rel=0.01, absolute=2000 * n))
+    return ok, (f"kernels overlapping another rank's: {overlap:.2f} %, {hand} turns of {(turn or 0) / 1e6:.3f} ms; "
+                f"{n} collectives late by turns, {ns / 1e6:.3f} ms, from the raw files")
+
+
+# ops that carry a model's FLOPs (PyTorch FlopCounterMode's convention), and those whose FLOPs follow
+# from their input shapes by a textbook formula: the oracle's own reading of the names
+FLOP_OP = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|addmv|mv|dot|convolution|_convolution|"
+                     r"cudnn_convolution\w*|conv\w*|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
+                     r"|attention|flash_attn")
+SHAPED = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|convolution|_convolution|cudnn_convolution|"
+                    r"_scaled_dot_product_(flash|efficient|cudnn)_attention(_backward)?|_flash_attention_(forward|backward)|"
+                    r"_efficient_attention_(forward|backward)|_cudnn_attention_(forward|backward))$")
+
+
+def kineto_flop_ops(path: Path) -> list[dict]:
+    """The FLOP-carrying CPU ops that launched GPU work, from a Kineto file: each op's name, launch
+    step (ProfilerStep range holding it), GPU time of the kernels its launches carry (External id),
+    and whether its FLOPs are known (the profiler's `flops` argument, or shapes of an op of a formula)."""
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    ev = [e for e in d.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in ev]
+    ops = {a.get("External id"): e for e, a in zip(ev, args) if e.get("cat") in ("cpu_op", "Operator") and a.get("External id") is not None}
+    launch = {a.get("correlation"): a.get("External id") for e, a in zip(ev, args) if e.get("cat") in RUNTIME_CATS}
+    steps = [(e["ts"], e["ts"] + (e.get("dur") or 0), int(m.group(1))) for e in ev
+             if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
+    gpu: dict = {}
+    for e, a in zip(ev, args):
+        if e.get("cat") in ("kernel", "Kernel") and not str(e.get("name")).lower().startswith("nccl"):
+            x = launch.get(a.get("correlation"))
+            gpu[x] = gpu.get(x, 0) + _ns(e.get("dur") or 0)
+    out = []
+    for x, op in ops.items():
+        if x in gpu and FLOP_OP.search(str(op.get("name"))):
+            a = op.get("args") or {}
+            dims = [dd for dd in a.get("Input Dims") or [] if dd]
+            known = a.get("flops") is not None or (bool(SHAPED.match(op["name"])) and bool(dims))
+            # a file with no step range is one step, 0 (docs/step-attribution.md)
+            step = next((s for lo, hi, s in steps if lo <= op["ts"] < hi), None) if steps else 0
+            out.append({"name": op["name"], "step": step, "gpu_ns": gpu[x], "known": known})
+    return out
+
+
+def _mfu(job: Job, r: dict):
+    """Whether MFU is a lower bound: FLOP-carrying ops (matmul, attention, convolution) of unknown
+    FLOPs in its step, and their share of those ops' kernel time, from the raw Kineto files (within
+    0.5 point). The MFU figure itself needs the device's peak: not from the file."""
+    paths = sorted({p for p in job.paths.values() if not str(p).endswith(".sqlite")})
+    if len(paths) != len(set(job.paths.values())):
+        return None, "nsys: FLOPs come from NVTX op ranges, not read here"
+    ops = [o for p in paths for o in kineto_flop_ops(Path(p)) if o["step"] == r["step"]]
+    total = sum(o["gpu_ns"] for o in ops)
+    missing = 100.0 * sum(o["gpu_ns"] for o in ops if not o["known"]) / total if total else 0.0
+    said = re.search(r"unknown for ([\d.]+) %", r["note"] or "")
+    ok = (said is None and missing == 0) or (said is not None and abs(float(said.group(1)) - missing) <= 0.5)
+    return ok, (f"FLOP-carrying ops in step {r['step']}: {len(ops)}, {sum(not o['known'] for o in ops)} of unknown FLOPs, "
+                f"{missing:.1f} % of their kernel time, from the raw files")
+
+
+def kineto_launches(path: Path) -> list[dict]:
+    """Each launched GPU op of a Kineto file (its runtime call found by correlation id, in a step
+    range; a file with none is step 0) with what launching it left the GPU idle, own reading of
+    docs/launch-overhead: the idle stretch before the busy island this op began (the union of every
+    GPU op of the file), from the later of its previous island's end and the start of the CPU op that
+    made the call (External id, else the innermost op around it on its thread; the call's start
+    without one) to the op's start; and the part of
+    that after the call returned."""
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    ev = [e for e in d.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+    arg = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in ev]
+    cpu = [(e, a) for e, a in zip(ev, arg) if e.get("cat") in ("cpu_op", "Operator")]
+    ops = {a.get("External id"): _ns(e["ts"]) for e, a in cpu if a.get("External id") is not None}
+    # by thread, for a call whose External id names no op (older files: the call's is its correlation
+    # id): the innermost CPU op around it on its thread
+    by_tid: dict = {}
+    for e, _ in cpu:
+        by_tid.setdefault((e.get("pid"), e.get("tid")), []).append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0)))
+    for v in by_tid.values():
+        v.sort()
+
+    def around(e) -> int | None:
+        v = by_tid.get((e.get("pid"), e.get("tid")), [])
+        a, b = _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0)
+        for j in range(bisect.bisect_right(v, (a, float("inf"))) - 1, -1, -1):
+            if v[j][1] >= b:
+                return v[j][0]  # the latest-starting op holding the call: the innermost
+        return None
+
+    calls = {a.get("correlation"): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0),
+                                    ops.get(a.get("External id")) or around(e))
+             for e, a in zip(ev, arg) if e.get("cat") in RUNTIME_CATS and a.get("correlation") is not None}
+    steps = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), int(m.group(1))) for e in ev
+             if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
+    gpu = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), i) for i, e in enumerate(ev) if e.get("cat") in GPU_CATS)
+    # the op that begins each busy island, and where the idle before it began
+    gap_before: dict[int, int] = {}
+    run_end = None
+    for a, b, i in gpu:
+        if run_end is not None and a > run_end:
+            gap_before[i] = run_end
+        run_end = b if run_end is None else max(run_end, b)
+    out = []
+    for a, b, i in gpu:
+        c = calls.get(arg[i].get("correlation"))
+        if c is None:
+            continue
+        step = next((s for lo, hi, s in steps if lo <= c[0] < hi), None) if steps else 0
+        if step is None:
+            continue
+        issue = c[2] if c[2] is not None else c[0]
+        gap = gap_before.get(i)
+        exposed = 0 if gap is None else max(0, a - max(issue, gap))
+        queued = 0 if gap is None else max(0, a - max(c[1], issue, gap))
+        out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued})
+    return out
+
+
+def _launch_names(job: Job, r: dict):
+    """Kernel names that left their rank's GPU idle longer in launching than they ran (per rank and
+    name, over the trace's steps): how many names, that idle, their run time, and the idle after the
+    launch calls had returned; from the raw Kineto files (within 1 %)."""
+    paths = sorted(set(job.paths.values()))
+    if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
+        return None, "nsys (CPU ops from NVTX nesting) or a fused file: not read here"
+    names, exposed, gpu, queued = set(), 0, 0, 0
+    for p in paths:
+        per: dict = {}
+        for o in kineto_launches(Path(p)):
+            x = per.setdefault(o["name"], [0, 0, 0])
+            x[0], x[1], x[2] = x[0] + o["exposed"], x[1] + o["gpu_ns"], x[2] + o["queued"]
+        for name, (e, g, q) in per.items():
+            if e > g:
+                names.add(name)
+                exposed, gpu, queued = exposed + e, gpu + g, queued + q
+    ok = r["n"] == len(names) and _close(r["value_ns"], exposed) and _close(r["baseline_ns"], gpu) \
+        and _close(r["evidence_ns"] or 0, queued)
+    return ok, (f"{len(names)} launch-bound kernel names: {exposed / 1e6:.3f} ms idle in launching against "
+                f"{gpu / 1e6:.3f} ms running, {queued / 1e6:.3f} ms after the calls returned, from the raw files")
+
+
+def _dominant(job: Job, r: dict):
+    """The dominant class's named kernel ("longest: X", compute or communication): the kernel name
+    with the most run time of that class (NCCL kernels, or every other kernel) launched in the
+    analysed steps, all ranks together, in the raw files. The share of the critical path is a figure
+    of the path model: not checked here (its repro_sql is, tests/test_claims.py)."""
+    if r["class"] not in ("compute", "communication") or not r["evidence"]:
+        return None, "a figure of the critical-path model"
+    steps, per = set(job.steps), {}
+    for rank, d in job.ranks.items():
+        where = job.launched_in(rank)
+        for i, g in enumerate(d["gpu"]):
+            if g["kernel"] and where[i] in steps and g["name"].lower().startswith("nccl") == (r["class"] == "communication"):
+                per[g["name"]] = per.get(g["name"], 0) + g["end"] - g["start"]
+    if not per:
+        return None, "no kernel of that class launched in the analysed steps of the raw files"
+    top = max(per, key=per.get)
+    return r["evidence"] == top, f"the {r['class']} kernel with the most run time in the analysed steps: {top} ({per[top] / 1e6:.1f} ms)"
+
+
+def nsys_op_ranges(path: Path) -> tuple[int, int]:
+    """(PyTorch op ranges, those carrying input sizes) among a file's NVTX ranges: emit_nvtx writes
+    `aten::mm, seq = 3, sizes = [[8, 16], [16, 4]]`-like texts."""
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if not c.execute("select count(*) from sqlite_master where name = 'NVTX_EVENTS'").fetchone()[0]:
+            return 0, 0
+        names = dict(c.execute("select id, value from StringIds")) if c.execute(
+            "select count(*) from sqlite_master where name = 'StringIds'").fetchone()[0] else {}
+        texts = [t if t is not None else names.get(i, "") for t, i in c.execute("select text, textId from NVTX_EVENTS")]
+    finally:
+        c.close()
+    ops = [str(t) for t in texts if str(t or "").startswith("aten::")]
+    return len(ops), sum(1 for t in ops if "sizes" in t)
+
+
+def _mfu_empty(job: Job, r: dict):
+    """No op with known FLOPs, and why, from the raw files: a Kineto file with no FLOP-carrying op of
+    known FLOPs (its `flops` argument, or shapes of an op of a formula), an nsys file with no PyTorch
+    op range (or none carrying sizes); the sentence's reason is the one the files give."""
+    if r["n"]:
+        return None, "the device's peak is unknown: not a figure of the file"
+    said = r.get("sentence") or ""
+    for p in sorted(set(job.paths.values())):
+        if str(p).endswith(".sqlite"):
+            ops, sized = nsys_op_ranges(Path(p))
+            if sized or ("no PyTorch op ranges" in said) != (ops == 0):
+                return False, f"{p}: {ops} PyTorch op ranges, {sized} with sizes, in the raw file"
+        elif any(o["known"] for o in kineto_flop_ops(Path(p))):
+            return False, f"{p}: FLOP-carrying ops of known FLOPs in the raw file"
+    return True, "no op of known FLOPs in the raw files, for the reason said"
+
+
 def _cannot_answer(job: Job, r: dict):
     if r["evidence"] != "launch latency":
         return None, "a figure of the whole rank"
@@ -361,7 +619,9 @@ def _step_outlier(job: Job, r: dict):
 
 
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
-           "coverage": _coverage, "exposed_comm": _exposed_comm}
+           "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
+           "launch_names": _launch_names, "dominant": _dominant,
+           "mfu_empty": _mfu_empty}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

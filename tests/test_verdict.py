@@ -266,17 +266,20 @@ def test_ranks_sharing_one_gpu_are_said(ingested):
         assert job.sql("SELECT list(DISTINCT gpu_uuid) FROM gpu_devices").item().to_list() == sorted(uuids)
     assert len(shared) == 1 and shared[0]["ranks"] == [0, 1, 2, 3] and shared[0]["note"] == "the same GPU UUID"
     assert "MFU" in shared[0]["sentence"] and "exposed-communication" in shared[0]["sentence"]
+    assert "time-slice one GPU" in shared[0]["sentence"] and "the same GPU UUID" in shared[0]["sentence"]
     devices = {o[4] for o in _nsys_gpu(PUBLIC / "nsys-ai" / "mfu_2gpu_before.sqlite")}
     assert devices == {0, 1}
     with traceflow.open(ingested("public/nsys-ai")) as job:
         assert not [x for x in job.findings()["findings"] if x["kind"] == "shared_gpu"]
 
 
-def test_kineto_ranks_on_one_device_index_are_said_as_possible(tmp_path_factory):
-    """Kineto records neither host nor GPU UUID: four ranks on device 0 may share it, said as such."""
+def test_kineto_ranks_on_one_device_index_taking_turns_are_said_to_time_slice(tmp_path_factory):
+    """Kineto records neither host nor GPU UUID, but the four ranks' kernels on device 0 take turns
+    (gpu_sharing): said as proven, once, with the turn's length."""
     f = _findings(BUNDLED / "ddp4_sync_stall", tmp_path_factory)["findings"]
     shared = [x for x in f if x["kind"] == "shared_gpu"]
-    assert len(shared) == 1 and shared[0]["ranks"] == [0, 1, 2, 3] and "may share one GPU" in shared[0]["sentence"]
+    assert len(shared) == 1 and shared[0]["ranks"] == [0, 1, 2, 3] and "time-slice one GPU" in shared[0]["sentence"]
+    assert "may share" not in shared[0]["sentence"]
 
 
 # --- the pack, its hook, the smaller things ---------------------------------------------------------
@@ -564,7 +567,7 @@ def test_launch_idle_after_the_call_returned_on_one_rank_names_no_cause_it_canno
     folder = FIX / "h100" / "nsys" / "ddp4_sync_stall"
     if folder.is_dir():
         line = next(s for s in _findings(folder, tmp_path_factory)["sentences"] if "kernel name" in s)
-        assert "busy with the other ranks on its shared GPU" in line, line
+        assert "busy with the other ranks' turns on its time-sliced GPU" in line, line  # turns proven (gpu_sharing)
 
 
 @needs_shared

@@ -19,8 +19,8 @@ LOADED |= {"memory_events", "devices", "memory_segments", "memory_snapshot_block
 # Analyses written in Python: name -> (tables they create, tables they require). The critical
 # path's walk runs between queries/cp_graph.sql (the graph) and queries/critical_path.sql (naming).
 PYTHON_ANALYSES: dict[str, tuple[set[str], set[str]]] = {
-    "critical_path_walk": ({"critical_path_raw"}, {"cp_gpu_preds", "cp_host_nodes", "collectives", "gpu_ops",
-                                                    "step_windows"}),
+    "critical_path_walk": ({"critical_path_raw"}, {"cp_gpu_preds", "cp_host_nodes", "collectives", "collective_waits",
+                                                    "gpu_ops", "step_windows"}),
 }
 CRITICAL_PATH_MODULES = ("cp_graph", "critical_path_walk", "critical_path")  # timed together
 # A pack is a public table of queries/: its name on the command line is the table's, with dashes

@@ -107,7 +107,11 @@ def findings(con) -> dict:
     claimed, out["fixes"] = load(con)
     others = rows(con, [t for t in FINDING_TABLES if t != "findings"])
     first = [r for r in others if r["priority"] == 0]  # the job stopped: before any fix
+    _fold_sharing(claimed)
     for row in first + claimed + [r for r in others if r["priority"] != 0]:
+        if row.get("folded"):  # a time-slicing row, said in its shared_gpu row's sentence
+            out["findings"].append(row)
+            continue
         words = _SENTENCES.get(row["kind"], _generic)(row, con)
         if words:
             row["sentence"] = words
@@ -121,6 +125,9 @@ def findings(con) -> dict:
             out["mfu"] = {"step": row["step"], "mfu_pct": row["share_pct"], "known_pct": row["low_pct"]}
     _fix_sentence(con, out)
     _short_form(out)
+    for row in claimed:  # the folding's working keys: the rows stay the table's columns (+ sentence)
+        for k in ("turns", "short_sentence", "folded"):
+            row.pop(k, None)
     return out
 
 
@@ -205,7 +212,8 @@ def _straggler(r: dict, con) -> str:
         s += (f": it makes {r['per_step']:g} more blocking call{'' if r['per_step'] == 1 else 's'} per step than the "
               f"other ranks ({r['evidence']}), so it launches its next work late")
     elif r["cause"] == "more compute":
-        s += (f": its GPU computes {_ms(r['evidence_ns'])} more per step than the other ranks (median) — balance the "
+        s += (f": its kernels run {_ms(r['evidence_ns'])} more per step than the other ranks' (median; kernel time "
+              "only, a shared GPU's turns left out) — balance the "
               "work across ranks (uneven shards, pipeline stages) or check that GPU (clocks, thermals)")
     elif r["cause"] == "late step start":
         s += (f": it began each step {_ms(r['evidence_ns'])} after the other ranks (median, on its GPU; its host was late "
@@ -253,24 +261,63 @@ def _dominant(r: dict, con) -> str:
     return s + _fix_clause(r, _advice(r["class"], r["cause"])) + "."
 
 
+def _sharing_words(r: dict, con, short: bool = False) -> str:
+    """One sentence for ranks on one GPU (a shared_gpu row, with the sharing row of the same ranks
+    folded in by _fold_sharing): what was proven from the kernels (gpu_sharing: they never overlap and
+    take turns) or only suspected (the same device index), and what sharing does to every cross-rank
+    figure. Said once: the two rows told it twice, the proven one as "may share" (h100 kineto
+    ddp4_straggler: Kineto records no host or GPU id, yet 96 turns of 2.08 ms, 0.00 % overlap)."""
+    who = _ranks(r["ranks"]).capitalize()
+    turns = r.get("turns")
+    certain = bool(r["note"]) and "no host" not in r["note"]
+    if turns is not None:
+        late = (f"; {turns['n']} collectives late by whole turns ({_ms(turns['value_ns'])}) are sharing, not a "
+                "straggler, and are left out of stragglers and peer waits") if turns["n"] else ""
+        if short:
+            return (f"{who} time-slice one GPU (turns of {_ms(turns['evidence_ns'])} seen, their kernels never overlap): "
+                    f"cross-rank waits, idle, exposed communication and MFU include the other ranks' turns{late}.")
+        return (f"{who} time-slice one GPU ({r['note']}; their kernels never overlap and take turns of "
+                f"{_ms(turns['evidence_ns'])}, proven from the trace): every cross-rank figure includes the other ranks' "
+                "turns: each rank's idle and exposed-communication time read higher than on a GPU of its own, and each "
+                f"rank's MFU divides by the whole GPU's peak, so the GPU's own MFU is up to their sum{late}.")
+    seen = con.execute("SELECT max(overlap_pct), sum(turns) FROM gpu_sharing WHERE NOT time_sliced AND "
+                       "list_has_all(ranks, ?::INTEGER[])", [list(r["ranks"] or [])]).fetchone()
+    overlap = seen[0] if seen else None
+    evidence = (f"their kernels overlap ({overlap:.1f} % of their kernel time), no turns" if overlap is not None and overlap > 0
+                else "too few hand-overs in their kernels to tell turns" if overlap is not None else
+                "no kernels to tell turns from")
+    effect = "cross-rank waits, idle, exposed communication and MFU include the other ranks' work"
+    if certain:
+        return f"{who} share one GPU ({r['note']}; {evidence}): {effect}."
+    if short:
+        return f"{who} may share one GPU (same device index, no host or GPU id; {evidence}, so not proven): if so, {effect}."
+    return (f"{who} ran on the same device index and their traces record neither host nor GPU id, so they may share one "
+            f"GPU (not proven: {evidence}): if they do, each rank's MFU divides by the whole GPU's peak and each rank's idle "
+            "and exposed-communication time include time the GPU ran the other ranks' kernels.")
+
+
+def _fold_sharing(rows: list[dict]):
+    """The time-slicing row (kind sharing) of ranks that a shared_gpu row names goes into that row
+    (`turns`): one sentence says what sharing is and does."""
+    shared = [r for r in rows if r["kind"] == "shared_gpu"]
+    for s in [r for r in rows if r["kind"] == "sharing"]:
+        home = next((r for r in shared if set(s["ranks"] or []) <= set(r["ranks"] or [])), None)
+        if home is not None:
+            home["turns"], s["folded"] = s, True
+
+
 @sentence("shared_gpu")
 def _shared_gpu(r: dict, con) -> str:
-    consequence = ("each rank's MFU divides by the whole GPU's peak, so the GPU's own MFU is up to their sum, and each "
-                   "rank's idle and exposed-communication time include time the GPU ran the other ranks' kernels: "
-                   "they read higher than on a GPU of its own")
-    if r["note"] and "no host" in r["note"]:
-        return (f"{_ranks(r['ranks']).capitalize()} ran on the same device index and their traces record neither host "
-                f"nor GPU id, so they may share one GPU: if they do, {consequence}.")
-    return f"{_ranks(r['ranks']).capitalize()} shared one GPU ({r['note']}): they time-slice it, so {consequence}."
+    r["short_sentence"] = _sharing_words(r, con, short=True)  # the caveat's words (_short has no connection)
+    return _sharing_words(r, con)
 
 
 @sentence("sharing")
 def _sharing(r: dict, con) -> str:
-    # rows of queries/findings.sql from gpu_sharing (claims-blame); wording is claims-core's to refine
     s = f"{_ranks(r['ranks']).capitalize()} took turns on one GPU (slices of {_ms(r['evidence_ns'])})"
     if r["n"]:
-        s += (f": {r['n']} collectives started late by those turns ({_ms(r['value_ns'])}) are left out of "
-              "stragglers and peer waits")
+        s += (f": {r['n']} collectives started late by those turns ({_ms(r['value_ns'])}) are sharing, not a "
+              "straggler, and are left out of stragglers and peer waits")
     return s + "."
 
 
@@ -339,7 +386,9 @@ def _launch_names(r: dict, con) -> str:
         # 463 ms) is not "a device busy with other work"
         shared = con.execute("SELECT count(*), bool_and(note LIKE 'the same device index%') FROM findings "
                              "WHERE kind = 'shared_gpu'").fetchone()
-        why = ("the device was most likely busy with the other ranks that may share its GPU" if shared[0] and shared[1] else
+        sliced = con.execute("SELECT count(*) FROM gpu_sharing WHERE time_sliced").fetchone()[0]
+        why = ("the device was busy with the other ranks' turns on its time-sliced GPU" if sliced else
+               "the device was most likely busy with the other ranks that may share its GPU" if shared[0] and shared[1] else
                "the device was busy with the other ranks on its shared GPU" if shared[0] else
                "the trace does not show what held them (another process on the GPU, a wait on work the trace "
                "does not hold, the GPU's clock read against the host's)")
@@ -358,7 +407,9 @@ def _exposed_comm(r: dict, con) -> str:
 @sentence("mfu")
 def _mfu(r: dict, con) -> str:
     s = f"Step {r['step']} reaches {r['share_pct']:.1f}% MFU"
-    if r["note"] == "lower bound":
+    if r["note"] and r["note"].startswith("lower bound: "):  # findings.sql: FLOP-carrying ops of unknown FLOPs
+        s += f" ({r['note'][len('lower bound: '):]}: a lower bound)"
+    elif r["note"] == "lower bound":  # a database of the earlier rule (known_pct < 90)
         s += f" (FLOPs known for {r['low_pct']:.0f}% of its compute time: a lower bound)"
     if r["high_pct"]:
         s += f"; {r['high_pct']:.0f}% of its op time with known work is memory-bound, led by {r['evidence']}"
@@ -496,9 +547,7 @@ def _short(r: dict) -> str:
         s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
              f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
     elif k == "shared_gpu":
-        s = (f"{_ranks(r['ranks']).capitalize()} " + ("may share one GPU (same device index, no host or GPU id)"
-             if r["note"] and "no host" in r["note"] else f"share one GPU ({r['note']})")
-             + ": cross-rank waits, idle and MFU include the other ranks' turns")
+        return _fit(r["short_sentence"], LINE_MAX)
     elif k == "coverage":
         s = f"Only {r['share_pct']:.0f}% of rank {r['rank']}'s GPU time lies inside steps: per-step figures leave the rest out"
     elif k == "yardstick":
@@ -536,8 +585,7 @@ def _short_form(out: dict):
     steps = next((x for x in out["sentences"] if " analysed; median step time " in x), None)
     caveats = ([steps] if steps else []) + [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "partial_capture"]
     caveats += [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
-    caveats += [_fit(f"Turns on the shared GPU: {r['n']} collectives late by whole turns ({_ms(r['value_ns'])}) are "
-                     "left out of stragglers and peer waits.", LINE_MAX) for r in rows if r["kind"] == "sharing" and r["n"]]
+    caveats += [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "sharing" and not r.get("folded")]
     cannot = [r["sentence"] for r in rows if r["kind"] == "cannot_answer"]
     if cannot:
         caveats.append(_fit("Not computable: " + "; ".join(cannot), LINE_MAX))

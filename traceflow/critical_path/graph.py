@@ -56,7 +56,7 @@ class Graph:
     database (`from_db`), where a rank is loaded when the walk first stands on it (`ensure`): a
     step's path visits a few ranks of hundreds (2 of 256 on bench/cluster.py's job, whose ops
     and host calls took 2.3 s and 1.3 s to load whole). Until then only the rank's collectives are
-    known (start, end, group), from the cross-rank table `collectives`. Loading appends, so
+    known (start, end, group), from the cross-rank table `collective_waits`. Loading appends, so
     positions never change.
     """
 
@@ -94,10 +94,12 @@ class Graph:
     @classmethod
     def from_db(cls, con) -> Graph:
         """The matched collectives of every rank; the rest of a rank when `ensure` asks for it."""
+        # the collectives matched across ranks as the claims match them (queries/collective_waits.sql:
+        # on two ranks or more; no point-to-point pair whose kernels never ran at one moment - HTA's
+        # trace_filter pair, 6 of 10 SendRecv pairs by order; no unnamed communicator of a rank with
+        # several), so no cross-rank edge stands where no cross-rank claim does
         c = con.execute("""
-            SELECT op_id, rank, start_ns, end_ns, dense_rank() OVER (ORDER BY comm, step, seq) AS grp FROM collectives
-            WHERE (comm, step, seq) IN (SELECT (comm, step, seq) FROM collectives GROUP BY ALL
-                                        HAVING count(DISTINCT rank) >= 2)
+            SELECT op_id, rank, start_ns, end_ns, dense_rank() OVER (ORDER BY comm, step, seq) AS grp FROM collective_waits
             ORDER BY op_id""").fetchnumpy()
         n = len(c["op_id"])
         none = np.full(n, NONE, dtype=np.int64)
