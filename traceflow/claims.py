@@ -28,7 +28,7 @@ from dataclasses import replace
 from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
-READS = frozenset({"findings_steps", "gpu_ops", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
+READS = frozenset({"findings_steps", "gpu_ops", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
                    "step_causes", "step_coverage", "stragglers", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
