@@ -214,10 +214,11 @@ def main():
     ap.add_argument("--sample", type=int, default=0, help="also check the cluster run's per-rank tables of this many "
                     "ranks (the first two, the last, the others at random) against a local ingest of their files alone")
     ap.add_argument("--work", default=str(HERE / "work" / "cluster"))
+    ap.add_argument("--results", default=str(HERE / "cluster-results.json"))
     args = ap.parse_args()
     src = sorted(p for p in Path(args.source).iterdir() if re.fullmatch(r"rank-\d+\.pt\.trace\.json(\.gz)?", p.name))
     work = Path(args.work)
-    results = HERE / "cluster-results.json"
+    results = Path(args.results)
     kept = [r for r in json.loads(results.read_text())] if results.exists() else []
     rows = []
     for n in args.ranks:
