@@ -79,6 +79,7 @@ def measure(cmd) -> dict:
     the largest of its descendants (a Dask nanny or worker), and all its descendants together."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = {"client": 0, "workers": 0, "worker_max": 0}
+    cpu: dict[int, float] = {}  # CPU seconds of each process, as last seen: robust where the machine is shared
     stop = threading.Event()
 
     def sample():
@@ -86,10 +87,12 @@ def measure(cmd) -> dict:
         while not stop.is_set():
             try:
                 peak["client"] = max(peak["client"], root.memory_info().rss)
+                cpu[p.pid] = sum(root.cpu_times()[:2])
                 rss = []
                 for c in root.children(recursive=True):
                     try:
                         rss.append(c.memory_info().rss)
+                        cpu[c.pid] = sum(c.cpu_times()[:2])
                     except psutil.Error:
                         pass
                 peak["workers"] = max(peak["workers"], sum(rss))
@@ -107,6 +110,7 @@ def measure(cmd) -> dict:
     res = {"wall_s": round(time.perf_counter() - t0, 2), "client_rss_mib": round(peak["client"] / 2**20),
            "worker_max_rss_mib": round(peak["worker_max"] / 2**20),
            "workers_rss_mib": round(peak["workers"] / 2**20), "rc": p.returncode,
+           "client_cpu_s": round(cpu.get(p.pid, 0), 1), "workers_cpu_s": round(sum(v for k, v in cpu.items() if k != p.pid), 1),
            # the machine's 1-minute load average before and after (2 cores, shared): what the times were taken under
            "load_avg": [round(load, 1), round(os.getloadavg()[0], 1)]}
     if p.returncode == 0:
