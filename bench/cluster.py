@@ -120,6 +120,23 @@ def measure(cmd) -> dict:
     return res
 
 
+def task_seconds(path: Path, times: int = 5) -> float:
+    """One cluster task (rank_task.run: read, per-rank derive and analyses, the shards written) on
+    one rank file, here, in a warm process: the median of `times` runs, in seconds."""
+    import statistics
+    import tempfile
+
+    from traceflow import rank_task
+    from traceflow.readers.detect import identify
+    inp, runs = identify(str(path)), []
+    with tempfile.TemporaryDirectory(dir=HERE / "work") as parts:
+        for i in range(times + 1):  # the first imports and warms
+            t0 = time.perf_counter()
+            rank_task.run(inp, parts, i, None, None)
+            runs.append(time.perf_counter() - t0)
+    return statistics.median(runs[1:])
+
+
 def _tables(con, db: str) -> list[tuple[str, str]]:
     return con.execute("SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = ? UNION ALL "
                        "SELECT schema_name, view_name FROM duckdb_views() WHERE database_name = ? AND NOT internal "
@@ -219,9 +236,14 @@ def main():
                     "ranks (the first two, the last, the others at random) against a local ingest of their files alone")
     ap.add_argument("--work", default=str(HERE / "work" / "cluster"))
     ap.add_argument("--results", default=str(HERE / "cluster-results.json"))
+    ap.add_argument("--task-seconds", action="store_true", help="only time one task on the first rank file, in this process")
     args = ap.parse_args()
     src = sorted(p for p in Path(args.source).iterdir() if re.fullmatch(r"rank-\d+\.pt\.trace\.json(\.gz)?", p.name))
     work = Path(args.work)
+    if args.task_seconds:
+        (work).mkdir(parents=True, exist_ok=True)
+        print(f"one task on {src[0].name}: {task_seconds(src[0]):.2f} s (median of 5), load average {os.getloadavg()[0]:.1f}")
+        return
     results = Path(args.results)
     kept = [r for r in json.loads(results.read_text())] if results.exists() else []
     rows = []
