@@ -91,8 +91,9 @@ bench: dev
 
 # Dask LocalCluster (2 worker processes) against the local ingest at 64 and 256 ranks, then 4,096 ranks on the
 # cluster alone, 8 ranks of each checked against their local ingest (~30 min on 2 cores; docs/scale-out.md)
+CLUSTER_RANKS ?= 64 256 4096
 bench-cluster: dev
-	$(BIN)/python bench/cluster.py --ranks 64 256 4096 --local-max 256 --sample 8
+	$(BIN)/python bench/cluster.py --ranks $(CLUSTER_RANKS) --local-max 256 --sample 8
 
 clean:
 	rm -rf $(VENV) $(PEERS) out bench/work .pytest_cache .pytest-tmp
