@@ -246,6 +246,7 @@ def main():
         return
     results = Path(args.results)
     kept = [r for r in json.loads(results.read_text())] if results.exists() else []
+    label = "/".join(Path(args.source).resolve().parts[-2:])  # e.g. ddp2_flops/clean
     rows = []
     for n in args.ranks:
         folder = work / f"{Path(args.source).name}-r{n}"
@@ -261,7 +262,7 @@ def main():
             out = work / f"{folder.name}-{mode}.duckdb"
             r = measure([sys.executable, "-c", INGEST, str(out), cluster, *map(str, files)])
             r.update({"ranks": n, "mode": "local" if mode == "local" else f"cluster {cluster}",
-                      "source": Path(args.source).name, "input_bytes": du(*files), "input_json_bytes": plain,
+                      "source": label, "input_bytes": du(*files), "input_json_bytes": plain,
                       "db_bytes": du(out) if out.exists() else None,
                       "parts_bytes": sum(du(p) for p in work.glob(f"{out.name}.parts-*")) or None,
                       "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())})
