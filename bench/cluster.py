@@ -280,7 +280,7 @@ def main():
             print(f"      every table: {c['tables']} tables, {c['rows']} rows, differing: {c['differ'] or 'none'}; "
                   f"only in the local run: {c['only_in_a'] or 'none'}, only in the cluster run: {c['only_in_b'] or 'none'}", flush=True)
         if args.sample and "cluster" in done:
-            pick = sorted({0, 1, n - 1} | set(random.Random(n).sample(range(2, n - 1), max(0, args.sample - 3))))
+            pick = sorted({0, 1, n - 1} | set(random.Random(n).sample(range(2, n - 1), max(0, min(args.sample, n) - 3))))
             small = work / f"{folder.name}-sample.duckdb"
             r = measure([sys.executable, "-c", INGEST, str(small), "-", *(str(files[i]) for i in pick)])
             assert r["rc"] == 0, r
