@@ -145,6 +145,7 @@ def pytest_sessionfinish(session, exitstatus):
 # took 608 s of it, a fifth. Marked here, in one place, with the reason, rather than in each file:
 SLOW_MODULES = {
     "test_cluster.py": "Dask clusters: a scheduler and worker processes per test",
+    "test_dask_scheduler.py": "a Dask scheduler and workers started as processes, two ingests",
     "test_corpus.py": "the bad-input corpus, 115 damaged files (make fuzz runs the full one)",
     "test_robustness.py": "kill -9 loops, concurrent writers, mutation fuzzing",
     "test_whatif_pairs.py": "replays the long4 benchmark's fixed and faulty runs",
