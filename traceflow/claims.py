@@ -311,6 +311,7 @@ def _compute_straggler(con, r: dict, steps: list[int]):
 
 
 def build(con) -> tuple[list[dict], list[dict]]:
+    # Long because: each claim kind's columns filled in one pass over the rows, then ranked and numbered.
     """The claim rows (findings.sql's rows with their claim columns, and the claims this module adds:
     extra_sync, pageable_copy, yardstick), ranked, and the what-if table (best_fixes) they were
     checked against."""
