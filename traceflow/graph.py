@@ -37,6 +37,7 @@ from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
 from . import sqlmodules
+from .options import Options
 
 SCOPES = ("rank", "job")
 
@@ -73,9 +74,7 @@ class Step:
 class Run:
     """One run of the graph: its settings in, what it has to say out."""
     con: Any
-    align: str = "auto"
-    step_pattern: str | None = None
-    peaks: tuple = (None, None)
+    options: Options = field(default_factory=lambda: Options())  # the ingest's settings (align, step pattern, peaks)
     walk_options: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -108,13 +107,13 @@ def _clock_align(r: Run):
     input; the table the analyses read is the gpu_sharing step's, on the aligned times)."""
     con = r.con
     con.execute("CREATE OR REPLACE TEMP TABLE clock_shifts (rank INTEGER, shift_ns BIGINT)")
-    if r.align == "off":
+    if r.options.align == "off":
         return
     from .derive import clock, gpu_sharing
     gpu_sharing.detect(con)
     r.sharing_recorded = True
     con.execute("CREATE OR REPLACE TEMP TABLE tf_offsets_before AS SELECT DISTINCT rank, clock_offset_ns FROM traces")
-    notes, moved = clock.align(con, mode=r.align, shift_tables=False)
+    notes, moved = clock.align(con, mode=r.options.align, shift_tables=False)
     r.warnings.extend(notes)
     if moved:
         con.execute("""INSERT INTO clock_shifts SELECT DISTINCT t.rank, t.clock_offset_ns - b.clock_offset_ns
@@ -144,7 +143,7 @@ def _gpu_sharing(r: Run):
 
 def _peaks(r: Run):
     from .hardware import load_peaks
-    r.warnings.extend(load_peaks(r.con, *r.peaks))
+    r.warnings.extend(load_peaks(r.con, r.options.peak_tflops, r.options.peak_gbps))
 
 
 def _walk(r: Run):
@@ -404,16 +403,16 @@ def for_scope(graph: list[Step], scope: str | None, sharded: frozenset[str] | se
 
 # ---- the runner --------------------------------------------------------------------------------------
 
-def run(con, *, scope: str | None = None, names=None, align: str = "auto", step_pattern: str | None = None,
-        peaks: tuple = (None, None), timings: dict | None = None, phase=None, **walk_options) -> Run:
+def run(con, options: Options | None = None, *, scope: str | None = None, names=None, timings: dict | None = None,
+        phase=None, **walk_options) -> Run:
     """Run the graph on `con` in order: every step (scope None: a local ingest), a cluster worker's
     ('rank') or its client's ('job', over the shards of rank_tables.SHARDED). `names`: only those
     steps (the critical path's three again on a finished database, say). Seconds go to
     timings["derive"], ["packs"], ["critical_path"]; phase(name) is told as each phase starts.
     Returns the Run: its warnings for the user, and what the steps noted."""
     from .duck import use_internal_schema
-    r = Run(con, align, step_pattern, peaks, walk_options, {} if timings is None else timings,
-            phase=phase or (lambda _: None))
+    r = Run(con, options or Options(), walk_options, {} if timings is None else timings, phase=phase or (lambda _: None))
+    step_pattern = r.options.step_pattern
     con.execute("SET asof_loop_join_threshold = 0")  # DuckDB's ASOF join, never its nested-loop plan
     if step_pattern:
         con.execute("SET VARIABLE tf_step_pattern = ?", [step_pattern])

@@ -158,8 +158,7 @@ def ingest(files, output: str = "traceflow.duckdb", options: Options | None = No
             con.execute("BEGIN TRANSACTION")
             from . import graph
             # every step after the load, in the graph's order (on a cluster's client: the job's steps over the shards)
-            done = graph.run(con, scope="job" if parts is not None else None, align=options.align, step_pattern=options.step_pattern,
-                             peaks=(options.peak_tflops, options.peak_gbps), timings=result.timings, phase=phase)
+            done = graph.run(con, options, scope="job" if parts is not None else None, timings=result.timings, phase=phase)
             result.warnings.extend(done.warnings)
             result.timings.pop("walk_batches", None)
             _commit_to_file(con)

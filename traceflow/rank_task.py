@@ -67,8 +67,7 @@ def _derive_and_write(traces, scratch: str, parts: str, index: int, options: Opt
             load_trace(con, scratch, t, j, j)
         spans = {tid: (lo, hi) for tid, lo, hi in con.execute(TRACE_SPANS).fetchall()}  # as recorded, as a local ingest's
         from .graph import run as run_graph
-        done = run_graph(con, scope="rank", step_pattern=options.step_pattern,
-                         peaks=(options.peak_tflops, options.peak_gbps))  # here each trace's rank is its id
+        done = run_graph(con, options, scope="rank")  # here each trace's rank is its id
         # (the peaks' warnings are the client's to give, once per job)
         notes = dict(done.cpu_notes)
         for tid, text in done.absurd:
