@@ -152,6 +152,7 @@ SLOW_MODULES = {
     "test_flight_recorder.py": "records real gloo hangs with torch (~12 s of CPU, 30 s of wall), 2,048 derived dumps, torch's fr_trace",
 }
 SLOW_TESTS = {
+    "test_a_trace_whose_memory_events_carry_no_totals_still_gets_its_report": "a 2021 wild trace's postmortem (test_memory.py)",
     "test_a_clusters_worker_gets_the_options": "two ingests on a LocalCluster (test_options.py)",
     # the peer comparison: Holistic Trace Analysis in its own venv (make peers)
     "test_hta_temporal_breakdown_agrees": "runs Holistic Trace Analysis",

@@ -402,3 +402,19 @@ def test_a_time_base_after_the_events_moves_the_memory_events_too(memory_job, tm
     a, b = first["memory_events.arrow"], after["memory_events.arrow"]
     assert a.num_rows > 50 and a.to_pylist() == b.to_pylist()
     assert first["host_ops.arrow"]["start_ns"].to_pylist() == after["host_ops.arrow"]["start_ns"].to_pylist()
+
+
+def test_a_trace_whose_memory_events_carry_no_totals_still_gets_its_report(tmp_path):
+    """Kineto of 2021 (resnet50_num_workers_4: memory events with each event's own bytes, no Total
+    Allocated) made `postmortem` end in an internal error drawing the rank's peak (None / 2**20).
+    The page is written; the rank is listed with its peak unknown, and no chart of a peak it lacks."""
+    from conftest import WILD_MANIFEST, wild_file
+    entry = next(e for e in WILD_MANIFEST if e["file"].startswith("kineto/resnet50_num_workers_4/"))
+    trace = wild_file(entry)
+    raw = json.loads(gzip.open(trace).read())
+    mem = [e for e in raw["traceEvents"] if e.get("name") == "[memory]"]
+    assert mem and not any("Total Allocated" in e.get("args", {}) for e in mem)  # the shape this test is about
+    r = run_cli("postmortem", str(trace), "-o", str(tmp_path / "pm"))
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "pm" / "report.html").read_text()
+    assert "Memory: peaks per rank" in page and "memory over the step" not in page

@@ -37,7 +37,10 @@ def section(con, P: Plots) -> Section | None:
 
 
 def _events(con, P: Plots) -> list:
+    # a rank whose events carry no allocated total (Kineto of 2021: only each event's own bytes) has no
+    # peak to chart (its row says so below)
     ranks = con.execute(f"""SELECT rank, device_type, device, step, peak_allocated_bytes, peak_ns FROM memory_ranks
+                            WHERE peak_allocated_bytes IS NOT NULL
                             QUALIFY row_number() OVER (PARTITION BY rank ORDER BY device_type = 'cpu', device_type) = 1
                             ORDER BY peak_allocated_bytes DESC, rank LIMIT {MAX_RANKS_CHARTED}""").fetchall()
     blocks: list = []
@@ -77,7 +80,7 @@ def _chart(con, P: Plots, rank, dtype, dev, step, peak, peak_ns):
                       [rank, dtype, dev, lo, hi, lo, span]).fetchall()
     xs = [round((t - lo) / 1e6, 4) for t, _, _ in pts]
     data: list[dict] = [{"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#4c78a8"}, "name": "allocated",
-                         "x": xs, "y": [round(a / 2**20, 4) for _, a, _ in pts]}]
+                         "x": xs, "y": [None if a is None else round(a / 2**20, 4) for _, a, _ in pts]}]  # None: a gap
     if dtype != "cpu":
         data.append({"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#f58518"}, "name": "reserved",
                      "x": xs, "y": [round((r or 0) / 2**20, 4) for _, _, r in pts]})
