@@ -370,6 +370,15 @@ def test_postmortem_runs_on_each_new_format(entry, tmp_path):
     fmt = "xla-json" if entry["source"] == "xla" else "kineto-json"
     assert {f for (f,) in db.execute("select distinct source_format from traces").fetchall()} == {fmt}
     assert db.execute("select count(*) from gpu_ops").fetchone()[0] == len(kineto_raw(path)["gpu"]) > 0
+    if entry["source"] == "xla":  # one process, several devices: one rank, and said so (jax_conv_minimal_08: 8 GPUs)
+        import re
+        meta = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        devices = {int(m.group(1)) for e in meta if e.get("ph") == "M" and e.get("name") == "process_name"
+                   and (m := re.search(r"/device:(?:GPU|TPU):(\d+)$", str(e.get("args", {}).get("name", ""))))}
+        said = [w for (w,) in db.execute("select unnest(warnings) from traces").fetchall() if "devices (" in w]
+        assert said == ([f"one process drove {len(devices)} devices ({', '.join(map(str, sorted(devices)))}): read as "
+                         "one rank; its GPU figures (busy, idle, gaps) take the devices' streams together"]
+                        if len(devices) > 1 else []), said
 
 
 @needs_wild

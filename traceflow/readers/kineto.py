@@ -671,6 +671,11 @@ class _Converter:
             warnings.append(f"{UNREAD_DEVICE_WORK}{listed}; GPU figures will be empty")
         elif self.n["gpu_ops"] == 0:
             warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
+        if self.layout.xla and len(gpus := set(self.layout.devices.values())) > 1:
+            # one JAX process drove several devices (jax_conv_minimal_08: /device:GPU:0-7): it is one
+            # rank, whose GPU figures (busy, idle, gaps, the critical path) take its devices together
+            warnings.append(f"one process drove {len(gpus)} devices ({', '.join(map(str, sorted(gpus)))}): read as one "
+                            "rank; its GPU figures (busy, idle, gaps) take the devices' streams together")
         if self.devices is not None:
             self.n.setdefault("devices", 0)
             self._write(sink, key, "devices", self.devices)
