@@ -445,13 +445,18 @@ def _set_fix(r: dict, cause: str, stack: str, chk: dict, **kw):
 
 def _rank(rows: list[dict]) -> list[dict]:
     """Fixes first, by what they recover over the capture; then the facts as findings.sql ordered them
-    (priority, cost); yardsticks last."""
+    (priority, cost); yardsticks last. Ties are broken by the rows' own values (kind, ranks, then every
+    column), not left in read order: four tied `sharing` findings of a 64-rank job took each other's
+    claim numbers between the local and the cluster ingest."""
     def key(r):
         if r["yardstick"]:
-            return (2, 0, 0)
-        if r["fix"]:
-            return (0, -(r["recover_ns"] or 0), 0)
-        return (1, r["priority"] if r["priority"] is not None else 9, -(r.get("cost_ns") or 0))
+            head: tuple = (2, 0, 0)
+        elif r["fix"]:
+            head = (0, -(r["recover_ns"] or 0), 0)
+        else:
+            head = (1, r["priority"] if r["priority"] is not None else 9, -(r.get("cost_ns") or 0))
+        return head + (str(r.get("kind")), str(r.get("rank")), str(r.get("ranks")),
+                       json.dumps(r, sort_keys=True, default=str))
     return sorted(rows, key=key)
 
 
