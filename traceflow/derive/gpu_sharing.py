@@ -127,12 +127,31 @@ def _sliced(s: np.ndarray, e: np.ndarray, rank: np.ndarray, ranks) -> tuple[bool
     return overlap < OVERLAP_MAX_PCT and turns >= MIN_TURNS, overlap, turns, turn_ns
 
 
+def _by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
+    """{rank: its kernels' positions in the device's order}, in one sort (not a scan of every kernel per rank)."""
+    order = np.argsort(rank, kind="stable")  # stable: each rank's positions stay ascending
+    cut = np.flatnonzero(np.diff(rank[order])) + 1
+    return {int(rank[part[0]]): part for part in np.split(order, cut)}
+
+
 def _groups(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> list[list[int]]:
     """Ranks that take turns with every other rank of their group (a rank whose clock is off
-    overlaps some of them: it is left out, and clock alignment fits it back)."""
+    overlaps some of them: it is left out, and clock alignment fits it back).
+    Each pair is measured on its two ranks' kernels alone, merged by position (the device's order,
+    as a selection of both from all kernels gives): the test of every pair against every rank's
+    kernels was quadratic in ranks times kernels (128 ranks of one device index: 8.1 s, 6,112 tests)."""
+    at = _by_rank(rank)
+
+    def sliced(q: int, r: int) -> bool:
+        if 2 * min(len(at[q]), len(at[r])) + 1 < MIN_TURNS:  # too few kernels to change hands that often
+            return False
+        idx = np.sort(np.concatenate((at[q], at[r])))
+        overlap, turns, _ = measure(s[idx], e[idx], rank[idx])
+        return overlap < OVERLAP_MAX_PCT and turns >= MIN_TURNS
+
     groups: list[list[int]] = []
-    for r in sorted(int(x) for x in np.unique(rank)):
-        home = next((g for g in groups if all(_sliced(s, e, rank, (q, r))[0] for q in g)), None)
+    for r in sorted(at):
+        home = next((g for g in groups if all(sliced(q, r) for q in g)), None)
         if home is None:
             groups.append([r])
         else:
