@@ -423,3 +423,27 @@ def test_the_oracle_checks_why_mfu_is_empty(tmp_path_factory):
         assert [v for _, v, _ in claim_oracle.check(con, [rows[0], moved], job_files)] == ["correct", "wrong"]
     finally:
         con.close()
+
+
+def test_the_claim_numbers_do_not_depend_on_the_order_rows_are_read_in(tmp_path_factory):
+    """Ties of the ranking (four `sharing` findings of equal priority and cost at 64 ranks) are
+    broken by the rows' values: the cluster ingest reads the rows in another order than the local one
+    and must number the claims the same."""
+    import random
+
+    import duckdb
+
+    from traceflow import claims
+    db = _db(BUNDLED / "ddp4_sync_stall", tmp_path_factory)
+    with duckdb.connect(db, read_only=True) as con:
+        rows = con.execute("SELECT * FROM findings ORDER BY claim")
+        cols = [d[0] for d in rows.description]
+        stored = [dict(zip(cols, r)) for r in rows.fetchall()]
+    for r in stored:
+        r.pop("claim")
+    ties = {(r["priority"], r["cost_ns"], bool(r["fix"]), r["recover_ns"]) for r in stored}
+    assert len(ties) < len(stored)  # the job has tied rows: the test can fail
+    for seed in range(5):
+        shuffled = stored[:]
+        random.Random(seed).shuffle(shuffled)
+        assert claims._rank(shuffled) == stored

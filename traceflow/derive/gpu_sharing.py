@@ -92,17 +92,29 @@ def _preempted(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> np.ndarray:
     return out
 
 
+def _kept(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keep = ~_preempted(s, e, rank)
+    return s[keep], e[keep], rank[keep]
+
+
+def _overlap_pct(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> float:
+    per_rank = sum(_union_ns(s[rank == r], e[rank == r]) for r in np.unique(rank))
+    return 100.0 * (per_rank - _union_ns(s, e)) / per_rank if per_rank else 0.0
+
+
+def _turn_starts(rank: np.ndarray) -> np.ndarray:
+    change = np.ones(len(rank), dtype=bool)
+    change[1:] = rank[1:] != rank[:-1]
+    return np.flatnonzero(change)
+
+
 def measure(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> tuple[float, int, int | None]:
     """(overlap %, turns, median turn ns) of one device's kernels sorted by start."""
-    keep = ~_preempted(s, e, rank)
-    s, e, rank = s[keep], e[keep], rank[keep]
-    per_rank = sum(_union_ns(s[rank == r], e[rank == r]) for r in np.unique(rank))
-    overlap = 100.0 * (per_rank - _union_ns(s, e)) / per_rank if per_rank else 0.0
+    s, e, rank = _kept(s, e, rank)
+    overlap = _overlap_pct(s, e, rank)
     if not len(s):
         return overlap, 0, None
-    change = np.ones(len(s), dtype=bool)
-    change[1:] = rank[1:] != rank[:-1]
-    idx = np.flatnonzero(change)
+    idx = _turn_starts(rank)
     turn_ns = np.maximum.reduceat(e, idx) - s[idx]
     # a turn cut by the time slice is as long as the slice; shorter ones end when the rank runs out
     # of queued work: the 90th percentile is the slice (bundled ddp4_sync_stall: 2.08 ms; median 1.95)
@@ -127,12 +139,35 @@ def _sliced(s: np.ndarray, e: np.ndarray, rank: np.ndarray, ranks) -> tuple[bool
     return overlap < OVERLAP_MAX_PCT and turns >= MIN_TURNS, overlap, turns, turn_ns
 
 
+def _by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
+    """{rank: its kernels' positions in the device's order}, in one sort (not a scan of every kernel per rank)."""
+    order = np.argsort(rank, kind="stable")  # stable: each rank's positions stay ascending
+    cut = np.flatnonzero(np.diff(rank[order])) + 1
+    return {int(rank[part[0]]): part for part in np.split(order, cut)}
+
+
 def _groups(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> list[list[int]]:
     """Ranks that take turns with every other rank of their group (a rank whose clock is off
-    overlaps some of them: it is left out, and clock alignment fits it back)."""
+    overlaps some of them: it is left out, and clock alignment fits it back).
+    Each pair is measured on its two ranks' kernels alone, merged by position (the device's order,
+    as a selection of both from all kernels gives): the test of every pair against every rank's
+    kernels was quadratic in ranks times kernels (128 ranks of one device index: 8.1 s, 6,112 tests)."""
+    at = _by_rank(rank)
+
+    def sliced(q: int, r: int) -> bool:
+        a, b = at[q], at[r]
+        if 2 * min(len(a), len(b)) + 1 < MIN_TURNS:  # too few kernels to change hands that often
+            return False
+        if s[a[-1]] < s[b[0]] or s[b[-1]] < s[a[0]]:  # one rank's kernels all start before the other's: 2 turns
+            return False
+        idx = np.sort(np.concatenate((a, b)))
+        ks, ke, kr = _kept(s[idx], e[idx], rank[idx])
+        # measure's test without its percentile, the turns first (the cheaper)
+        return len(_turn_starts(kr)) >= MIN_TURNS and _overlap_pct(ks, ke, kr) < OVERLAP_MAX_PCT
+
     groups: list[list[int]] = []
-    for r in sorted(int(x) for x in np.unique(rank)):
-        home = next((g for g in groups if all(_sliced(s, e, rank, (q, r))[0] for q in g)), None)
+    for r in sorted(at):
+        home = next((g for g in groups if all(sliced(q, r) for q in g)), None)
         if home is None:
             groups.append([r])
         else:
