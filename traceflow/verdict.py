@@ -380,6 +380,9 @@ def _launch_bound_steps(r: dict, con) -> str:
 def _launch_names(r: dict, con) -> str:
     s = (f"{r['n']} kernel name{'s' if r['n'] > 1 else ''} cost more GPU idle in launching ({_ms(r['value_ns'])}) "
          f"than running ({_ms(r['baseline_ns'])})")
+    stall = con.execute("SELECT sum(evidence_ns) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
+    if stall:  # findings.sql launch_stall: the one-time stall is told apart; graphs and fusion act on the rest
+        s += f", {_ms(stall)} of it the one-time launch stall, {_ms(max(0, r['value_ns'] - stall))} recurring"
     queued = r["evidence_ns"] or 0
     if queued >= 0.5 * r["value_ns"]:
         # most of the idle came after the launch call returned, which no launch fix removes. With
