@@ -253,7 +253,9 @@ WITH st AS (
     -- of 6,543 us in ProfilerStep#1, the others 3.7-12.7 us, 6.6 ms of the 7.1 ms launch idle)
     SELECT arg_max(l.api_name, l.api_ns) AS name, max(l.api_ns) AS api_ns, count(*) AS n, sum(l.exposed_ns) AS exposed
     FROM launch_overhead l JOIN (SELECT rank, median(api_ns) AS med FROM launch_overhead GROUP BY rank) m USING (rank)
-    WHERE l.step IN (SELECT step FROM st) AND l.api_ns > 50 * m.med
+    -- (in the first analysed step only: the nsys graphs fixture's injected launch loop in step 4 holds a
+    -- 5.4 ms cudaLaunchKernel too, beside 3.2 ms of recurring launch idle in the loop)
+    WHERE l.step = (SELECT min(step) FROM st) AND l.api_ns > 50 * m.med
     HAVING count(*) > 0
        AND sum(l.exposed_ns) > 0.5 * (SELECT sum(exposed_ns) FROM launch_overhead WHERE step IN (SELECT step FROM st))
 ), lb AS (
