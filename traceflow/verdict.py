@@ -218,6 +218,9 @@ def _straggler(r: dict, con) -> str:
     elif r["cause"] == "late step start":
         s += (f": it began each step {_ms(r['evidence_ns'])} after the other ranks (median, on its GPU; its host was late "
               "too), so what delays it happens before the step starts (data loading, logging, checkpointing between steps)")
+    elif r["cause"] == "gpu behind":
+        s += (f": its GPU was running its own earlier work for most of that lateness (idle {_ms(r['evidence_ns'])} "
+              "of it per step), so no host call held it back: the GPU work before them ends late")
     if r["peer_wait_ns"] and r["peers"]:
         s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it"
     return s + _fix_clause(r, _advice("host", "sync") if r["evidence"] else "") + "."
@@ -377,6 +380,9 @@ def _launch_bound_steps(r: dict, con) -> str:
 def _launch_names(r: dict, con) -> str:
     s = (f"{r['n']} kernel name{'s' if r['n'] > 1 else ''} cost more GPU idle in launching ({_ms(r['value_ns'])}) "
          f"than running ({_ms(r['baseline_ns'])})")
+    stall = con.execute("SELECT sum(evidence_ns) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
+    if stall:  # findings.sql launch_stall: the one-time stall is told apart; graphs and fusion act on the rest
+        s += f", {_ms(stall)} of it the one-time launch stall, {_ms(max(0, r['value_ns'] - stall))} recurring"
     queued = r["evidence_ns"] or 0
     if queued >= 0.5 * r["value_ns"]:
         # most of the idle came after the launch call returned, which no launch fix removes. With
@@ -520,7 +526,9 @@ def _headline(r: dict) -> str:
             "extra_sync": lambda: f"rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']}",
             "pageable_copy": lambda: f"pageable copies take {_ms(r['value_ns'])}/step",
             "launch_names": lambda: "launch overhead idles the GPU",
-            "dominant": lambda: f"{_BOUND.get(r['class'], r['class']).lower()}, {_ms(r['value_ns'])}/step",
+            "dominant": lambda: (f"a one-time stall in {r['evidence']}, {_ms(r['evidence_ns'])} of launch idle"
+                                 if (r.get("note") or "").startswith("launch stall")
+                                 else f"{_BOUND.get(r['class'], r['class']).lower()}, {_ms(r['value_ns'])}/step"),
             }.get(k, lambda: k.replace("_", " "))()
     steps = "once" if (r["steps_affected"] or 0) <= 1 else f"over {r['steps_affected']} steps"
     return _fit(f"Top problem: {what}. Fix: {r['fix_short'] or r['fix']}. Recovers {_ms(r['recover_ns'])} {steps} "
@@ -538,6 +546,8 @@ def _short(r: dict) -> str:
              f"(other ranks: {_ms(r['baseline_ns'])})")
         if r["evidence"]:
             s += f"; {r['per_step']:g} more {r['evidence']} per step than its peers"
+        elif r["cause"] == "gpu behind":
+            s += f"; its GPU busy with its own earlier work (idle {_ms(r['evidence_ns'])}/step of it)"
     elif k == "extra_sync":
         s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
              f"than its peers, who block {_ms(r['baseline_ns'])})")
