@@ -129,12 +129,19 @@ def _unraisable(u) -> None:
     sys.__unraisablehook__(u)
 
 
+def quiet_c_reports() -> None:
+    """From here on, errors Python's C code reports rather than raises stay out of the output (the
+    command's process, and each reader process it spawns: they share its stderr)."""
+    sys.excepthook = _printed_by_c
+
+
 def _printed_by_c(exc_type, value, tb) -> None:
     """Python's C code reports some errors it cannot raise through sys.excepthook, with no traceback:
-    under ulimit -v 1.5 GB a reader thread that could not start left "SystemError: deallocated
-    bytearray object has exported buffers" above the one error line (CI, 1 run in 2). An exception
-    that escapes a command always has a traceback (and the command catches them all), so one without
-    is such a report: kept out of the user's output unless TRACEFLOW_DEBUG is set."""
+    under ulimit -v 1.5 GB a reader that ran out of memory left "SystemError: deallocated bytearray
+    object has exported buffers" above the one error line (CI, 1 run in 2; printed by a spawned reader
+    process as often as by the command's). An exception that escapes a command always has a traceback
+    (and the command catches them all), so one without is such a report: kept out of the user's
+    output unless TRACEFLOW_DEBUG is set."""
     if tb is None and not os.environ.get("TRACEFLOW_DEBUG"):
         return
     sys.__excepthook__(exc_type, value, tb)
@@ -195,7 +202,7 @@ def install() -> None:
         signal.signal(s, _on_signal)
     _start_interrupter()
     sys.unraisablehook = _unraisable
-    sys.excepthook = _printed_by_c
+    quiet_c_reports()
     _hold_signals_in_extension_inits()
     if raise_if_interrupted not in BEFORE_REPLACE:
         BEFORE_REPLACE.append(raise_if_interrupted)

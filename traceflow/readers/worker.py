@@ -30,6 +30,8 @@ def worker_start(parent: int):
     (PR_SET_PDEATHSIG would fire when the parent *thread* that started the worker ends, and the
     pool starts workers from whichever thread submits.)"""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from ..interrupts import quiet_c_reports
+    quiet_c_reports()
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="traceflow-parent-watch").start()
 
 
