@@ -152,6 +152,17 @@ SLOW_MODULES = {
     "test_flight_recorder.py": "records real gloo hangs with torch (~12 s of CPU, 30 s of wall), 2,048 derived dumps, torch's fr_trace",
 }
 SLOW_TESTS = {
+    # the longest of the quick suite (10-20 s each on 2 idle cores: `pytest --durations`), moved here so
+    # that `make test` stays under 10 minutes (it took 10 min 25 s on a fresh clone with them)
+    "test_every_claim_reproduces_its_figure_and_every_view_shows_the_same_rows": "every claim's repro SQL, 20 s",
+    "test_the_oracle_checks_launch_names_sharing_dominant_and_mfu_and_catches_moved_ones": "the claim oracle, 17 s",
+    "test_mfu_is_a_lower_bound_only_where_flop_ops_lack_flops": "two ingests, one wild, 15 s",
+    "test_the_shared_gpu_caveat_says_once_what_was_proven": "the H100 straggler job, both profilers, 20 s",
+    "test_sql_never_writes_a_file_nor_reads_one_outside": "every way `sql` could write, 15 s",
+    "test_wild_nsys_without_op_ranges_says_why": "a wild nsys post-mortem, 14 s",
+    "test_ids_are_printed_whole_quantities_grouped": "every pack at a terminal, 13 s",
+    "test_nsys_causes_match_a_sweep_of_the_raw_export": "a sweep of an H100 nsys export, 12 s",
+    "test_ddp4_straggler_ranks_nccl_steps_collectives": "the H100 nsys straggler job, 11 s",
     "test_a_trace_whose_memory_events_carry_no_totals_still_gets_its_report": "a 2021 wild trace's postmortem (test_memory.py)",
     "test_a_clusters_worker_gets_the_options": "two ingests on a LocalCluster (test_options.py)",
     # the peer comparison: Holistic Trace Analysis in its own venv (make peers)
