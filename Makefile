@@ -64,10 +64,14 @@ $(PEERS)/.hta:
 
 peers: $(PEERS)/.hta
 
+# Hypothesis keeps its folder in the venv too (tests/test_critical_path_walk.py, test_robustness.py)
+export HYPOTHESIS_STORAGE_DIRECTORY := $(CURDIR)/$(VENV)/.cache/hypothesis
+
 # Lint and types, as habits: ruff with the rules the code's noqa comments assume, mypy on the package.
+# Their caches live in the venv: a clone keeps nothing but the venv after `make test`.
 lint: dev
-	$(BIN)/ruff check traceflow bench tests
-	$(BIN)/python -m mypy traceflow
+	$(BIN)/ruff check --cache-dir $(VENV)/.cache/ruff traceflow bench tests
+	$(BIN)/python -m mypy --cache-dir $(VENV)/.cache/mypy traceflow
 
 test: dev lint chromium
 	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests

@@ -169,7 +169,7 @@ _ARG_FIELDS = st.sampled_from(["correlation", "External id", "device", "stream",
                                "Process Group Name", "In msg nelems", "dtype"])
 
 
-@settings(max_examples=300 if FULL else 25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=300 if FULL else 25, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(edits=st.lists(st.tuples(st.integers(0, len(_EVENTS) - 1), st.one_of(_FIELDS, _ARG_FIELDS), _VALUES,
                                 st.booleans()), min_size=1, max_size=12),
        batch=st.sampled_from([300, 5_000, 1 << 20]))
