@@ -248,19 +248,17 @@ def _overlapped(s, e, rank):
     two contexts run at once, so such a span holds another rank's turn (a preempted kernel's span
     holds a whole one; one cut at either end, part of one)."""
     import numpy as np
-    out = np.zeros(len(s), dtype=bool)
-    for r in np.unique(rank):
-        mine, other = rank == r, rank != r
-        os_, oe = s[other], e[other]
-        if not len(os_):
-            continue
+
+    from .derive.gpu_sharing import against_other_ranks
+
+    def overlaps(ms, me, os_, oe):
         reach = np.maximum.accumulate(oe)  # the latest end of the others' kernels started so far
-        j = np.searchsorted(os_, e[mine], side="left")  # others starting before my end
-        hit = np.zeros(int(mine.sum()), dtype=bool)
+        j = np.searchsorted(os_, me, side="left")  # others starting before my end
+        hit = np.zeros(len(ms), dtype=bool)
         ok = j > 0
-        hit[ok] = reach[j[ok] - 1] > s[mine][ok]
-        out[np.flatnonzero(mine)] = hit
-    return out
+        hit[ok] = reach[j[ok] - 1] > ms[ok]
+        return hit
+    return against_other_ranks(s, e, rank, overlaps)
 
 
 def own_kernel_ns(con, steps: list[int]) -> dict[tuple[int, int], int]:

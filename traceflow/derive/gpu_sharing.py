@@ -75,21 +75,29 @@ def _union_ns(s: np.ndarray, e: np.ndarray) -> int:
     return int(np.sum(ends - s[idx]))
 
 
-def _preempted(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """Kernels whose span holds a whole kernel of another rank: on a shared GPU, preempted at the end
-    of a turn and resumed in the next. (The first other-rank kernel starting after it is the test.)"""
+def against_other_ranks(s: np.ndarray, e: np.ndarray, rank: np.ndarray, test) -> np.ndarray:
+    """A flag per kernel (sorted by start): test(my starts, my ends, the others' starts, the others'
+    ends) for each rank's kernels against every other rank's on the device (claims.py asks too)."""
     out = np.zeros(len(s), dtype=bool)
     for r in np.unique(rank):
         mine, other = rank == r, rank != r
-        os_, oe = s[other], e[other]
-        if not len(os_):
-            continue
-        j = np.searchsorted(os_, s[mine], side="left")
-        ok = j < len(os_)
-        hold = np.zeros(int(mine.sum()), dtype=bool)
-        hold[ok] = oe[j[ok]] <= e[mine][ok]
-        out[np.flatnonzero(mine)] = hold
+        if other.any():
+            out[np.flatnonzero(mine)] = test(s[mine], e[mine], s[other], e[other])
     return out
+
+
+def _holds_whole(ms, me, os_, oe):
+    j = np.searchsorted(os_, ms, side="left")  # the first other-rank kernel starting after mine
+    ok = j < len(os_)
+    hold = np.zeros(len(ms), dtype=bool)
+    hold[ok] = oe[j[ok]] <= me[ok]
+    return hold
+
+
+def _preempted(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Kernels whose span holds a whole kernel of another rank: on a shared GPU, preempted at the end
+    of a turn and resumed in the next. (The first other-rank kernel starting after it is the test.)"""
+    return against_other_ranks(s, e, rank, _holds_whole)
 
 
 def _kept(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
