@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -481,11 +482,22 @@ def scratch_folder(parent: str | Path | None = None, prefix: str | None = None, 
     fd = -1
     done = False
     try:
-        try:
-            folder = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
-        except OSError as e:
-            raise OutputError(str(where), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
-                              + ("set TMPDIR to a folder with room" if parent is None else "the output's folder must be writable")) from None
+        # The name is chosen and kept before the folder is made (not mkdtemp, which makes it first): a
+        # signal landing as the folder appears still finds its name here to remove it (SIGTERM sent
+        # the moment a cluster's parts folder appeared left it behind, 1 CI run in 3).
+        for _ in range(100):
+            folder = where / f"{prefix}{secrets.token_hex(4)}"
+            try:
+                os.mkdir(folder, 0o700)
+                break
+            except FileExistsError:
+                folder = None
+            except OSError as e:
+                folder = None
+                raise OutputError(str(where), f"cannot create traceflow's scratch folder ({os_problem(e)}); "
+                                  + ("set TMPDIR to a folder with room" if parent is None else "the output's folder must be writable")) from None
+        if folder is None:
+            raise OutputError(str(where), "cannot create traceflow's scratch folder (100 names taken)")
         fd = os.open(folder / SCRATCH_MARKER, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -497,11 +509,7 @@ def scratch_folder(parent: str | Path | None = None, prefix: str | None = None, 
         done = True
     finally:
         if folder is None:
-            # A signal landed between mkdtemp making the folder and its name reaching `folder` (1
-            # Ctrl-C in 130 sent as the folder appeared left it): the prefix names this process.
-            if parent is None:
-                for p in where.glob(f"{glob_escape(prefix)}*"):
-                    shutil.rmtree(p, ignore_errors=True)
+            pass
         elif done and keep:
             (folder / SCRATCH_MARKER).unlink(missing_ok=True)
         else:
