@@ -342,11 +342,12 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
         tid = next_id
         next_id += 1
         con.execute("""INSERT INTO traces (trace_id, rank, world_size, source_path, source_format, source_hash,
-                       profiler_version, hostname, pid, device_name, clock_offset_ns, rank_source, warnings)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)""",
+                       profiler_version, hostname, pid, device_name, clock_offset_ns, rank_source, warnings,
+                       unread_device_work)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)""",
                     [tid, rank, trace.world_size or world, as_text(os.path.abspath(trace.source_path)), trace.source_format,
                      trace.source_hash, trace.profiler_version, trace.hostname, trace.pid, trace.device_name, src,
-                     trace.warnings])
+                     trace.warnings, trace.unread_device_work])
         loads.append((trace, tid, rank))
         result.traces.append({"trace_id": tid, "rank": rank, "file": trace.source_path, "format": trace.source_format,
                               "rank_source": src, **trace.counts})

@@ -111,7 +111,8 @@ CREATE TABLE traces (
     cpu_clock_offset_ns BIGINT DEFAULT 0,  -- Kineto: added to CPU ops / annotations to put them on the runtime calls' clock
     cpu_clock_consistent BOOLEAN,       -- FALSE: no single offset fits; figures mixing the two clocks are NULL
     rank_source VARCHAR,                -- where the rank came from: nccl | distributedInfo | file name | device | file order | pattern
-    warnings VARCHAR[]
+    warnings VARCHAR[],
+    unread_device_work VARCHAR          -- device events of categories not read ('cat (count), ...'); NULL where none
 )
 """
 
@@ -182,7 +183,9 @@ DOCS = {
         "cpu_clock_offset_ns": "Kineto: added to CPU ops and annotations to put them on the runtime calls' clock (ns)",
         "cpu_clock_consistent": "FALSE: no single offset fits; figures mixing the two clocks are NULL",
         "rank_source": "where the rank came from: nccl | distributedInfo | file name | device | file order | pattern",
-        "warnings": "what ingest dropped or refused in this file, and why"}),
+        "warnings": "what ingest dropped or refused in this file, and why",
+        "unread_device_work": "the file's only device work is of categories not read, with their counts "
+                              "('mtia_ccp_events (1,234)'); NULL where none"}),
     "gpu_ops": ("one row per GPU op (kernel, memcpy, memset) of every rank", {
         "device": "the GPU index", "short_name": "the profiler's short kernel name, when it records one",
         "correlation_id": "links the op to the host call that launched it (same trace)",
@@ -293,7 +296,7 @@ _ROLES = {
     "traces": "trace_id:trace rank:rank world_size:figure:count source_path:text source_format:text source_hash:text "
               "profiler_version:text hostname:text pid:key device_name:text clock_offset_ns:figure:ns clock_skew_ns:figure:ns "
               "clock_spread_ns:figure:ns clock_note:text cpu_clock_offset_ns:figure:ns cpu_clock_consistent:flag "
-              "rank_source:text warnings:text",
+              "rank_source:text warnings:text unread_device_work:text",
     "fr_dumps": "dump_id:key rank:rank world_size:figure:count source_path:text source_format:text source_hash:text "
                 "version:text rank_source:text n_entries:figure:count warnings:text",
     # fr_entries.op_id: the recorder's own id, not an op of gpu_ops / host_ops

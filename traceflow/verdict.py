@@ -78,11 +78,10 @@ def findings(con) -> dict:
         out["sentences"].append(hang["sentence"])
     steps = con.execute("SELECT step, wall_ns, warmup FROM tf_internal.findings_steps ORDER BY step").fetchall()
     if not steps:
-        from .readers.kineto import UNREAD_DEVICE_WORK
-        unread = con.execute("""SELECT w[len(?) + 1:] FROM (SELECT unnest(warnings) AS w FROM traces)
-                                WHERE starts_with(w, ?) LIMIT 1""", [UNREAD_DEVICE_WORK, UNREAD_DEVICE_WORK]).fetchone()
+        unread = con.execute("""SELECT unread_device_work FROM traces WHERE unread_device_work IS NOT NULL
+                                ORDER BY trace_id LIMIT 1""").fetchone()
         if unread:  # an accelerator ran whose events are not read (MTIA): not "no GPU work"
-            listed = unread[0].split("; GPU figures")[0]
+            listed = unread[0]
             out["sentences"].append(f"No GPU work of the kinds traceflow reads was recorded: events of other categories "
                                     f"were not read: {listed}, so there is nothing to analyse on the device side.")
         else:

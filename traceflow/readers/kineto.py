@@ -664,10 +664,12 @@ class _Converter:
         if self.bad_flops:
             warnings.append(f"{self.bad_flops} ops with a FLOP count that is negative or past 2^50 (NULL: no work known)")
         device = {c: k for c, k in self.unread.items() if c not in _HOST_ONLY_CATS}
+        unread_work = None
         if self.n["gpu_ops"] == 0 and device:
             # HTA's MTIA traces: their device work is `mtia_ccp_events`, launched by `mtia_runtime`
             # calls; "CPU-only" would say no accelerator ran, where one ran that is not read
             listed = ", ".join(f"{c} ({k:,})" for c, k in sorted(device.items(), key=lambda x: (-x[1], x[0]))[:4])
+            unread_work = listed
             warnings.append(f"{UNREAD_DEVICE_WORK}{listed}; GPU figures will be empty")
         elif self.n["gpu_ops"] == 0:
             warnings.append("no GPU events (CPU-only trace): GPU figures will be empty")
@@ -691,13 +693,13 @@ class _Converter:
             profiler_version=self.version, hostname=self.hostname or xla.hostname, pid=pid,
             device_name=self.device_name, rank_hint=self.rank,
             rank_hint_source="distributedInfo" if self.rank is not None else None,
-            world_size=self.world_size, warnings=warnings, key=key, counts=dict(self.n),
+            world_size=self.world_size, warnings=warnings, key=key, counts=dict(self.n), unread_device_work=unread_work,
             devices=tuple(sorted(set(xla.devices.values()))))
 
 
 _NO_ARGS = Args()
 _TABLE_NAMES = ("gpu_ops", "host_ops", "ranges")
-# The warning of a trace whose only device work is of categories not read (the verdict quotes it)
+# The warning of a trace whose only device work is of categories not read (its list: traces.unread_device_work)
 UNREAD_DEVICE_WORK = ("no GPU events of the kinds traceflow reads (CUDA / ROCm kernels, copies, memsets): "
                       "events of other categories were not read: ")
 # categories a CPU-only trace holds besides CPU ops: not device work left unread

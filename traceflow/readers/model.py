@@ -27,6 +27,9 @@ class ProcessTrace:
     devices: tuple = ()             # the GPU indices its GPU ops ran on, when the reader knows them (ranks.py)
     source_hash: str | None = None
     counts: dict = field(default_factory=dict)
+    # the file's only device work is of categories the reader does not read (HTA's MTIA traces):
+    # 'category (count), ...'; the verdict says so instead of "no GPU work" (traces.unread_device_work)
+    unread_device_work: str | None = None
     # a cluster's worker derived this process's per-rank tables into Parquet shards (rank_task.py):
     # shard (its id in them), gpu_ops (their count), cpu_clock_offset_ns, cpu_clock_consistent, notes,
     # span (first start, last end as recorded)
