@@ -13,8 +13,8 @@ from conftest import connect, fixture_files, needs_shared, run_cli, truth
 def recompute_critical_path(con, **walk_options) -> list[list[int]]:
     """The critical path's three modules (graph, walk, naming) run again, as ingest runs them;
     returns the walk's batches of steps."""
-    from traceflow import graph, packs
-    return graph.run(con, names=packs.CRITICAL_PATH_MODULES, **walk_options).timings["walk_batches"]
+    from traceflow import graph
+    return graph.run(con, names=graph.CRITICAL_PATH_MODULES, **walk_options).timings["walk_batches"]
 
 
 PATH_ROWS = "select step, ordinal, rank, kind, start_ns, end_ns, tid, op_id, name from critical_path order by step, ordinal"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from traceflow import derive, packs, schema, sqlmodules
-from traceflow.sqlmodules import creates, creates_public, referenced, requires, run_order
+from traceflow import graph, packs, schema, sqlmodules
+from traceflow.sqlmodules import creates, creates_public, referenced, requires
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted(sqlmodules.path(g, n) for g in sqlmodules.GROUPS for n in sqlmodules.names(g))
@@ -33,8 +33,7 @@ def test_comparisons_run_in_an_order_that_satisfies_the_declarations():
     """diff and scaling read a traceflow database's tables (attached as runs) and what their Python
     makes (the step pairs, the runs table); each module's requirements are made before it runs."""
     from traceflow.compare import COMPARISONS
-    database = packs.LOADED | derive.derived_tables() | {t for n in packs.run_order() for t in
-                                                          (packs.PYTHON_ANALYSES.get(n) or (creates(packs.pack_sql(n)),))[0]}
+    database = graph.LOADED | {t for s in graph.order() for t in s.creates}
     have = database | {"pairs"}
     for name in COMPARISONS:
         sql = sqlmodules.text("diff", name)
@@ -45,30 +44,27 @@ def test_comparisons_run_in_an_order_that_satisfies_the_declarations():
     assert requires(sqlmodules.text("scaling", "scaling")) == {"runs"}  # filled by run_summary, once per run
 
 
-def test_derive_order_satisfies_the_declarations():
-    have = set(packs.LOADED)
-    for name in derive.ORDER:
-        sql = derive.sql(name)
-        assert requires(sql) <= have | creates(sql), name
-        have |= creates(sql)
-
-
-def test_pack_order_is_computed_and_satisfies_the_declarations():
-    have = packs.LOADED | derive.derived_tables()
-    for name in packs.run_order():
-        made, needs = packs.PYTHON_ANALYSES.get(name) or (creates(packs.pack_sql(name)), requires(packs.pack_sql(name)))
-        assert needs <= have, (name, needs - have)
-        have |= made
-    assert set(packs.run_order()) == {p.stem for p in (ROOT / "queries").glob("*.sql")} | set(packs.PYTHON_ANALYSES)
+def test_the_one_order_satisfies_the_declarations_and_packs_follow_it():
+    """graph.order() is the only order: every step reads what the load or an earlier step made, and
+    the packs (`query --list`, their tables) come in that order."""
+    have = set(graph.loaded())
+    for s in graph.order():
+        assert s.reads <= have | set(s.creates), (s.name, s.reads - have)
+        have |= set(s.creates)
+    queries = [s.name for s in graph.order() if s.group == "queries"]
+    assert packs.run_order() == queries
+    assert set(queries) == {p.stem for p in (ROOT / "queries").glob("*.sql")}
 
 
 def test_the_checker_catches_an_undeclared_dependency():
     sql = "-- requires: gpu_ops\nCREATE OR REPLACE TABLE x AS WITH c AS (SELECT 1) SELECT * FROM gpu_ops JOIN idle_gaps USING (rank), c;"
     assert referenced(sql) == {"gpu_ops", "idle_gaps"} and requires(sql) == {"gpu_ops"}
-    with pytest.raises(ValueError, match="nothing makes"):
-        run_order({"a": "-- requires: nowhere\nCREATE TABLE a AS SELECT 1"}, set())
-    assert run_order({"b": "-- requires: a\nCREATE TABLE b AS SELECT * FROM a",
-                      "a": "-- requires: (nothing)\nCREATE TABLE a AS SELECT 1"}, set()) == ["a", "b"]
+    a = graph.Step("queries", "a", "job", frozenset({"nowhere"}), ("a",))
+    with pytest.raises(graph.GraphError, match="no module creates"):
+        graph.order([a], frozenset())
+    b = graph.Step("queries", "b", "job", frozenset({"a"}), ("b",))
+    a = graph.Step("queries", "a", "job", frozenset(), ("a",))
+    assert [s.name for s in graph.order([b, a], frozenset())] == ["a", "b"]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "queries").glob("*.sql")), ids=lambda p: p.name)
@@ -87,7 +83,7 @@ def test_every_pack_is_described_by_the_header_that_documents_its_table():
     from traceflow.comments import parse
     for p in packs.listing():
         assert p.description, p.name
-        made_by = [n for n in packs.run_order() if n not in packs.PYTHON_ANALYSES and p.table in parse(packs.pack_sql(n))[0]]
+        made_by = [n for n in packs.run_order() if p.table in parse(packs.pack_sql(n))[0]]
         assert len(made_by) == 1 and parse(packs.pack_sql(made_by[0]))[0][p.table].startswith(p.description), p.name
 
 

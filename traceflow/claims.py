@@ -501,9 +501,8 @@ def store(con):
                     " , row_number() OVER ()::INTEGER AS claim FROM tf_claims_rows")
     finally:
         con.unregister("tf_claims_rows")
-    from . import comments
-    from .packs import pack_sql
-    comments.apply_docs(con, comments.docs_for(pack_sql("findings"), ["findings"]))  # the table is new: its COMMENT ONs again
+    from . import comments, sqlmodules
+    comments.apply_docs(con, comments.docs_for(sqlmodules.text("queries", "findings"), ["findings"]))  # the table is new: its COMMENT ONs again
     con.execute("CREATE OR REPLACE TABLE tf_internal.claims_whatif AS SELECT ?::VARCHAR AS fixes", [json.dumps(table)])
     con.execute(f"INSERT OR REPLACE INTO tf_internal.metadata VALUES ('{DONE_KEY}', '1')")
 

@@ -51,6 +51,13 @@ CHECKS = ("checks", None, None)  # the invariants: quick, no phase of their own
 CLAIMS = ("claims", "checking each fix by the what-if replay", None)
 FINISH = ("finish", None, None)  # the format stamp and the comments
 PHASES = (DERIVE, ANALYSES, CRITICAL_PATH, CHECKS, CLAIMS, FINISH)
+CRITICAL_PATH_MODULES = ("cp_graph", "critical_path_walk", "critical_path")  # timed together
+
+# The tables there before any step: the readers' (schema.TABLES), the traces table, Flight Recorder
+# dumps' (fr_load.py); the peaks' two are the device_peaks step's (loaded() takes them out).
+LOADED = frozenset({"traces", "gpu_ops", "host_ops", "ranges", "device_peaks", "gpu_devices",
+                    "fr_dumps", "fr_entries", "fr_groups",
+                    "memory_events", "devices", "memory_segments", "memory_snapshot_blocks", "memory_snapshot_history"})
 
 
 @dataclass(frozen=True)
@@ -189,13 +196,19 @@ def _documented(group: str, text: str) -> list[str]:
     return made
 
 
+def _public(group: str) -> frozenset[str]:
+    """The public tables a group's modules make."""
+    return frozenset().union(*(sqlmodules.creates_public(sqlmodules.text(group, n)) for n in sqlmodules.names(group)))
+
+
 def _python_steps() -> list[Step]:
     from .invariants import reads as check_reads
-    from .packs import PYTHON_ANALYSES, public_tables
-    walk_creates, walk_reads = PYTHON_ANALYSES["critical_path_walk"]
+    # the walk runs between queries/cp_graph.sql (the graph) and queries/critical_path.sql (naming)
+    walk_reads = {"cp_gpu_preds", "cp_host_nodes", "collectives", "collective_waits", "gpu_ops", "step_windows"}
+    walk_creates = {"critical_path_raw"}
     loaded = frozenset({"gpu_ops", "host_ops", "ranges", "traces"})
-    documented = frozenset(public_tables()).union(*(sqlmodules.creates_public(sqlmodules.text("derive", n))
-                                                    for n in sqlmodules.names("derive")))
+    analyses = _public("queries")
+    documented = analyses | _public("derive")
     return [
         Step("python", "drop_absurd", "rank", loaded, (), _drop_absurd),
         Step("python", "host_clock", "rank", loaded, (), _host_clock),
@@ -207,7 +220,7 @@ def _python_steps() -> list[Step]:
         Step("python", "critical_path_walk", "job", frozenset(walk_reads), tuple(sorted(walk_creates)), _walk, CRITICAL_PATH),
         Step("python", "checks", "job", frozenset(check_reads()), (), _checks, CHECKS),
         # the claims replay each finding's fix over the analyses' tables
-        Step("python", "claims", "job", frozenset(public_tables()), ("claims_whatif",), _claims, CLAIMS),
+        Step("python", "claims", "job", analyses, ("claims_whatif",), _claims, CLAIMS),
         Step("python", "format_stamp", "job", frozenset(), (), _stamp, FINISH),
         Step("python", "comments", "job", documented | loaded, (), _comments, FINISH),
     ]
@@ -247,7 +260,6 @@ def time_columns() -> dict[str, tuple[str, ...]]:
 GROUPS = ("derive", "queries")  # the groups an ingest runs (diff/ and scaling/ compare databases)
 
 def _phase_of(group: str, name: str) -> tuple:
-    from .packs import CRITICAL_PATH_MODULES
     if group == "derive":
         return DERIVE
     return CRITICAL_PATH if name in CRITICAL_PATH_MODULES else ANALYSES
@@ -277,8 +289,7 @@ def _steps() -> tuple[Step, ...]:
 
 
 def loaded() -> frozenset[str]:
-    """The tables there before any step: the load's (packs.LOADED), less those a step makes."""
-    from .packs import LOADED
+    """The tables there before any step: the load's (LOADED), less those a step makes."""
     made = {t for s in _python_steps() for t in s.creates}
     return frozenset(LOADED - made)
 
@@ -309,19 +320,24 @@ def dependencies(graph: list[Step], available: frozenset[str] | None = None) -> 
             raise GraphError(f"{s.group}/{s.name} reads {', '.join(missing)}, which no module creates and the load does not "
                              "make: declare the module that creates it, or correct the reads")
         deps[s.name] |= {maker[t] for t in s.reads if t in maker and maker[t] != s.name}
-    for a, b in zip(STAGES, STAGES[1:]):
+    stages = [s for s in STAGES if s in by_name]  # a part of the graph (a test's) has some of them
+    for a, b in zip(stages, stages[1:]):
         deps[b].add(a)
-    for table, writers in REWRITES.items():
-        if bad := [w for w in writers if w not in STAGES or w not in by_name]:
+    rewrites = {}
+    for table, named in REWRITES.items():
+        if bad := [w for w in named if w not in STAGES]:
             raise GraphError(f"REWRITES[{table!r}] names {', '.join(bad)}: not a module of STAGES")
-        if list(writers) != sorted(writers, key=STAGES.index):
+        if list(named) != sorted(named, key=STAGES.index):
             raise GraphError(f"REWRITES[{table!r}]: its writers out of the STAGES order")
+        if writers := tuple(w for w in named if w in by_name):
+            rewrites[table] = writers
+    for table, writers in rewrites.items():
         if table in maker and maker[table] not in writers:
             deps[writers[0]].add(maker[table])
     # a reader of a rewritten table runs after its writers, but those that need it (they read the
     # table as it was before them): needed = upstream by what it makes and the stages' order
     after = _closure({n: set(d) for n, d in deps.items()})
-    for table, writers in REWRITES.items():
+    for table, writers in rewrites.items():
         for s in graph:
             if table in s.reads and s.name not in writers:
                 deps[s.name] |= {w for w in writers if s.name not in after[w]}

@@ -12,17 +12,6 @@ from dataclasses import dataclass
 
 from . import sqlmodules
 
-# Tables that exist before any pack runs: loaded by ingest, or made by traceflow/derive/.
-LOADED = {"traces", "gpu_ops", "host_ops", "ranges", "device_peaks", "gpu_devices",  # device_peaks, gpu_devices: hardware.py
-          "fr_dumps", "fr_entries", "fr_groups"}  # Flight Recorder dumps: fr_load.py
-LOADED |= {"memory_events", "devices", "memory_segments", "memory_snapshot_blocks", "memory_snapshot_history"}  # docs/memory.md
-# Analyses written in Python: name -> (tables they create, tables they require). The critical
-# path's walk runs between queries/cp_graph.sql (the graph) and queries/critical_path.sql (naming).
-PYTHON_ANALYSES: dict[str, tuple[set[str], set[str]]] = {
-    "critical_path_walk": ({"critical_path_raw"}, {"cp_gpu_preds", "cp_host_nodes", "collectives", "collective_waits",
-                                                    "gpu_ops", "step_windows"}),
-}
-CRITICAL_PATH_MODULES = ("cp_graph", "critical_path_walk", "critical_path")  # timed together
 # A pack is a public table of queries/: its name on the command line is the table's, with dashes
 # (step-breakdown); a file creates only tables whose names start with the file's (tests/test_sql_modules.py).
 # Older names kept working:
@@ -33,7 +22,7 @@ ALIASES = {"steps": "step_breakdown", "launch-bound": "launch_bound_steps"}
 def public_tables() -> tuple[str, ...]:
     """The public tables the analyses create (helpers live in schema tf_internal), in run order."""
     from .sqlmodules import creates_public
-    return tuple(t for f in run_order() if f not in PYTHON_ANALYSES for t in creates_public(pack_sql(f)))
+    return tuple(t for f in run_order() for t in creates_public(pack_sql(f)))
 
 
 def shows_first(pack: str) -> list[str]:
@@ -44,7 +33,7 @@ def shows_first(pack: str) -> list[str]:
     if table is None:
         return []
     for f in run_order():
-        if f not in PYTHON_ANALYSES and table in (d := declared(pack_sql(f))):
+        if table in (d := declared(pack_sql(f))):
             return d[table]
     return []
 
@@ -67,12 +56,9 @@ def pack_sql(name: str) -> str:
 
 
 def run_order() -> list[str]:
-    """The analyses (queries/*.sql and PYTHON_ANALYSES) in an order computed from their declared
-    dependencies (sqlmodules)."""
-    from .derive import derived_tables
-    modules = {name: pack_sql(name) for name in sqlmodules.names("queries")}
-    return sqlmodules.run_order(modules, LOADED | derived_tables(), PYTHON_ANALYSES, late=set(CRITICAL_PATH_MODULES))
-
+    """The packs (queries/*.sql) in the order the runner runs them (graph.order: the one order)."""
+    from . import graph
+    return [s.name for s in graph.order() if s.group == "queries"]
 
 
 @dataclass
@@ -88,7 +74,6 @@ def listing() -> list[PackInfo]:
     from .comments import parse
     described: dict[str, str] = {}
     for f in run_order():
-        if f not in PYTHON_ANALYSES:
-            described.update(parse(pack_sql(f))[0])
+        described.update(parse(pack_sql(f))[0])
     return [PackInfo(table.replace("_", "-"), table, described.get(table, "").split(". ")[0].rstrip("."))
             for table in public_tables()]

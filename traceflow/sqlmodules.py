@@ -17,19 +17,18 @@ by one parser (`module(group, name)`; the format: docs/architecture.md, "SQL mod
 
 tests/test_sql_modules.py checks each `requires` against the file's FROM / JOIN clauses, both
 ways, and each table's columns, types and order against the database the demo's ingest writes; the
-run order of the analyses is computed from these declarations (a topological order), COMMENT ON
+runner (graph.py) orders every step from these declarations (a topological order), COMMENT ON
 takes its text from them (comments.py) and the per-rank tables' time and id columns follow from
 their roles (rank_tables.py).
 
 Size: the module system in one place: finding the files, the header parser and its declaration
-types, and the SQL reading that checks the declarations (creates, referenced) and orders them.
+types, and the SQL reading that checks the declarations (creates, referenced).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from functools import cache
-from graphlib import TopologicalSorter
 from importlib import resources
 from pathlib import Path
 
@@ -213,30 +212,3 @@ def referenced(sql: str) -> set[str]:
     used = {u for u in _USES.findall(code) if u.lower() not in _NOT_TABLES}
     return used - set(_CTE.findall(code)) - creates(sql)
 
-
-def run_order(modules: dict[str, str], available: set[str],
-              python: dict[str, tuple[set[str], set[str]]] | None = None, late: frozenset[str] | set[str] = frozenset()) -> list[str]:
-    """Module names (name -> SQL text) in an order where each runs after the modules making what it
-    requires; `available` are tables made before any of them (loaded, derived); `python` are
-    analyses written in Python, name -> (tables it creates, tables it requires). Modules in `late`
-    wait while any other module can run (so that they run together, as one phase)."""
-    decl = {name: (creates(sql), requires(sql) or set()) for name, sql in modules.items()}
-    decl.update(python or {})
-    maker = {t: name for name, (made, _) in decl.items() for t in made}
-    graph = {}
-    for name, (_, needs) in sorted(decl.items()):
-        missing = needs - available - set(maker)
-        if missing:
-            raise ValueError(f"{name} requires {', '.join(sorted(missing))}, which nothing makes")
-        graph[name] = {maker[t] for t in needs if t in maker and maker[t] != name}
-    ts = TopologicalSorter(graph)
-    ts.prepare()
-    out: list[str] = []
-    ready: list[str] = []
-    while ts.is_active():
-        ready += ts.get_ready()
-        ready.sort(key=lambda n: (n in late, n))
-        name = ready.pop(0)
-        out.append(name)
-        ts.done(name)
-    return out
