@@ -108,17 +108,14 @@ def test_declared_docs_are_each_tables_own_and_continue_over_lines():
 
 
 def _declared():
-    from traceflow import schema, sqlmodules
-    out = dict(schema.declared())
-    for g in ("derive", "queries"):
-        for n in sqlmodules.names(g):
-            out.update(sqlmodules.module(g, n).tables)
-    return out
+    from traceflow import graph
+    return graph.declared_tables()
 
 
 def test_every_table_holds_the_declared_columns_in_order_with_their_types(demo_db):
-    """Each table the demo's database holds that a module or schema.py declares: exactly its declared
-    columns, in order, of the declared DuckDB types (duckdb_columns()); every other is a Python step's."""
+    """Every table the demo's database holds is declared (by schema.py, an SQL module's header or a
+    Python step's DECLARED): exactly its declared columns, in order, of the declared DuckDB types
+    (duckdb_columns())."""
     import duckdb
     con = duckdb.connect(demo_db, read_only=True)
     have: dict[str, list] = {}
@@ -130,11 +127,9 @@ def test_every_table_holds_the_declared_columns_in_order_with_their_types(demo_d
     checked = [t for t in declared if t in have]
     for t in checked:
         assert have[t] == [(c.name, c.type) for c in declared[t].columns], t
-    assert len(checked) >= 60 and {"idle_gaps", "gpu_ops", "step_windows", "findings", "traces", "fr_entries"} <= set(checked)
-    # the rest are made by steps written in Python (device peaks, GPU sharing, the critical path's
-    # walk, the claims' what-ifs, the format stamp): their declarations are the runner's (issue 44)
-    assert set(have) - set(declared) <= {"device_peaks", "gpu_devices", "gpu_sharing", "critical_path_raw",
-                                          "claims_whatif", "metadata"}, set(have) - set(declared)
+    assert len(checked) >= 60 and {"idle_gaps", "gpu_ops", "step_windows", "findings", "traces", "fr_entries",
+                                    "gpu_sharing", "device_peaks", "critical_path_raw", "metadata"} <= set(checked)
+    assert set(have) - set(declared) == set()
 
 
 def test_time_columns_hold_epoch_ns_inside_the_traces_and_ids_name_ops(demo_db):

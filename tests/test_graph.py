@@ -152,3 +152,20 @@ def test_a_table_of_definitions_is_made_where_a_rank_step_reads_it():
     worker = [s.name for s in graph.for_scope(order, "rank")]
     assert "kinds" in worker and worker.index("kinds") < worker.index("uses_kinds")
     assert "kinds" in [s.name for s in graph.for_scope(order, "job", frozenset(SHARDED))]
+
+
+def test_every_table_a_python_step_creates_is_declared_with_its_columns():
+    """A Python step declares its tables in the SQL modules' header syntax (its module's DECLARED):
+    each table it creates, with typed columns of known roles, and its DDL follows from that."""
+    from traceflow import sqlmodules
+    python = [s for s in graph.steps() if s.run is not None and s.creates]
+    assert {s.name for s in python} >= {"gpu_sharing", "device_peaks", "critical_path_walk", "claims"}
+    declared = graph.declared_tables()
+    for s in python:
+        for t in s.creates:
+            if t == "clock_shifts":  # a TEMP table between the alignment and the shift: no table of the database
+                continue
+            assert t in declared and declared[t].columns, (s.name, t)
+            assert all(sqlmodules.valid_role(c.role) and c.doc for c in declared[t].columns), t
+            assert sqlmodules.create_table(t, declared[t]).startswith(f"CREATE OR REPLACE TABLE {t} (")
+

@@ -278,9 +278,11 @@ def declared_reads(source: str) -> set[str] | None:
 
 def known_tables() -> set[str]:
     """Every table or view something of traceflow's makes: the SQL modules, the loaded tables
-    (schema.py), and every CREATE in a string of traceflow's Python."""
-    from traceflow import schema, sqlmodules
+    (schema.py), the Python steps' declared ones (graph.declared_tables), and every CREATE in a
+    string of traceflow's Python."""
+    from traceflow import graph, schema, sqlmodules
     out = {t for g in sqlmodules.GROUPS for n in sqlmodules.names(g) for t in sqlmodules.creates(sqlmodules.text(g, n))}
+    out |= set(graph.declared_tables())
     out |= set(getattr(schema, "TABLES", {})) | set(getattr(schema, "FR_TABLES", {}))
     if_not_exists = re.compile(r"\bCREATE\s+(?:TABLE|VIEW)\s+IF\s+NOT\s+EXISTS\s+(?:\w+\.)?(\w+)", re.I)
     for p in PACKAGE.rglob("*.py"):

@@ -25,10 +25,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from . import sqlmodules
 from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
-READS = frozenset({"findings_steps", "gpu_ops", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
+READS = frozenset({"claims_whatif", "findings_steps", "gpu_ops", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
                    "step_causes", "step_coverage", "stragglers", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
@@ -39,6 +40,10 @@ MAX_REPLAYED_STEPS = 12  # replays per scenario: the analysed steps, evenly thin
 CLAIM_COLUMNS = {"fix": "VARCHAR", "gain_ns": "BIGINT", "steps_affected": "INTEGER", "recover_ns": "BIGINT",
                  "yardstick": "BOOLEAN", "repro_sql": "VARCHAR", "figure": "DOUBLE", "unit": "VARCHAR",
                  "baseline": "DOUBLE", "scenario": "VARCHAR", "fix_short": "VARCHAR"}
+DECLARED = sqlmodules.declared("""
+-- @table claims_whatif: the what-if table of the verdict's fixes, as the report's section shows it (one row)
+-- @column fixes VARCHAR text the fixes replayed, each with its predicted gain (JSON)
+""", __file__)
 DONE_KEY = "claims"  # tf_internal.metadata: the claims were built into `findings` at ingest
 
 
@@ -501,9 +506,10 @@ def store(con):
                     " , row_number() OVER ()::INTEGER AS claim FROM tf_claims_rows")
     finally:
         con.unregister("tf_claims_rows")
-    from . import comments, sqlmodules
+    from . import comments
     comments.apply_docs(con, comments.docs_for(sqlmodules.text("queries", "findings"), ["findings"]))  # the table is new: its COMMENT ONs again
-    con.execute("CREATE OR REPLACE TABLE tf_internal.claims_whatif AS SELECT ?::VARCHAR AS fixes", [json.dumps(table)])
+    con.execute(sqlmodules.create_table("claims_whatif", DECLARED["claims_whatif"], "tf_internal"))
+    con.execute("INSERT INTO tf_internal.claims_whatif VALUES (?)", [json.dumps(table)])
     con.execute(f"INSERT OR REPLACE INTO tf_internal.metadata VALUES ('{DONE_KEY}', '1')")
 
 

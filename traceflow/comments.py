@@ -41,9 +41,9 @@ def docs_for(sql_text: str, tables: list[str]) -> dict[str, tuple[str | None, di
     return {t: (docs.get(t), by_table.get(t, {})) for t in tables}
 
 
-def comment_table(con, table: str, text: str, columns: dict[str, str]):
-    """COMMENT ON a table Python makes (its docs kept beside its DDL)."""
-    apply_docs(con, {table: (text, columns)})
+def comment_declared(con, declared: dict, tables) -> None:
+    """COMMENT ON tables a Python step makes, from their declarations (sqlmodules.declared)."""
+    apply_docs(con, {t: (declared[t].doc, {c.name: c.doc for c in declared[t].columns}) for t in tables})
 
 
 def apply_docs(con, wanted: dict[str, tuple[str | None, dict[str, str]]]):

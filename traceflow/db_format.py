@@ -9,6 +9,7 @@ differently; additions nothing reads yet need no bump.
 """
 from __future__ import annotations
 
+from . import sqlmodules
 from .duck import INTERNAL, sql_string
 from .errors import InputError
 
@@ -17,6 +18,11 @@ FORMAT = 6  # 1: the first versioned format; 2: sync_extra (the stall what-if re
 # (claims.py); 5: gpu_sharing, partial_capture, collective_waits.blamed_ns / sharing (issue 41);
 # 6: traces.unread_device_work (the verdict read it from a warning's text)
 METADATA = f"{INTERNAL}.metadata"
+DECLARED = sqlmodules.declared("""
+-- @table metadata: facts about the database: its format, the job's name, the steps done
+-- @column key VARCHAR key format | name | claims
+-- @column value VARCHAR text the fact
+""", __file__)
 
 
 def stamp(con) -> None:

@@ -71,6 +71,7 @@ class Step:
     creates: tuple[str, ...]
     run: Callable[[Run], None] | None = None
     phase: tuple = DERIVE
+    declared_in: str | None = None  # a Python step: the module whose DECLARED declares the tables it creates
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -214,14 +215,18 @@ def _python_steps() -> list[Step]:
         Step("python", "host_clock", "rank", loaded, (), _host_clock),
         Step("python", "clock_align", "job", frozenset({"collectives", "gpu_ops", "traces"}), ("clock_shifts",), _clock_align),
         Step("python", "clock_shift", "job", frozenset({"clock_shifts"}), (), _clock_shift),
-        Step("python", "gpu_sharing", "job", frozenset({"gpu_ops", "traces"}), ("gpu_sharing",), _gpu_sharing),
+        Step("python", "gpu_sharing", "job", frozenset({"gpu_ops", "traces"}), ("gpu_sharing",), _gpu_sharing,
+             declared_in="traceflow.derive.gpu_sharing"),
         # rank scope: a worker's analyses of work and peaks read the peaks (and the client's warnings say them)
-        Step("python", "device_peaks", "rank", frozenset({"gpu_ops", "traces"}), ("device_peaks", "gpu_devices"), _peaks),
-        Step("python", "critical_path_walk", "job", frozenset(walk_reads), tuple(sorted(walk_creates)), _walk, CRITICAL_PATH),
+        Step("python", "device_peaks", "rank", frozenset({"gpu_ops", "traces"}), ("device_peaks", "gpu_devices"), _peaks,
+             declared_in="traceflow.hardware"),
+        Step("python", "critical_path_walk", "job", frozenset(walk_reads), tuple(sorted(walk_creates)), _walk, CRITICAL_PATH,
+             declared_in="traceflow.critical_path.segments"),
         Step("python", "checks", "job", frozenset(check_reads()), (), _checks, CHECKS),
         # the claims replay each finding's fix over the analyses' tables
-        Step("python", "claims", "job", analyses, ("claims_whatif",), _claims, CLAIMS),
-        Step("python", "format_stamp", "job", frozenset(), (), _stamp, FINISH),
+        Step("python", "claims", "job", analyses, ("claims_whatif",), _claims, CLAIMS, declared_in="traceflow.claims"),
+        # the format's row of tf_internal.metadata (made by the load, job_name.py: not created here)
+        Step("python", "format_stamp", "job", frozenset(), (), _stamp, FINISH, declared_in="traceflow.db_format"),
         Step("python", "comments", "job", documented | loaded, (), _comments, FINISH),
     ]
 
@@ -286,6 +291,21 @@ def steps() -> list[Step]:
 @functools.cache
 def _steps() -> tuple[Step, ...]:
     return tuple([sql_step(g, n) for g in GROUPS for n in sqlmodules.names(g)] + _python_steps())
+
+
+def declared_tables() -> dict[str, sqlmodules.TableDecl]:
+    """{table: its declaration} of every table an ingest makes: the load's (schema.py), each SQL
+    module's (its header) and each Python step's (its module's DECLARED, in the same syntax)."""
+    import importlib
+
+    from . import schema
+    out = dict(schema.declared())
+    for s in steps():
+        if s.run is None:
+            out.update(sqlmodules.module(s.group, s.name).tables)
+        elif s.declared_in:
+            out.update(importlib.import_module(s.declared_in).DECLARED)
+    return out
 
 
 def loaded() -> frozenset[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import sqlmodules
+
 
 @dataclass(frozen=True)
 class Peaks:
@@ -63,22 +65,35 @@ def lookup(device_name: str | None) -> Peaks | None:
     return None
 
 
-DDL = """CREATE OR REPLACE TABLE device_peaks (rank INTEGER, device_name VARCHAR, device VARCHAR,
-    bf16_tflops DOUBLE, fp16_tflops DOUBLE, tf32_tflops DOUBLE, fp32_tflops DOUBLE, fp64_tflops DOUBLE,
-    gbps DOUBLE, source VARCHAR, any_tflops DOUBLE)"""
-DOCS = ("per rank: the GPU's peak throughput that the roofline and MFU use (traceflow/hardware.py)", {
-    "device_name": "the name the trace records", "device": "the entry of traceflow's table it matched (NULL: unknown)",
-    "bf16_tflops": "dense BF16 tensor peak (TFLOP/s)", "fp16_tflops": "dense FP16 tensor peak (TFLOP/s)",
-    "tf32_tflops": "dense TF32 tensor peak (TFLOP/s)", "fp32_tflops": "FP32 peak without tensor cores (TFLOP/s)",
-    "fp64_tflops": "FP64 peak (TFLOP/s)", "gbps": "peak memory bandwidth (GB/s)",
-    "source": "where the figures come from: a datasheet, or --peak-tflops / --peak-gbps",
-    "any_tflops": "the peak for ops whose dtype the trace does not record (nsys emit_nvtx ranges): known only "
-                  "when one figure holds for every dtype (--peak-tflops), else NULL"})
+DECLARED = sqlmodules.declared("""
+-- @table device_peaks: per rank: the GPU's peak throughput that the roofline and MFU use (traceflow/hardware.py)
+-- @column rank INTEGER rank the rank
+-- @column device_name VARCHAR text the name the trace records
+-- @column device VARCHAR text the entry of traceflow's table it matched (NULL: unknown)
+-- @column bf16_tflops DOUBLE figure:tflops dense BF16 tensor peak (TFLOP/s)
+-- @column fp16_tflops DOUBLE figure:tflops dense FP16 tensor peak (TFLOP/s)
+-- @column tf32_tflops DOUBLE figure:tflops dense TF32 tensor peak (TFLOP/s)
+-- @column fp32_tflops DOUBLE figure:tflops FP32 peak without tensor cores (TFLOP/s)
+-- @column fp64_tflops DOUBLE figure:tflops FP64 peak (TFLOP/s)
+-- @column gbps DOUBLE figure:gbps peak memory bandwidth (GB/s)
+-- @column source VARCHAR text where the figures come from: a datasheet, or --peak-tflops / --peak-gbps
+-- @column any_tflops DOUBLE figure:tflops the peak for ops whose dtype the trace does not record (nsys
+--     emit_nvtx ranges): known only when one figure holds for every dtype (--peak-tflops), else NULL
+-- @table gpu_devices: per rank and GPU it ran work on: the physical device where the trace identifies it (traceflow/hardware.py)
+-- @column rank INTEGER rank the rank
+-- @column device INTEGER key the device index the rank's GPU ops ran on (gpu_ops.device)
+-- @column gpu_uuid VARCHAR key the GPU's UUID (nsys TARGET_INFO_GPU.uuid); NULL where the trace does not
+--     record it (Kineto) or the source file is gone
+-- @column bus_id VARCHAR key the GPU's PCI bus id (nsys TARGET_INFO_GPU.busLocation), NULL where not recorded
+-- @column hostname VARCHAR text the host the rank ran on, as the trace records it (NULL: not recorded)
+-- @column pid BIGINT key the rank's process id
+-- @column source_format VARCHAR text 'nsys-sqlite' | 'kineto-json' | 'xla-json' | 'autograd-json' | 'perfetto'
+""", __file__)
 
 
 def load_peaks(con, peak_tflops: float | None = None, peak_gbps: float | None = None) -> list[str]:
     """Fill device_peaks from traces.device_name; returns warnings for devices with no known peaks."""
-    con.execute(DDL)
+    con.execute(sqlmodules.create_table("device_peaks", DECLARED["device_peaks"]))
     warnings, rows = [], []
     for rank, name in con.execute("SELECT rank, device_name FROM traces ORDER BY rank").fetchall():
         p = lookup(name)
@@ -95,7 +110,7 @@ def load_peaks(con, peak_tflops: float | None = None, peak_gbps: float | None = 
     if rows:
         con.executemany("INSERT INTO device_peaks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     from . import comments
-    comments.comment_table(con, "device_peaks", *DOCS)
+    comments.comment_declared(con, DECLARED, ["device_peaks"])
     load_devices(con)
     return _one_warning_per_device(warnings)
 
@@ -112,17 +127,6 @@ def _one_warning_per_device(warnings: list[str]) -> list[str]:
 # Ranks on one GPU time-slice it: each rank's MFU counts the whole device's peak for itself, and
 # its "idle" and "exposed communication" include time the device spent on the other ranks' kernels
 # (queries/findings.sql says so in the verdict).
-DEVICES_DDL = """CREATE OR REPLACE TABLE gpu_devices (rank INTEGER, device INTEGER, gpu_uuid VARCHAR, bus_id VARCHAR,
-    hostname VARCHAR, pid BIGINT, source_format VARCHAR)"""
-DEVICES_DOCS = ("per rank and GPU it ran work on: the physical device where the trace identifies it (traceflow/hardware.py)", {
-    "device": "the device index the rank's GPU ops ran on (gpu_ops.device)",
-    "gpu_uuid": "the GPU's UUID (nsys TARGET_INFO_GPU.uuid); NULL where the trace does not record it (Kineto) or "
-                "the source file is gone",
-    "bus_id": "the GPU's PCI bus id (nsys TARGET_INFO_GPU.busLocation), NULL where not recorded",
-    "hostname": "the host the rank ran on, as the trace records it (NULL: not recorded)",
-    "pid": "the rank's process id", "source_format": "'nsys-sqlite' | 'kineto-json' | 'xla-json' | 'autograd-json' | 'perfetto'"})
-
-
 def _nsys_gpus(path: str) -> dict[int, tuple[str | None, str | None]]:
     """{device id: (uuid, bus id)} from an Nsight Systems export; {} when the file or table is absent."""
     import os
@@ -144,7 +148,7 @@ def _nsys_gpus(path: str) -> dict[int, tuple[str | None, str | None]]:
 
 def load_devices(con) -> None:
     """Fill gpu_devices: one row per rank and device index its GPU ops used."""
-    con.execute(DEVICES_DDL)
+    con.execute(sqlmodules.create_table("gpu_devices", DECLARED["gpu_devices"]))
     used = con.execute("""SELECT t.rank, g.device, t.source_path, t.source_format, t.hostname, t.pid
                           FROM traces t JOIN (SELECT DISTINCT rank, device FROM gpu_ops WHERE device IS NOT NULL) g
                           USING (rank) ORDER BY t.rank, g.device""").fetchall()
@@ -157,4 +161,4 @@ def load_devices(con) -> None:
     if rows:
         con.executemany("INSERT INTO gpu_devices VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
     from . import comments
-    comments.comment_table(con, "gpu_devices", *DEVICES_DOCS)
+    comments.comment_declared(con, DECLARED, ["gpu_devices"])

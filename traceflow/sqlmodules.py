@@ -172,6 +172,18 @@ def module(group: str, name: str) -> Module:
                   creates=tuple(dict.fromkeys(_CREATES.findall(_code(sql)))), tables=tables)
 
 
+def declared(header: str, where: str) -> dict[str, TableDecl]:
+    """The tables a step written in Python declares, in the SQL modules' header syntax (`-- @table`,
+    `-- @column name TYPE role doc`): one parser and one kind of declaration for every step."""
+    return parse_header(header, where)[2]
+
+
+def create_table(table: str, decl: TableDecl, schema: str | None = None) -> str:
+    """CREATE OR REPLACE TABLE of a declared table, its columns in order: the DDL follows from the declaration."""
+    cols = ", ".join(f"{c.name} {c.type}" for c in decl.columns)
+    return f"CREATE OR REPLACE TABLE {schema + '.' if schema else ''}{table} ({cols})"
+
+
 def modules(group: str) -> list[Module]:
     return [module(group, n) for n in names(group)]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import sqlmodules
+
 # Segment kinds by code: the walk keeps codes and ids, SQL names them.
 KINDS = ("gpu_compute", "gpu_comm", "gpu_memory", "launch", "host_cpu", "host_sync", "peer_wait", "idle")
 GPU_COMPUTE, GPU_COMM, GPU_MEMORY, LAUNCH, HOST_CPU, HOST_SYNC, PEER_WAIT, IDLE = range(len(KINDS))
@@ -41,13 +43,27 @@ def merge_host_runs(segs: np.ndarray) -> np.ndarray:
     return out
 
 
+DECLARED = sqlmodules.declared("""
+-- @table critical_path_raw: the walk's segments of each step's critical path, in order (queries/critical_path.sql
+--     names and summarises them)
+-- @column step INTEGER key the step
+-- @column ordinal INTEGER key the segment's place on the step's path, from its start
+-- @column rank INTEGER rank the rank the segment lies on
+-- @column kind VARCHAR text what the path is doing: gpu_compute | gpu_comm | gpu_memory | launch | host_cpu |
+--     host_sync | peer_wait | idle
+-- @column start_ns BIGINT time the segment's start
+-- @column end_ns BIGINT time the segment's end
+-- @column tid BIGINT key the host thread (host segments)
+-- @column op_id BIGINT key the op of gpu_ops or host_ops the segment lies in, by its kind (NULL: none)
+""", __file__)
+
+
 class Writer:
     """Segments into tf_internal.critical_path_raw in bounded batches."""
 
     def __init__(self, con):
         self.con, self.parts, self.n = con, [], 0
-        con.execute("""CREATE OR REPLACE TABLE tf_internal.critical_path_raw (step INTEGER, ordinal INTEGER, rank INTEGER,
-                       kind VARCHAR, start_ns BIGINT, end_ns BIGINT, tid BIGINT, op_id BIGINT)""")
+        con.execute(sqlmodules.create_table("critical_path_raw", DECLARED["critical_path_raw"], "tf_internal"))
 
     def add(self, step: int, segs: np.ndarray):
         self.parts.append((step, segs))

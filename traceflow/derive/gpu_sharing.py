@@ -36,20 +36,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import sqlmodules
+
 OVERLAP_MAX_PCT = 0.5   # timestamp rounding (Kineto: 1 us) leaves a trace of overlap on a time-sliced GPU
 MIN_TURNS = 10          # fewer hand-overs are too few to tell time slicing from chance (one step of the bundled job: 16 per pair)
 
-DOCS = ("ranks time-slicing one GPU, told from their kernels (traceflow/derive/gpu_sharing.py)", {
-    "device_key": "host:device index ('' where no host is recorded)",
-    "ranks": "the ranks of one group: every pair's kernels take turns on the device, or (time_sliced false) the rest",
-    "time_sliced": "the ranks' kernels never overlap (preempted spans left out) over 10 hand-overs or more",
-    "turn_ns": "the time slice: the 90th percentile of turns (ns); NULL where not time-sliced",
-    "how": "how it was told, with the figures",
-    "overlap_pct": "share of the ranks' kernel time overlapping another rank's (preempted spans left out)",
-    "turns": "hand-overs counted"})
-
-DDL = """CREATE OR REPLACE TABLE gpu_sharing (device_key VARCHAR, ranks INTEGER[], time_sliced BOOLEAN,
-    turn_ns BIGINT, how VARCHAR, overlap_pct DOUBLE, turns BIGINT)"""
+DECLARED = sqlmodules.declared("""
+-- @table gpu_sharing: ranks time-slicing one GPU, told from their kernels (traceflow/derive/gpu_sharing.py)
+-- @column device_key VARCHAR key host:device index ('' where no host is recorded)
+-- @column ranks INTEGER[] key the ranks of one group: every pair's kernels take turns on the device, or
+--     (time_sliced false) the rest
+-- @column time_sliced BOOLEAN flag the ranks' kernels never overlap (preempted spans left out) over 10 hand-overs or more
+-- @column turn_ns BIGINT figure:ns the time slice: the 90th percentile of turns (ns); NULL where not time-sliced
+-- @column how VARCHAR text how it was told, with the figures
+-- @column overlap_pct DOUBLE figure:percent share of the ranks' kernel time overlapping another rank's
+--     (preempted spans left out)
+-- @column turns BIGINT figure:count hand-overs counted
+""", __file__)
 
 _KERNELS = """
 SELECT coalesce(t.hostname, '') || ':' || g.device AS device_key, g.rank, g.start_ns, g.end_ns
@@ -185,7 +188,7 @@ def _groups(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> list[list[int]]:
 
 def detect(con) -> None:
     """Fill gpu_sharing from gpu_ops (times as they stand: clock alignment calls it on the recorded ones)."""
-    con.execute(DDL)
+    con.execute(sqlmodules.create_table("gpu_sharing", DECLARED["gpu_sharing"]))
     rows = []
     for key, (s, e, rank) in _device_kernels(con).items():
         where = ("the same device index (no host recorded)" if key.startswith(":")
@@ -201,7 +204,7 @@ def detect(con) -> None:
     if rows:
         con.executemany("INSERT INTO gpu_sharing VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
     from .. import comments
-    comments.comment_table(con, "gpu_sharing", *DOCS)
+    comments.comment_declared(con, DECLARED, ["gpu_sharing"])
 
 
 FIT_WINDOW_NS = 10_000_000  # the collective estimate is off by the ranks' natural offsets: 1.4-6.6 ms measured
