@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
