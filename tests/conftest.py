@@ -272,6 +272,7 @@ SWEEPS = {
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
     "test_fault_jobs_claims_pass_the_oracle_and_the_headline_names_the_fault", "test_wild_multi_rank_claims_pass_the_oracle",
     "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
+    "test_the_bounded_grouping_is_the_exhaustive_one", "test_the_bound_rejects_only_pairs_the_exact_test_rejects",
 }
 
 

@@ -34,6 +34,8 @@ Size: the detection of turns and the clock fit that uses them share the kernels'
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from .. import sqlmodules
@@ -144,9 +146,9 @@ def _device_kernels(con) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     return out
 
 
-def _sliced(s: np.ndarray, e: np.ndarray, rank: np.ndarray, ranks) -> tuple[bool, float, int, int | None]:
-    sel = np.isin(rank, list(ranks))
-    overlap, turns, turn_ns = measure(s[sel], e[sel], rank[sel])
+def _sliced(s: np.ndarray, e: np.ndarray, rank: np.ndarray, idx: np.ndarray) -> tuple[bool, float, int, int | None]:
+    """The test of the ranks whose kernels are at positions `idx` (ascending: the device's order)."""
+    overlap, turns, turn_ns = measure(s[idx], e[idx], rank[idx])
     return overlap < OVERLAP_MAX_PCT and turns >= MIN_TURNS, overlap, turns, turn_ns
 
 
@@ -157,12 +159,152 @@ def _by_rank(rank: np.ndarray) -> dict[int, np.ndarray]:
     return {int(rank[part[0]]): part for part in np.split(order, cut)}
 
 
-def _groups(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> list[list[int]]:
+def _positions(at: dict[int, np.ndarray], ranks) -> np.ndarray:
+    """The positions of these ranks' kernels in the device's order (what np.isin over all kernels selects)."""
+    return np.sort(np.concatenate([at[r] for r in ranks]))
+
+
+PASSES = (32, 128, None)  # the bound's passes: a rank's 32, then 128 longest kernels, then all (docs/scale-out.md)
+CHUNK = 1 << 22  # elements of a pass's ranks × kernels matrices at a time (bounded memory)
+
+
+def _pieces(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint pieces of kernels sorted by start: each from its kernel's start or the furthest end of
+    the kernels before it, whichever is later, to its end (empty where that is earlier). Starts and
+    ends both ascend."""
+    prev = np.maximum.accumulate(np.concatenate((s[:1], e[:-1])))
+    return np.maximum(s, prev), np.maximum(e, prev)
+
+
+class _Bound:
+    """A sound, cheap rejection of pairs of ranks that `_groups`' exact test would reject: one candidate
+    rank against every rank already placed in a group at once (numpy, no loop over ranks).
+
+    The exact test of ranks q, r rejects the pair when (a) 2·min(kernels) + 1 < MIN_TURNS, (b) all of
+    one rank's kernels start before the other's first, or (c) after `_kept` its overlap % is not under
+    OVERLAP_MAX_PCT (or its turns are too few: not bounded here). (a) and (b) are the exact test's own
+    skips, on per-rank counts and first/last starts. For (c) the overlap % is 100·|A∩B| / (|A| + |B|),
+    A and B the unions of q's and r's kept kernels. Why the bound below never exceeds it:
+    - `_kept` leaves out a kernel k of q exactly when r's first kernel starting at or after k's start
+      ends by k's end (`_holds_whole`; one rank's positions keep the device's order, so r's kernels
+      alone give the same first kernel as the pair's merged arrays). Each kernel the bound uses is
+      tested with that very rule on the partner's full arrays: a kernel called kept is kept.
+    - a rank's kernels used are cut to disjoint pieces (`_pieces`: each a part of its kernel), so the
+      kept pieces P of q and Q of r lie in A and B, and Σ over pairs of pieces |p ∩ q| = |P ∩ Q| ≤ |A ∩ B|.
+    - |A| + |B| ≤ U_q + U_r, the unions of all their kernels, kept or not; and where every kernel
+      is tested (the last pass), |A| ≤ the sum of q's kept kernels' lengths, likewise |B| (preempted
+      spans are half the kernel time of the bundled ddp4_sync_stall: U alone let 9 of 56 overlapping
+      pairs of its derived ranks through).
+    So 100·|P∩Q| / (the bound of |A| + |B|) ≤ the overlap %; where it reaches OVERLAP_MAX_PCT (with a margin of
+    1e-9 for rounding) the exact test rejects the pair. In PASSES, each on the ranks of the groups the
+    one before left in: a rank's 32 longest kernels (most pairs of overlapping ranks), its 128, then
+    all (1,024 derived ranks: 523,776 pairs, 64,860 left after the first pass, 2,806 after the second;
+    some overlap by as little as 0.74 %, 145 µs apart, which only the last pass sees).
+    A group is rejected when one of its members is (the exact test asks all of them: on the derived
+    ranks the first member of most groups takes turns with the candidate, the second not); every
+    group not rejected is tested exactly as before, in the same order, so the groups are those the
+    exhaustive test makes, by construction (tests/test_gpu_sharing.py compares them)."""
+
+    def __init__(self, s: np.ndarray, e: np.ndarray, at: dict[int, np.ndarray]):
+        self.s, self.e, self.at = s, e, at
+        self.t0 = int(s.min()) if len(s) else 0
+        self.span = int(e.max()) - self.t0 + 1 if len(s) else 1
+        self.ok = self.span * (len(at) + 1) < 2 ** 62  # the keys below fit in int64 (else: no bound (c))
+        # per pass: the kernels it uses of the placed ranks (rows), one rank after the other in the
+        # order they were placed, keyed row·span + start - t0 (sorted as rows are added: one search
+        # finds each row's), with their ends and pieces
+        size = [sum(min(len(p), a or len(p)) for p in at.values()) for a in PASSES]
+        self.lv = [{k: np.empty(m, dtype=np.int64) for k in ("key", "e", "ps", "pe")} for m in size]
+        self.filled = [0 for _ in PASSES]
+        self.seg_end = [np.zeros(len(at), dtype=np.int64) for _ in PASSES]
+        self.full = len(PASSES) - 1  # the pass of all kernels (its keys: every kernel of each row)
+        self.G = 0  # rows
+        self.group, self.n, self.first, self.last = (np.zeros(len(at), dtype=np.int64) for _ in range(4))
+        self.union = np.zeros(len(at), dtype=np.float64)
+
+    def rank_info(self, r: int) -> dict:
+        pos = self.at[r]
+        s, e = self.s[pos], self.e[pos]
+        longest = np.argsort(-(e - s), kind="stable")
+        lv = []
+        for a in PASSES:
+            take = np.sort(longest[:a]) if a else slice(None)  # in start order
+            lv.append((s[take], e[take], *_pieces(s[take], e[take])))
+        return {"n": len(pos), "first": s[0], "last": s[-1], "union": _union_ns(s, e), "lv": lv}
+
+    def add(self, x: dict, group: int) -> None:
+        """The rank whose rank_info is x, placed in group number `group`."""
+        g = self.G
+        for i, (s, e, ps, pe) in enumerate(x["lv"]):
+            lv, a, b = self.lv[i], self.filled[i], self.filled[i] + len(s)
+            lv["key"][a:b], lv["e"][a:b], lv["ps"][a:b], lv["pe"][a:b] = g * self.span + (s - self.t0), e, ps, pe
+            self.filled[i] = self.seg_end[i][g] = b
+        self.group[g], self.n[g], self.first[g], self.last[g], self.union[g] = \
+            group, x["n"], x["first"], x["last"], x["union"]
+        self.G += 1
+
+    def rejected(self, x: dict, groups: int) -> np.ndarray:
+        """Per group, True where a pair (one of its members, the rank whose rank_info is x) certainly
+        fails the exact test."""
+        G, group = self.G, self.group[:self.G]
+        out = ((2 * np.minimum(self.n[:G], x["n"]) + 1 < MIN_TURNS)
+               | (self.last[:G] < x["first"]) | (x["last"] < self.first[:G]))
+        if self.ok and G:
+            for lvl in range(len(PASSES)):
+                gone = np.bincount(group, weights=out, minlength=groups) > 0
+                rows = np.flatnonzero(~gone[group])
+                step = max(1, CHUNK // len(x["lv"][lvl][0]))
+                for c in range(0, len(rows), step):
+                    part = rows[c:c + step]
+                    lb, size = self._overlap_lb(lvl, part, x)
+                    out[part] = 100.0 * lb >= OVERLAP_MAX_PCT * size * (1 + 1e-9)
+        return np.bincount(group, weights=out, minlength=groups) > 0
+
+    def _overlap_lb(self, lvl: int, rows: np.ndarray, x: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: |kept pieces of its kernels ∩ kept pieces of x's|, those of pass lvl (ns), and a
+        bound of |A| + |B| (the unions of all kernels; in the pass of all kernels, of the kept ones'
+        lengths where less)."""
+        lv, seg = self.lv[lvl], self.seg_end[lvl]
+        lo_end = np.where(rows > 0, seg[rows - 1], 0)
+        lens = seg[rows] - lo_end
+        rid = np.repeat(np.arange(len(rows)), lens)
+        pos = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens - lo_end, lens)
+        q_s = lv["key"][pos] - rows[rid] * self.span + self.t0
+        q_e, q_ps, q_pe = lv["e"][pos], lv["ps"][pos], lv["pe"][pos]
+        x_s, x_e, x_ps, x_pe = x["lv"][lvl]
+        xs_all, xe_all = x["lv"][self.full][0], x["lv"][self.full][1]
+        # the rows' kernels against x's: kept unless x's first kernel starting at or after one's start
+        # ends by its end
+        j = np.searchsorted(xs_all, q_s, side="left")
+        kq = (j >= len(xs_all)) | (xe_all[np.minimum(j, len(xs_all) - 1)] > q_e)
+        # x's kernels against each row's (all of its kernels: the last pass's keys), one search for all rows
+        keys, full = self.lv[self.full]["key"][:self.filled[self.full]], self.seg_end[self.full]
+        j = np.searchsorted(keys, rows[:, None] * self.span + (x_s - self.t0)[None, :], side="left")
+        kr = (j >= full[rows][:, None]) | (self.lv[self.full]["e"][np.minimum(j, len(keys) - 1)] > x_e[None, :])
+        # each row piece overlaps x's pieces lo..hi-1, the inner ones whole
+        cl = np.zeros((len(rows), len(x_s) + 1), dtype=np.int64)
+        np.cumsum(np.where(kr, x_pe - x_ps, 0), axis=1, out=cl[:, 1:])
+        lo = np.searchsorted(x_pe, q_ps, side="right")  # x's first piece ending after the piece's start
+        hi = np.searchsorted(x_ps, q_pe, side="left")   # x's first piece starting at or after its end
+        loc, hic = np.minimum(lo, len(x_s) - 1), np.maximum(hi - 1, 0)
+        ov = (cl[rid, hi] - cl[rid, lo] - kr[rid, loc] * np.maximum(0, q_ps - x_ps[loc])
+              - kr[rid, hic] * np.maximum(0, x_pe[hic] - q_pe))
+        lb = np.bincount(rid, weights=np.where((lo < hi) & kq, ov, 0), minlength=len(rows))
+        ua, ub = self.union[rows], np.full(len(rows), x["union"])
+        if lvl == self.full:
+            ua = np.minimum(ua, np.bincount(rid, weights=np.where(kq, q_e - q_s, 0), minlength=len(rows)))
+            ub = np.minimum(ub, np.where(kr, x_e - x_s, 0).sum(axis=1))
+        return lb, ua + ub
+
+
+def _groups(s: np.ndarray, e: np.ndarray, rank: np.ndarray, bound: bool = True) -> list[list[int]]:
     """Ranks that take turns with every other rank of their group (a rank whose clock is off
     overlaps some of them: it is left out, and clock alignment fits it back).
-    Each pair is measured on its two ranks' kernels alone, merged by position (the device's order,
-    as a selection of both from all kernels gives): the test of every pair against every rank's
-    kernels was quadratic in ranks times kernels (128 ranks of one device index: 8.1 s, 6,112 tests)."""
+    Each rank, in order, joins the first group all of whose members take turns with it (the exact test:
+    each pair measured on its two ranks' kernels alone, merged by position, the device's order), or
+    starts a group. `_Bound` first rejects, for all groups at once, those with a member that certainly
+    fails the exact test with it; the rest are tested exactly, in order (bound=False: every group, as
+    before). The exact tests were quadratic in ranks: 6,112 at 128 derived ranks (docs/scale-out.md)."""
     at = _by_rank(rank)
 
     def sliced(q: int, r: int) -> bool:
@@ -177,12 +319,21 @@ def _groups(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> list[list[int]]:
         return len(_turn_starts(kr)) >= MIN_TURNS and _overlap_pct(ks, ke, kr) < OVERLAP_MAX_PCT
 
     groups: list[list[int]] = []
+    cut = _Bound(s, e, at) if bound else None
     for r in sorted(at):
-        home = next((g for g in groups if all(sliced(q, r) for q in g)), None)
+        if cut is None:
+            tried: Iterable = range(len(groups))
+        else:
+            x = cut.rank_info(r)
+            tried = np.flatnonzero(~cut.rejected(x, len(groups)))
+        home = next((int(i) for i in tried if all(sliced(q, r) for q in groups[i])), None)
         if home is None:
+            home = len(groups)
             groups.append([r])
         else:
-            home.append(r)
+            groups[home].append(r)
+        if cut is not None:
+            cut.add(x, home)
     return groups
 
 
@@ -193,10 +344,11 @@ def detect(con) -> None:
     for key, (s, e, rank) in _device_kernels(con).items():
         where = ("the same device index (no host recorded)" if key.startswith(":")
                  else "the same host and device index")
+        at = _by_rank(rank)
         groups = _groups(s, e, rank)
         rest = sorted(r for g in groups if len(g) == 1 for r in g)
         for g in [g for g in groups if len(g) > 1] + ([rest] if rest else []):
-            sliced, overlap, turns, turn_ns = _sliced(s, e, rank, g)
+            sliced, overlap, turns, turn_ns = _sliced(s, e, rank, _positions(at, g))
             sliced = sliced and len(g) > 1
             how = (f"{where}; {overlap:.2f} % of their kernel time overlaps another rank's (preempted spans left out), "
                    f"{turns} turns" + (f", slices of {turn_ns / 1e6:.2f} ms" if sliced and turn_ns else ""))
