@@ -12,9 +12,10 @@ from __future__ import annotations
 from .duck import INTERNAL, sql_string
 from .errors import InputError
 
-FORMAT = 5  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it); 3: host_time's
+FORMAT = 6  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it); 3: host_time's
 # jit_compile cause and range_name, sync.cause (pageable copies), sync_extra_peers; 4: findings carry the claim columns
-# (claims.py); 5: gpu_sharing, partial_capture, collective_waits.blamed_ns / sharing (issue 41)
+# (claims.py); 5: gpu_sharing, partial_capture, collective_waits.blamed_ns / sharing (issue 41);
+# 6: launch_overhead.stall (the --no-launch-stall what-if reads it), launch_bound_steps.stall_ns
 METADATA = f"{INTERNAL}.metadata"
 
 
