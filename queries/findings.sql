@@ -377,13 +377,13 @@ FROM mfu_mid m, mem, mfu_missing x
 WHERE coalesce(x.pct, 0) <= 50
 UNION ALL BY NAME
 -- FLOPs unknown for most of the FLOP-carrying op time: no MFU is claimed (docs/roofline.md "When MFU
--- is not computed": counted from under half that time, the figure leaves out more work than it holds;
+-- is not computed": counted over under half that time, the figure leaves out more work than it holds;
 -- kineto resnet50_num_workers_4, no Concrete Inputs recorded: "0.0 % MFU", 99.9 % unknown)
 SELECT 3 AS priority, 'cannot_answer' AS kind, m.step, 'MFU' AS evidence, x.pct AS share_pct,
        (SELECT list(DISTINCT rank ORDER BY rank) FROM mfu WHERE step = m.step AND mfu_pct IS NOT NULL) AS ranks,
        'FLOPs unknown for ' || x.pct || ' % of step ' || m.step || '''s matmul, attention and convolution op time '
        || '(the trace records no flops for them, nor all their formula needs: shapes, a convolution''s stride and padding): '
-       || 'an MFU counted from the rest would leave out most of the time that carries FLOPs' AS note
+       || 'an MFU of the rest would leave out most of the time that carries FLOPs' AS note
 FROM mfu_mid m, mfu_missing x
 WHERE x.pct > 50
 UNION ALL BY NAME

@@ -480,7 +480,7 @@ def kineto_launches(path: Path) -> list[dict]:
         return None
 
     calls = {a.get("correlation"): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0),
-                                    ops.get(a.get("External id")) or around(e))
+                                    ops.get(a.get("External id")) or around(e), str(e.get("name")))
              for e, a in zip(ev, arg) if e.get("cat") in RUNTIME_CATS and a.get("correlation") is not None}
     steps = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), int(m.group(1))) for e in ev
              if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
@@ -504,7 +504,8 @@ def kineto_launches(path: Path) -> list[dict]:
         gap = gap_before.get(i)
         exposed = 0 if gap is None else max(0, a - max(issue, gap))
         queued = 0 if gap is None else max(0, a - max(c[1], issue, gap))
-        out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued})
+        out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued,
+                    "call": c[3], "call_ns": c[1] - c[0], "step": step})
     return out
 
 
@@ -531,11 +532,36 @@ def _launch_names(job: Job, r: dict):
                 f"{gpu / 1e6:.3f} ms running, {queued / 1e6:.3f} ms after the calls returned, from the raw files")
 
 
+def _launch_stall(job: Job, r: dict):
+    """A one-time launch stall (a dominant host row whose note says so): the launch calls over 50x
+    their rank's median launch call in the first analysed step, from the raw Kineto files: the
+    longest one's name is the row's, and the idle those calls' ops ended, per analysed step, is its
+    evidence_ns (1 % or 2 us)."""
+    paths = sorted(set(job.paths.values()))
+    if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
+        return None, "nsys (launch calls not re-read) or a fused file"
+    stalled = []
+    for p in paths:
+        ls = kineto_launches(Path(p))
+        med = statistics.median(o["call_ns"] for o in ls) if ls else 0
+        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] == min(job.steps)]
+    if not stalled:
+        return False, "no launch call over 50x its rank's median in the first analysed step of the raw files"
+    top = max(stalled, key=lambda o: o["call_ns"])
+    idle = sum(o["exposed"] for o in stalled) / len(job.steps)
+    return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle), (
+        f"{len(stalled)} stalled launch call(s), the longest {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
+        f"{idle / 1e6:.3f} ms of idle per analysed step ended by their ops, from the raw files")
+
+
 def _dominant(job: Job, r: dict):
     """The dominant class's named kernel ("longest: X", compute or communication): the kernel name
     with the most run time of that class (NCCL kernels, or every other kernel) launched in the
-    analysed steps, all ranks together, in the raw files. The share of the critical path is a figure
-    of the path model: not checked here (its repro_sql is, tests/test_claims.py)."""
+    analysed steps, all ranks together, in the raw files; a one-time launch stall (_launch_stall).
+    The share of the critical path is a figure of the path model: not checked here (its repro_sql
+    is, tests/test_claims.py)."""
+    if r["class"] == "host" and (r.get("note") or "").startswith("launch stall"):
+        return _launch_stall(job, r)
     if r["class"] not in ("compute", "communication") or not r["evidence"]:
         return None, "a figure of the critical-path model"
     steps, per = set(job.steps), {}

@@ -86,6 +86,13 @@ def test_a_one_time_launch_stall_is_replayed_as_its_own_fix(tmp_path_factory):
     # the recurring launch overhead keeps its own, smaller replay
     names = next(r for r in f["findings"] if r["kind"] == "launch_names")
     assert "--no-launch-overhead" in names["scenario"] and names["gain_ns"] < 0.2 * stall["gain_ns"]
+    # the oracle re-reads the stalled call and the idle its kernel ended; a figure moved 5 % is wrong
+    moved = dict(stall, evidence_ns=round(stall["evidence_ns"] * 1.05))
+    con = duckdb.connect(db, read_only=True)
+    try:
+        assert [v for _, v, _ in claim_oracle.check(con, [stall, moved])] == ["correct", "wrong"]
+    finally:
+        con.close()
 
 
 def test_a_one_time_launch_stall_makes_no_step_launch_bound(tmp_path_factory):

@@ -514,8 +514,6 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
                   Scenario(overlap_comm=True), Scenario(no_stragglers=True), Scenario(scale_kind={"compute": 0.5})]
     if _copies_share(graphs) >= 0.1:  # copies twice as fast: the yardstick where copies are much of the GPU time
         candidates.append(Scenario(scale_kind={"memory": 0.5}))
-    if any(g.launch_stalls() for g in graphs):  # a lazy module load's stalled launch call: its own fix
-        candidates.insert(1, Scenario(no_launch_stall=True))
     if abnormal:
         candidates.insert(0, Scenario(remove_host_stall=[abnormal[0][0]]))
     out = []
