@@ -1,7 +1,10 @@
 """How many claims of each kind the claim oracle (tests/claim_oracle.py) finds correct, wrong or not
 checkable, over the multi-rank jobs of the wild corpus and the shared H100 fault jobs.
 
-    TRACEFLOW_WILD=/work/wild-all python bench/claim_oracle_counts.py [substring ...]
+    TRACEFLOW_WILD=/work/wild-all python bench/claim_oracle_counts.py [--single] [substring ...]
+
+--single adds the wild corpus's single-file jobs (every one, or those the substrings name: the
+items of issue 41 were seen on some: `--single mi250 jax_conv_minimal_08 resnet50_num_workers_4`).
 
 Ingests each job (several files of one job together), runs the oracle on every row the verdict
 renders from `findings`, and prints per job its counts, then per claim kind the totals.
@@ -29,14 +32,14 @@ WILD = Path(os.environ.get("TRACEFLOW_WILD", ROOT.parent / "shared" / "wild"))
 SHARED = Path(os.environ.get("TRACEFLOW_SHARED", ROOT.parent / "shared")) / "fixtures" / "h100"
 
 
-def jobs() -> dict[str, list[Path]]:
+def jobs(single: bool = False) -> dict[str, list[Path]]:
     out: dict[str, list[Path]] = {}
     manifest = json.loads((ROOT / "tests" / "wild" / "manifest.json").read_text())
     by: dict[str, list] = collections.defaultdict(list)
     for e in manifest:
         by[e["job"]].append(e)
     for job, es in sorted(by.items()):
-        if len(es) > 1 and all(e.get("expect", "ok") == "ok" for e in es):
+        if (len(es) > 1 or single) and all(e.get("expect", "ok") == "ok" for e in es):
             out[f"wild:{job}"] = [WILD / e["file"] for e in es]
     for folder in sorted(p for p in SHARED.glob("*/*") if p.is_dir()):
         files = sorted(p for p in folder.iterdir() if p.name.startswith("rank")
@@ -47,9 +50,10 @@ def jobs() -> dict[str, list[Path]]:
 
 
 def main():
-    want = sys.argv[1:]
+    single = "--single" in sys.argv[1:]
+    want = [a for a in sys.argv[1:] if a != "--single"]
     totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for name, files in jobs().items():
+    for name, files in jobs(single).items():
         if want and not any(w in name for w in want):
             continue
         if not all(p.exists() for p in files):

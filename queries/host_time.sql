@@ -5,7 +5,8 @@
 --   [(?i)dataloader|data[_ ]?load|load[_ ]?(batch|data)|next[_ ]?batch|get[_ ]?batch].
 --
 -- The rank's host timeline is its launching threads (those that launched GPU work) and the thread
--- holding its steps, taken together.
+-- holding its steps, taken together; where no launching thread holds a CPU op (XLA: the framework's
+-- events on other thread ids than the runtime calls), every thread of the rank holding CPU ops too.
 -- At each instant the cause is the first of these that any of those threads is inside:
 --   jit_compile  compiling or loading GPU code: cuModuleLoad* / cuLibraryLoad* / cudaLibraryLoad* /
 --                hipModuleLoad* calls (lazy module loading: on nvFuser's capture 15 cuLibraryLoadData
@@ -77,6 +78,17 @@ WITH pat AS (
     UNION
     SELECT h.rank, h.tid FROM host_ops h JOIN steps s ON h.rank = s.rank AND h.start_ns = s.start_ns AND h.end_ns = s.end_ns
     WHERE h.kind = 'cpu_op'
+    UNION
+    -- a rank whose launching threads hold no CPU op records its framework's host events under other
+    -- thread ids than its runtime calls (XLA: TraceMe threads `python`, `py_xla_execute/...` beside
+    -- CUPTI's `Host Threads/583`): every thread holding CPU ops is its host then. Without this, on
+    -- the wild jax_conv_minimal_08 trace 158.4 of the 158.6 ms called "no traced op" lay inside
+    -- the python thread's block_until_ready and PjitFunction events
+    SELECT h.rank, h.tid FROM host_ops h
+    WHERE h.kind = 'cpu_op' AND h.rank NOT IN (
+        SELECT DISTINCT o.rank FROM host_ops o SEMI JOIN gpu_ops g ON g.rank = o.rank AND g.launch_tid = o.tid
+        WHERE o.kind = 'cpu_op')
+      AND h.rank IN (SELECT rank FROM gpu_ops WHERE launch_tid IS NOT NULL)
 ), launched AS (
     SELECT DISTINCT launch_op_id AS op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL
 ), calls AS (

@@ -410,7 +410,8 @@ def kineto_flop_ops(path: Path) -> list[dict]:
     ev = [e for e in d.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
     args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in ev]
     ops = {a.get("External id"): e for e, a in zip(ev, args) if e.get("cat") in ("cpu_op", "Operator") and a.get("External id") is not None}
-    launch = {a.get("correlation"): a.get("External id") for e, a in zip(ev, args) if e.get("cat") in RUNTIME_CATS}
+    # (2021 files spell the runtime call's link `external id`)
+    launch = {a.get("correlation"): a.get("External id", a.get("external id")) for e, a in zip(ev, args) if e.get("cat") in RUNTIME_CATS}
     steps = [(e["ts"], e["ts"] + (e.get("dur") or 0), int(m.group(1))) for e in ev
              if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
     gpu: dict = {}
@@ -423,7 +424,11 @@ def kineto_flop_ops(path: Path) -> list[dict]:
         if x in gpu and FLOP_OP.search(str(op.get("name"))):
             a = op.get("args") or {}
             dims = [dd for dd in a.get("Input Dims") or [] if dd]
-            known = a.get("flops") is not None or (bool(SHAPED.match(op["name"])) and bool(dims))
+            # a convolution's output extent needs its stride, padding and dilation too (Kineto's Concrete
+            # Inputs): shapes alone do not give its FLOPs (2021 files record no Concrete Inputs)
+            conv = "conv" in op["name"].lower()
+            known = a.get("flops") is not None or (bool(SHAPED.match(op["name"])) and bool(dims)
+                                                   and (not conv or bool(a.get("Concrete Inputs"))))
             # a file with no step range is one step, 0 (docs/step-attribution.md)
             step = next((s for lo, hi, s in steps if lo <= op["ts"] < hi), None) if steps else 0
             out.append({"name": op["name"], "step": step, "gpu_ns": gpu[x], "known": known})
@@ -434,15 +439,13 @@ def _mfu(job: Job, r: dict):
     """Whether MFU is a lower bound: FLOP-carrying ops (matmul, attention, convolution) of unknown
     FLOPs in its step, and their share of those ops' kernel time, from the raw Kineto files (within
     0.5 point). The MFU figure itself needs the device's peak: not from the file."""
-    paths = sorted({p for p in job.paths.values() if not str(p).endswith(".sqlite")})
-    if len(paths) != len(set(job.paths.values())):
+    missing, n, unknown = _flop_ops_missing(job, r["step"])
+    if missing is None:
         return None, "nsys: FLOPs come from NVTX op ranges, not read here"
-    ops = [o for p in paths for o in kineto_flop_ops(Path(p)) if o["step"] == r["step"]]
-    total = sum(o["gpu_ns"] for o in ops)
-    missing = 100.0 * sum(o["gpu_ns"] for o in ops if not o["known"]) / total if total else 0.0
     said = re.search(r"unknown for ([\d.]+) %", r["note"] or "")
-    ok = (said is None and missing == 0) or (said is not None and abs(float(said.group(1)) - missing) <= 0.5)
-    return ok, (f"FLOP-carrying ops in step {r['step']}: {len(ops)}, {sum(not o['known'] for o in ops)} of unknown FLOPs, "
+    # an MFU is claimed only where FLOPs are known for at least half that time (docs/roofline.md)
+    ok = missing <= 50 and ((said is None and missing == 0) or (said is not None and abs(float(said.group(1)) - missing) <= 0.5))
+    return ok, (f"FLOP-carrying ops in step {r['step']}: {n}, {unknown} of unknown FLOPs, "
                 f"{missing:.1f} % of their kernel time, from the raw files")
 
 
@@ -477,7 +480,7 @@ def kineto_launches(path: Path) -> list[dict]:
         return None
 
     calls = {a.get("correlation"): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0),
-                                    ops.get(a.get("External id")) or around(e))
+                                    ops.get(a.get("External id")) or around(e), str(e.get("name")))
              for e, a in zip(ev, arg) if e.get("cat") in RUNTIME_CATS and a.get("correlation") is not None}
     steps = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur") or 0), int(m.group(1))) for e in ev
              if e.get("cat") != "gpu_user_annotation" and (m := STEP.match(str(e.get("name"))))]
@@ -501,7 +504,8 @@ def kineto_launches(path: Path) -> list[dict]:
         gap = gap_before.get(i)
         exposed = 0 if gap is None else max(0, a - max(issue, gap))
         queued = 0 if gap is None else max(0, a - max(c[1], issue, gap))
-        out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued})
+        out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued,
+                    "call": c[3], "call_ns": c[1] - c[0], "step": step})
     return out
 
 
@@ -528,11 +532,36 @@ def _launch_names(job: Job, r: dict):
                 f"{gpu / 1e6:.3f} ms running, {queued / 1e6:.3f} ms after the calls returned, from the raw files")
 
 
+def _launch_stall(job: Job, r: dict):
+    """A one-time launch stall (a dominant host row whose note says so): the launch calls over 50x
+    their rank's median launch call in the first analysed step, from the raw Kineto files: the
+    longest one's name is the row's, and the idle those calls' ops ended, per analysed step, is its
+    evidence_ns (1 % or 2 us)."""
+    paths = sorted(set(job.paths.values()))
+    if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
+        return None, "nsys (launch calls not re-read) or a fused file"
+    stalled = []
+    for p in paths:
+        ls = kineto_launches(Path(p))
+        med = statistics.median(o["call_ns"] for o in ls) if ls else 0
+        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] == min(job.steps)]
+    if not stalled:
+        return False, "no launch call over 50x its rank's median in the first analysed step of the raw files"
+    top = max(stalled, key=lambda o: o["call_ns"])
+    idle = sum(o["exposed"] for o in stalled) / len(job.steps)
+    return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle), (
+        f"{len(stalled)} stalled launch call(s), the longest {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
+        f"{idle / 1e6:.3f} ms of idle per analysed step ended by their ops, from the raw files")
+
+
 def _dominant(job: Job, r: dict):
     """The dominant class's named kernel ("longest: X", compute or communication): the kernel name
     with the most run time of that class (NCCL kernels, or every other kernel) launched in the
-    analysed steps, all ranks together, in the raw files. The share of the critical path is a figure
-    of the path model: not checked here (its repro_sql is, tests/test_claims.py)."""
+    analysed steps, all ranks together, in the raw files; a one-time launch stall (_launch_stall).
+    The share of the critical path is a figure of the path model: not checked here (its repro_sql
+    is, tests/test_claims.py)."""
+    if r["class"] == "host" and (r.get("note") or "").startswith("launch stall"):
+        return _launch_stall(job, r)
     if r["class"] not in ("compute", "communication") or not r["evidence"]:
         return None, "a figure of the critical-path model"
     steps, per = set(job.steps), {}
@@ -580,7 +609,33 @@ def _mfu_empty(job: Job, r: dict):
     return True, "no op of known FLOPs in the raw files, for the reason said"
 
 
+def _flop_ops_missing(job: Job, step) -> tuple[float | None, int, int]:
+    """(share of the FLOP-carrying ops' kernel time whose FLOPs are unknown, in percent; ops; unknown
+    ops) in a step, from the raw Kineto files; None for nsys (FLOPs from NVTX ranges, not read here)."""
+    paths = sorted({p for p in job.paths.values() if not str(p).endswith(".sqlite")})
+    if len(paths) != len(set(job.paths.values())):
+        return None, 0, 0
+    ops = [o for p in paths for o in kineto_flop_ops(Path(p)) if o["step"] == step]
+    total = sum(o["gpu_ns"] for o in ops)
+    missing = 100.0 * sum(o["gpu_ns"] for o in ops if not o["known"]) / total if total else 0.0
+    return missing, len(ops), sum(not o["known"] for o in ops)
+
+
+def _mfu_cannot(job: Job, r: dict):
+    """MFU said not computable: FLOPs unknown for over half the FLOP-carrying ops' kernel time of its
+    step (the share within 0.5 point), from the raw files."""
+    missing, n, unknown = _flop_ops_missing(job, r["step"])
+    if missing is None:
+        return None, "nsys: FLOPs come from NVTX op ranges, not read here"
+    said = re.search(r"unknown for ([\d.]+) %", r["note"] or "")
+    ok = missing > 50 and said is not None and abs(float(said.group(1)) - missing) <= 0.5
+    return ok, (f"FLOP-carrying ops in step {r['step']}: {n}, {unknown} of unknown FLOPs, {missing:.1f} % of their "
+                "kernel time, from the raw files")
+
+
 def _cannot_answer(job: Job, r: dict):
+    if r["evidence"] == "MFU":
+        return _mfu_cannot(job, r)
     if r["evidence"] != "launch latency":
         return None, "a figure of the whole rank"
     n = 0

@@ -177,6 +177,11 @@ SLOW_TESTS = {
     "test_a_bomb_of_valid_events_is_refused_by_default": "writes a trace of millions of events",
     "test_inflation_bound_is_a_setting": "inflates big traces",
     "test_the_oracle_recomputes_lateness_and_coverage_and_catches_a_moved_figure": "reads the bundled job's raw files twice",
+    # issue 41's leftovers, each on its real file (tests/test_claims_real_inputs.py): one wild ingest each, 15-30 s
+    "test_a_one_time_launch_stall_is_replayed_as_its_own_fix": "the wild MI250 job ingested, a whatif subprocess",
+    "test_xla_host_events_on_their_own_threads_are_traced_host_work": "the wild 8-GPU JAX trace ingested",
+    "test_no_mfu_is_claimed_where_most_flop_time_has_unknown_flops": "a 2021 wild ResNet50 trace ingested, read raw",
+    "test_the_replay_matches_collectives_as_collective_waits_does": "the HTA pair and the bundled job, every step replayed",
     "test_rank_in_a_file_name_past_int32": "ingests nsys exports",
     "test_rank_from_file_order_warns_and_pattern_overrides": "three ingests of nsys exports",
     "test_trace_without_distributed_info_takes_rank_from_name": "rewrites traces",
@@ -270,6 +275,7 @@ SWEEPS = {
     "test_torch_fr_trace_as_oracle", "test_the_first_finding_names_the_injected_fault", "test_damaged_rocm_files_one_line_exit_3",
     "test_damaged_rocprof_csv_one_line_exit_3", "test_postmortem_on_each_rocm_format",
     "test_a_hidden_stall_is_not_charged_and_the_sync_fault_is_found", "test_public_traces_lead_with_their_class",
+    "test_extra_sync_figure_is_its_repro_sqls_statistic",
     "test_fault_jobs_claims_pass_the_oracle_and_the_headline_names_the_fault", "test_wild_multi_rank_claims_pass_the_oracle",
     "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
     "test_the_bounded_grouping_is_the_exhaustive_one", "test_the_bound_rejects_only_pairs_the_exact_test_rejects",

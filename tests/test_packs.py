@@ -200,8 +200,16 @@ def test_graph_kernels_counted_and_eager_loop_launch_bound(ingested, rel):
     replayed = db.execute("""select step, count(*) from gpu_ops where kind = 'kernel' and api_name ilike 'cudaGraphLaunch%'
                              group by step order by step""").fetchall()
     assert len(replayed) >= 3 and len({n for _, n in replayed}) == 1 and replayed[0][1] > 10
-    lb = dict(db.execute("select step, launch_bound from launch_bound_steps").fetchall())
-    assert lb[4] is True and lb[3] is False and lb[5] is False
+    lb = {r[0]: r[1:] for r in db.execute(
+        "select step, launch_bound, launch_exposed_ns, stall_ns, wall_ns from launch_bound_steps").fetchall()}
+    assert lb[3][0] is False and lb[5][0] is False
+    # step 4's eager loop: launch-bound counting its first launch's one-time stall (a lazy module load,
+    # launch_overhead.stall: 5.4 ms in one cudaLaunchKernel on nsys, 1,000x its median call), which no
+    # longer makes a step launch-bound (issue 41): Kineto's recurring launch idle (the CPU ops' dispatch
+    # counted) is 31 % of the window, still launch-bound; nsys's (launch calls alone) 17 %, not
+    bound, exposed, stall, wall = lb[4]
+    assert exposed + stall >= 0.3 * wall and stall > 5e6
+    assert bound is ("kineto" in rel) and bound == (exposed >= 0.3 * wall)
 
 
 # --- exposed communication and the step identity ----------------------------------------------
@@ -316,7 +324,7 @@ def test_exposed_launch_never_counted_twice(ingested, rel):
     """Each idle stretch is charged to the one op that ended it: per-op exposed times add up to the
     step's GPU idle spent launching, and never exceed the step's idle time."""
     db = connect(ingested(rel))
-    rows = db.execute("""select l.rank, l.step, l.launch_exposed_ns, s.idle_ns,
+    rows = db.execute("""select l.rank, l.step, l.launch_exposed_ns + l.stall_ns, s.idle_ns,
                                 (select coalesce(sum(exposed_ns), 0) from launch_overhead o where o.rank = l.rank and o.step = l.step)
                          from launch_bound_steps l join step_breakdown s using (rank, step)""").fetchall()
     for rank, step, per_step, idle, per_op in rows:

@@ -29,8 +29,8 @@ from . import sqlmodules
 from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
-READS = frozenset({"claims_whatif", "findings_steps", "gpu_ops", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
-                   "step_causes", "step_coverage", "stragglers", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"claims_whatif", "findings_steps", "gpu_ops", "gpu_sharing", "host_time", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
+                   "step_causes", "step_coverage", "stragglers", "sync", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
 # step (0.5 ms on the bundled ddp4 job's 531 ms steps, where rank 1's loss.item() gains 0.9-2.1 ms a step): the
@@ -153,7 +153,8 @@ def _flags(sc: Scenario, steps: list[int]) -> str:
     f = [f"--scale-kernels '{p}={x:g}'" for p, x in sc.scale_kernels]
     f += [f"--scale-kind {k}={x:g}" for k, x in sc.scale_kind.items()]
     f += [f"--remove-host-stall {r}" for r in sc.remove_host_stall]
-    f += [n for n, on in (("--no-launch-overhead", sc.no_launch_overhead), ("--no-allocator-calls", sc.no_allocator_calls),
+    f += [n for n, on in (("--no-launch-overhead", sc.no_launch_overhead), ("--no-launch-stall", sc.no_launch_stall),
+                          ("--no-allocator-calls", sc.no_allocator_calls),
                           ("--no-host-syncs", sc.no_host_syncs), ("--overlap-comm", sc.overlap_comm),
                           ("--no-stragglers", sc.no_stragglers)) if on]
     f += [f"--on-rank {r}" for r in sc.host_ranks]
@@ -230,19 +231,39 @@ _HOST_SCENARIO = {"sync": Scenario(no_host_syncs=True), "allocator": Scenario(no
                   "launch": Scenario(no_launch_overhead=True)}
 
 
+# Per rank, one call name's calls and blocked time per analysed step: the mean over those steps, the
+# statistic the extra_sync figure states and its repro_sql gives (a median over every step, warm-up
+# included, said 431.2 ms where the repro gave 440.0 ms: h100 nsys ddp4_straggler rank 2's
+# cudaDeviceSynchronize). Parameters: the name, the analysed step count twice.
+_PER_STEP_SQL = f"""
+    SELECT r.rank, count(s.op_id) / ?::DOUBLE AS calls, coalesce(sum(s.blocked_ns), 0) / ?::DOUBLE AS ns
+    FROM (SELECT DISTINCT rank FROM host_time) r
+    LEFT JOIN sync s ON s.rank = r.rank AND s.name = ? AND s.step IN {_STEPS_SQL}
+    GROUP BY r.rank"""
+
+
 def _extra_syncs(con, n: int) -> list[dict]:
     """Ranks that block in a call more often per step than their peers (sync_extra_peers, one place for
     that comparison): (rank, name, per-step count beyond the peers' median, blocked ns per step, peers'
-    blocked ns per step, steps), the longest-blocking such call per rank."""
+    median blocked ns per step, steps), the longest-blocking such call per rank. The figures are means
+    over the analysed steps (_PER_STEP_SQL), as the claim's repro_sql gives them."""
+    import statistics
     if n == 0:
         return []
     rows = con.execute("""
-        SELECT rank, name, per_step - peers_per_step AS extra, blocked_ns, peers_blocked_ns, steps
-        FROM sync_extra_peers WHERE per_step - peers_per_step >= 1
+        SELECT rank, name, steps FROM sync_extra_peers WHERE per_step - peers_per_step >= 1
         ORDER BY blocked_ns DESC, rank""").fetchall()
     best: dict[int, dict] = {}
-    for rank, name, extra, ns, base, steps in rows:
-        best.setdefault(rank, {"rank": rank, "name": name, "extra": extra, "ns": ns, "base": base, "steps": steps})
+    for rank, name, steps in rows:
+        if rank in best:
+            continue
+        per = {r: (c, ns) for r, c, ns in con.execute(_PER_STEP_SQL, [n, n, name]).fetchall()}
+        peers = [v for r, v in per.items() if r != rank]
+        if rank not in per or not peers:
+            continue
+        extra = per[rank][0] - statistics.median(c for c, _ in peers)
+        best[rank] = {"rank": rank, "name": name, "extra": extra, "ns": per[rank][1],
+                      "base": statistics.median(ns for _, ns in peers), "steps": steps}
     # more calls that block no longer than the peers' fewer is no cause (nsys-ai mfu_2gpu_before rank 1: one
     # more cudaStreamSynchronize, 160.9 ms against 163.6 ms)
     return [b for b in best.values() if b["ns"] > (b["base"] or 0)]
@@ -372,9 +393,11 @@ def build(con) -> tuple[list[dict], list[dict]]:
             _set_fix(r, "extra sync", stack, chk, name=r["evidence"])
         elif r["kind"] == "dominant" and r["class"] == "host" and (r["note"] or "").startswith("launch stall"):
             # findings.sql launch_stall: a one-time stall inside launch calls, told apart from recurring
-            # launch overhead (the launch_names row holds the rest); the replay edits launch host time
+            # launch overhead (the launch_names row holds the rest); its replay shortens the stalled calls
+            # to the rank's median call (the fix: a warm-up or eager loading), not every launch: "no launch
+            # overhead" gained 0.6 ms on hta's mi250_minitoy, whose 6.5 ms stall it leaves in place
             stall_ns = (r["evidence_ns"] or 0) * n
-            _set_fix(r, "launch stall", stack, _check(rep, Scenario(no_launch_overhead=True), n), name=r["evidence"])
+            _set_fix(r, "launch stall", stack, _check(rep, Scenario(no_launch_stall=True), n), name=r["evidence"])
         elif r["kind"] == "dominant" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
             chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
             if r["cause"] != "launch" or _launch_real(con, n, stall_ns=stall_ns):

@@ -344,15 +344,18 @@ def postmortem(files, outdir, explain, **flags):
 @click.option("--remove-host-stall", type=int, multiple=True, metavar="RANK",
               help="That rank's abnormal host time (beyond its median per step, by cause: docs/host-time.md) is removed.")
 @click.option("--no-launch-overhead", is_flag=True, help="Launch calls take no host time and launched kernels no latency.")
+@click.option("--no-launch-stall", is_flag=True,
+              help="Stalled launch calls (over 50x the rank's median: a lazy module load) take the median call's time.")
 @click.option("--no-allocator-calls", is_flag=True, help="cudaMalloc / cudaFree / hipFree ... take no host time.")
 @click.option("--no-host-syncs", is_flag=True, help="Synchronizing calls neither wait nor take host time.")
 @click.option("--on-rank", "host_ranks", type=int, multiple=True, metavar="RANK",
-              help="Apply --no-launch-overhead / --no-allocator-calls / --no-host-syncs on this rank only (repeatable).")
+              help="Apply --no-launch-overhead / --no-launch-stall / --no-allocator-calls / --no-host-syncs on this rank "
+                   "only (repeatable).")
 @click.option("--overlap-comm", is_flag=True, help="Collectives no longer wait behind compute on their stream.")
 @click.option("--no-stragglers", is_flag=True, help="Every rank's compute in a step scaled to the median rank's.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, no_allocator_calls,
-               no_host_syncs, host_ranks, overlap_comm, no_stragglers, fmt):
+def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, no_launch_stall,
+               no_allocator_calls, no_host_syncs, host_ranks, overlap_comm, no_stragglers, fmt):
     """What would a fix gain? Replays each step's dependency graph across ranks (streams, launches,
     syncs, cross-stream waits, collectives) with edited durations and predicts the step time. The
     replay of the unedited graph is checked against the measured step first: beyond 2 % off, the
@@ -369,7 +372,7 @@ def whatif_cmd(database, steps, scale_kernels, scale_kind, remove_host_stall, no
     from .job import open as open_job
     from .job import parse_scenario
     scenario = parse_scenario(scale_kernels, scale_kind, remove_host_stall, no_launch_overhead, overlap_comm, no_stragglers,
-                              no_allocator_calls, no_host_syncs, host_ranks)
+                              no_allocator_calls, no_host_syncs, host_ranks, no_launch_stall)
     with open_job(database) as job:
         rows = job.whatif(list(steps) or None, scenario)
     if fmt == "json":

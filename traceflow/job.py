@@ -336,7 +336,7 @@ class Job:
 
         scenario: a whatif.Scenario (parse_scenario makes one from the command line's strings), or its
         fields: scale_kernels=[(regex, factor)], scale_kind={"compute"|"comm"|"memory": factor},
-        remove_host_stall=[rank], no_launch_overhead, no_allocator_calls, no_host_syncs, host_ranks=[rank],
+        remove_host_stall=[rank], no_launch_overhead, no_launch_stall, no_allocator_calls, no_host_syncs, host_ranks=[rank],
         overlap_comm, no_stragglers (booleans). A step or rank the job does not have is a UsageError,
         and so is host_ranks without an edit to apply on them.
         Returns one dict per step: measured_ns, replayed_ns, replay_error_pct, predicted_ns, gain_ns,
@@ -353,8 +353,9 @@ class Job:
             if any(r not in ranks for r in given):
                 raise UsageError(f"{flag} {next(r for r in given if r not in ranks)}: the job has ranks "
                                  f"{', '.join(map(str, ranks)) or 'none'}")
-        if scenario.host_ranks and not (scenario.no_launch_overhead or scenario.no_allocator_calls or scenario.no_host_syncs):
-            raise UsageError("--on-rank applies --no-launch-overhead, --no-allocator-calls or --no-host-syncs: give one")
+        if scenario.host_ranks and not scenario.edits_host():
+            raise UsageError("--on-rank applies --no-launch-overhead, --no-launch-stall, --no-allocator-calls or "
+                             "--no-host-syncs: give one")
         return whatif(self.con, list(steps or have), scenario)
 
     def write_report(self, output: str = "report.html", force: bool = False) -> str:

@@ -203,15 +203,18 @@ class Server:
     def whatif(self, steps: list[int] | None = None, scale_kernels: list[str] | None = None,
                scale_kind: list[str] | None = None, remove_host_stall: list[int] | None = None,
                no_launch_overhead: bool = False, no_allocator_calls: bool = False, no_host_syncs: bool = False,
-               on_rank: list[int] | None = None, overlap_comm: bool = False, no_stragglers: bool = False) -> str:
+               on_rank: list[int] | None = None, overlap_comm: bool = False, no_stragglers: bool = False,
+               no_launch_stall: bool = False) -> str:
         """What would a fix gain? Replays each step's dependency graph with edited durations and
         predicts the step time (ns). scale_kernels: ['REGEX=FACTOR'] on kernel names; scale_kind:
         ['compute=0.5' | 'comm=0.8' | 'memory=0.5'] (memory=0.5: copies twice as fast, what pinned
         host memory gives a pageable copy); remove_host_stall: ranks; no_launch_overhead,
-        no_allocator_calls, no_host_syncs (on_rank: only those ranks); overlap_comm; no_stragglers.
+        no_launch_stall (stalled launch calls: a lazy module load), no_allocator_calls, no_host_syncs
+        (on_rank: only those ranks); overlap_comm; no_stragglers.
         A replay more than 2 % off the measured step is refused for that step."""
         scenario = parse_scenario(scale_kernels or (), scale_kind or (), remove_host_stall or (), no_launch_overhead,
-                                  overlap_comm, no_stragglers, no_allocator_calls, no_host_syncs, on_rank or ())
+                                  overlap_comm, no_stragglers, no_allocator_calls, no_host_syncs, on_rank or (),
+                                  no_launch_stall)
         rows = self.job.whatif(steps or None, scenario)
         return reply({"tool": "whatif", "scenario": scenario.describe(), "steps": rows,
                       "evidence": "predicted_ns and gain_ns come from the replay of each step's dependency graph "

@@ -341,6 +341,7 @@ _CANNOT = {
     "launch latency": "launch latency",
     "per-step figures": "per-step figures",
     "cross-rank timing": "cross-rank timing (stragglers, which rank waited for which)",
+    "MFU": "MFU",
 }
 
 
@@ -470,7 +471,8 @@ def _yardstick(r: dict, con) -> str:
 
 # The what-if scenario each kind of replayed fix is (whatif.Scenario.describe's words)
 _SCENARIO_WORDS = (("--remove-host-stall", "no host stall"), ("--no-host-syncs", "no host syncs"),
-                   ("--no-launch-overhead", "no launch overhead"), ("--overlap-comm", "comm overlapped"),
+                   ("--no-launch-overhead", "no launch overhead"), ("--no-launch-stall", "no launch stall"),
+                   ("--overlap-comm", "comm overlapped"),
                    ("--no-allocator-calls", "no allocator calls"), ("pageable", "pageable"))
 
 

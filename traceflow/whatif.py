@@ -23,8 +23,8 @@ import numpy as np
 
 from .errors import UsageError
 
-READS = frozenset({"collectives", "cp_gpu_preds", "cp_host_nodes", "gpu_ops", "host_time", "host_time_spans", "step_windows",
-                   "sync_extra"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"collective_waits", "cp_gpu_preds", "cp_host_nodes", "gpu_ops", "host_time", "host_time_spans", "launch_overhead",
+                   "step_windows", "sync_extra"})  # the tables its SQL reads (tests/test_layers.py)
 
 MAX_ERROR_PCT = 2.0  # a replay of the unedited graph further than this from the measured step refuses predictions
 KINDS = {"compute": 0, "comm": 1, "memory": 2}
@@ -37,6 +37,7 @@ class Scenario:
     scale_kind: dict[str, float] = field(default_factory=dict)             # compute | comm | memory -> factor
     remove_host_stall: list[int] = field(default_factory=list)             # ranks
     no_launch_overhead: bool = False
+    no_launch_stall: bool = False  # stalled launch calls (launch_overhead.stall) take the rank's median launch call
     no_allocator_calls: bool = False
     no_host_syncs: bool = False
     host_ranks: list[int] = field(default_factory=list)  # launch / allocator / sync edits on these ranks only (empty: all)
@@ -47,13 +48,18 @@ class Scenario:
         parts = [f"kernels /{p}/ x{f:g}" for p, f in self.scale_kernels]
         parts += [f"{k} x{f:g}" for k, f in self.scale_kind.items()]
         parts += [f"no host stall on rank {r}" for r in self.remove_host_stall]
-        parts += [n for n, on in (("no launch overhead", self.no_launch_overhead),
+        parts += [n for n, on in (("no launch overhead", self.no_launch_overhead), ("no launch stall", self.no_launch_stall),
                                   ("no allocator calls", self.no_allocator_calls), ("no host syncs", self.no_host_syncs),
                                   ("comm overlapped", self.overlap_comm), ("no stragglers", self.no_stragglers)) if on]
-        if self.host_ranks and (self.no_launch_overhead or self.no_allocator_calls or self.no_host_syncs):
+        if self.host_ranks and self.edits_host():
             parts = [p + (f" on rank {', '.join(map(str, self.host_ranks))}"
-                          if p in ("no launch overhead", "no allocator calls", "no host syncs") else "") for p in parts]
+                          if p in ("no launch overhead", "no launch stall", "no allocator calls", "no host syncs") else "")
+                     for p in parts]
         return ", ".join(parts) or "as measured"
+
+    def edits_host(self) -> bool:
+        """Whether the scenario edits calls that host_ranks can limit to some ranks."""
+        return self.no_launch_overhead or self.no_launch_stall or self.no_allocator_calls or self.no_host_syncs
 
 
 class StepGraph:
@@ -65,15 +71,18 @@ class StepGraph:
             SELECT g.op_id, g.rank, g.start_ns, g.end_ns, g.name,
                    CASE g.category WHEN 'communication' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END AS kind,
                    coalesce(g.api_start_ns, -1) AS api, coalesce(g.launch_tid, -1) AS tid,
-                   coalesce(p.stream_prev, -1) AS sp, coalesce(p.dep_op_id, -1) AS dep, c.comm, c.seq
+                   coalesce(p.stream_prev, -1) AS sp, coalesce(p.dep_op_id, -1) AS dep, c.comm, c.step AS seq_step, c.seq
             FROM gpu_ops g JOIN tf_internal.cp_gpu_preds p USING (op_id)
-            LEFT JOIN collectives c USING (op_id)
+            -- the collectives matched across ranks as the claims and the critical path match them
+            -- (queries/collective_waits.sql: point-to-point pairs that cannot be one transfer and ranks
+            -- of unnamed communicators that cannot be told apart are left out): one definition
+            LEFT JOIN collective_waits c USING (op_id)
             WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step]).fetchall()
         if not g:
             raise UsageError(f"step {step} has no GPU ops")
         self.step, self.con = step, con
         (self.op_id, self.rank, self.start, self.end, self.name, self.kind, self.api, self.tid, sp, dep,
-         comm, seq) = (list(c) for c in zip(*g))
+         comm, seq_step, seq) = (list(c) for c in zip(*g))
         # times relative to the step's start: ns since the epoch are 1.8e18, where a float64 steps by 256 ns
         self.t0 = con.execute("SELECT min(start_ns) FROM tf_internal.step_windows WHERE step = ?", [step]).fetchone()[0]
         base = self.t0
@@ -88,9 +97,9 @@ class StepGraph:
         self.preds = [[(pos[x], 0) if x in pos else (-1, ends[x]) for x in (a, b) if x >= 0 and (x in pos or x in ends)]
                       for a, b in zip(sp, dep)]
         groups: dict = {}
-        for i, (cm, sq) in enumerate(zip(comm, seq)):
+        for i, (cm, st, sq) in enumerate(zip(comm, seq_step, seq)):
             if cm is not None and sq is not None:
-                groups.setdefault((cm, sq), []).append(i)
+                groups.setdefault((cm, st, sq), []).append(i)
         self.group = [-1] * len(g)
         self.members = [m for m in groups.values() if len({self.rank[i] for i in m}) >= 2]
         for k, m in enumerate(self.members):
@@ -150,6 +159,7 @@ class StepGraph:
         if sc.no_stragglers:
             factor *= self._straggler_factors()
         hosts = self._hosts(sc)
+        stalled = self._stalls_edited(sc)
         start2, end2 = [0.0] * n, [0.0] * n
         why: list[tuple] = [("measured", None)] * n  # what each op's start waited for in the replay
         last_of: dict[int, int] = {}  # a collective member -> the member whose start ended it
@@ -174,6 +184,8 @@ class StepGraph:
                     # beyond the rank's median is the device busy with work outside the graph (another
                     # process on a shared GPU: 7 ms on h100 ddp4_sync_stall rank 1), not launch overhead
                     lag = max(0.0, lag - self.launch_latency()[self.rank[i]])
+                if i in stalled:  # its launch call returns after the rank's median call: the kernel is enqueued that much earlier
+                    lag = max(0.0, lag - stalled[i][2])
                 cands = new + ([(host_n, ("host", host_n))] if host_n is not None else [])
                 if cands:
                     bind_n, why[i] = max(cands, key=lambda c: c[0])
@@ -261,6 +273,8 @@ class StepGraph:
                                        ("sync", sc.no_host_syncs)) if on)
         edited = set(sc.host_ranks) if sc.host_ranks else set(self.rank)
         cuts: dict[int, list] = {r: list(v) for r, v in self._cause_spans(causes).items() if r in edited} if causes else {}
+        for i, (a, b, _) in self._stalls_edited(sc).items():  # a stalled launch call's time beyond the median call
+            cuts.setdefault(self.rank[i], []).append((a, b))
         dropped: dict[int, set] = {}  # sync calls that no longer happen (a stall's extra syncs)
         for r in sc.remove_host_stall:
             cuts.setdefault(r, []).extend((a, b) for a, b, _ in self.stall_cuts().get(r, []))
@@ -272,6 +286,24 @@ class StepGraph:
             keep = [x for x, o in zip(self.syncs.get(r, []), self.sync_ids.get(r, [])) if o not in dropped.get(r, ())]
             hosts[r] = _Host(keep, _union(cuts.get(r, [])), not (sc.no_host_syncs and r in edited), self.pos, self.end)
         return hosts
+
+    def launch_stalls(self) -> dict[int, tuple[float, float, float]]:
+        """The step's ops whose launch call stalled (launch_overhead.stall: over 50x the rank's median
+        launch call, a lazy module / code-object load in a kernel's first launch): op index ->
+        (where the call's time beyond the rank's median launch call begins, where the call ends
+        (relative), that excess). The fix (warm up, eager loading) leaves the call its usual length."""
+        if getattr(self, "_launch_stalls", None) is None:
+            rows = self.con.execute("""
+                SELECT l.op_id, l.api_start_ns + m.med - ?, l.api_start_ns + l.api_ns - ?, l.api_ns - m.med
+                FROM launch_overhead l JOIN (SELECT rank, median(api_ns) AS med FROM launch_overhead GROUP BY rank) m USING (rank)
+                WHERE l.stall AND l.step = ?""", [self.t0, self.t0, self.step]).fetchall()
+            self._launch_stalls = {self.pos[o]: (float(a), float(b), float(x)) for o, a, b, x in rows if o in self.pos}
+        return self._launch_stalls
+
+    def _stalls_edited(self, sc: Scenario) -> dict[int, tuple[float, float, float]]:
+        if not sc.no_launch_stall:
+            return {}
+        return {i: v for i, v in self.launch_stalls().items() if not sc.host_ranks or self.rank[i] in sc.host_ranks}
 
     def _cause_spans(self, causes: tuple[str, ...]) -> dict[int, list]:
         """The step's host stretches of these causes, per rank (relative times)."""
@@ -570,7 +602,7 @@ MAX_FACTOR = 1000.0  # what --scale-kernels / --scale-kind accept: an hour-long 
 
 def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_launch_overhead=False,
                    overlap_comm=False, no_stragglers=False, no_allocator_calls=False, no_host_syncs=False,
-                   host_ranks=()) -> Scenario:
+                   host_ranks=(), no_launch_stall=False) -> Scenario:
     """A Scenario from the command line's strings: 'PATTERN=FACTOR', 'compute=0.5'."""
     def pair(text: str, flag: str) -> tuple[str, float]:
         key, sep, value = text.rpartition("=")
@@ -596,4 +628,5 @@ def parse_scenario(scale_kernels=(), scale_kind=(), remove_host_stall=(), no_lau
         raise UsageError(f"--scale-kind {sorted(bad)[0]!r}: one of compute, comm, memory")
     return Scenario(scale_kernels=kernels, scale_kind=kinds, remove_host_stall=list(remove_host_stall),
                     no_launch_overhead=no_launch_overhead, overlap_comm=overlap_comm, no_stragglers=no_stragglers,
-                    no_allocator_calls=no_allocator_calls, no_host_syncs=no_host_syncs, host_ranks=list(host_ranks))
+                    no_allocator_calls=no_allocator_calls, no_host_syncs=no_host_syncs, host_ranks=list(host_ranks),
+                    no_launch_stall=no_launch_stall)
