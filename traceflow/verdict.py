@@ -419,8 +419,29 @@ def _launch_bound_steps(r: dict, con) -> str:
 
 @sentence("launch_names")
 def _launch_names(r: dict, con) -> str:
-    s = (f"{r['n']} kernel name{'s' if r['n'] > 1 else ''} cost more GPU idle in launching ({_ms(r['value_ns'])}) "
-         f"than running ({_ms(r['baseline_ns'])})")
+    kinds = dict(con.execute("""SELECT kind IN ('memset', 'memcpy'), count(DISTINCT name) FROM launch_overhead o
+                                SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
+                                GROUP BY ALL""").fetchall())
+    names = (f"{r['n']} GPU op names ({kinds.get(False, 0)} kernel{'s' if kinds.get(False, 0) != 1 else ''}, "
+             f"{kinds[True]} memset/copy)" if kinds.get(True) else f"{r['n']} kernel name{'s' if r['n'] > 1 else ''}")
+    s = f"{names} cost more GPU idle in launching ({_ms(r['value_ns'])}) than running ({_ms(r['baseline_ns'])})"
+    if "fix" in r and (r["evidence_ns"] or 0) < 0.5 * r["value_ns"]:  # not queued work (below): launch idle
+        from .claims import launch_shape
+        n = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
+        shape = launch_shape(con, n)
+        # what the idle precedes and a single outlier call, said before the advice that fits them
+        # (nsys-ai mfu_2gpu_after: 21.0 of 28.6 ms before memsets and copies, 5.75 ms after one
+        # cudaMemsetAsync call, 15 stream syncs per step: "CUDA graphs / fusion" fitted none of it)
+        copies = (f"{_ms(shape['copies_ns'])} of it is before memsets and copies (fusion does not remove it)"
+                  if shape["copies_ns"] >= 0.05 * r["value_ns"] else "")
+        one = ""
+        if shape["outlier"] and shape["outlier"][1] >= 0.05 * r["value_ns"]:
+            name, ns, x = shape["outlier"]
+            one = f"; {_ms(ns)} of it after one {name} call of {x:.0f}x its median (a one-off)"
+        if not r["fix"] and r.get("scenario") and shape["syncs"] >= 1 and shape["copies_ns"] >= 0.5 * r["value_ns"]:
+            return s + (f", and no launch fix fits: {copies}, and a CUDA graph cannot capture a step making "
+                        f"{shape['syncs']:g} blocking calls per rank and step{one}.")
+        s += (f"; {copies}" if copies else "") + one
     stall = con.execute("SELECT sum(evidence_ns) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
     if stall:  # findings.sql launch_stall: the one-time stall is told apart; graphs and fusion act on the rest
         s += f", {_ms(stall)} of it the one-time launch stall, {_ms(max(0, r['value_ns'] - stall))} recurring"
@@ -498,6 +519,16 @@ def _extra_sync(r: dict, con) -> str:
             + _fix_clause(r, "") + ".")
 
 
+@sentence("host_syncs")
+def _host_syncs(r: dict, con) -> str:
+    s = (f"{_ranks(r['ranks']).capitalize()} block {_ms(r['value_ns'])} per step each (mean) in {r['per_step']:g} {r['evidence']} "
+         "calls, every analysed step")
+    if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
+        s += (f", {r['n']:g} of them right after a {short_name(r['activity'])} copy: a blocking copy of a pageable "
+              "buffer, then a wait for the whole stream")
+    return s + _fix_clause(r, "") + "."
+
+
 @sentence("pageable_copy")
 def _pageable_copy(r: dict, con) -> str:
     return (f"Copies to or from pageable host memory ({short_name(r['evidence'])}) take {_ms(r['value_ns'])} of GPU time "
@@ -539,10 +570,12 @@ def _fix_sentence(con, out: dict):
     match = next((r for r in out["findings"] if r.get("scenario") and _same_fix(t, r)), None)
     if match and match.get("fix") and top:
         why = f"over the capture it recovers {_ms(match['recover_ns'])}, less than the fix above ({_ms(top['recover_ns'])})"
+    elif match and match.get("scenario") and not match.get("fix") and match["kind"] == "launch_names":
+        why = "not advised: no launch fix fits where the idle is (see the launch finding)"
     elif "launch" in t["scenario"]:
         why = ("not advised: in the analysed steps the launch idle is small or mostly kernels queued behind other "
                "work, which no launch fix removes")
-    elif top:
+    elif top and (top["recover_ns"] or 0) >= t["gain_ns"]:
         why = f"over the capture the fix above recovers more ({_ms(top['recover_ns'])})"
     else:
         why = "no recorded cause on a rank matches it above the replay's noise, so it is not advised"
@@ -573,6 +606,8 @@ def _headline(r: dict) -> str:
             "straggler": lambda: f"rank {r['rank']} blocks in {r['evidence']} every step, its peers wait",
             "extra_sync": lambda: f"rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']}",
             "pageable_copy": lambda: f"pageable copies take {_ms(r['value_ns'])}/step",
+            "host_syncs": lambda: f"{r['per_step']:g} {r['evidence']}/step block {_ms(r['value_ns'])} per rank"
+                                  + (" after pageable copies" if r["n"] and r["activity"] else ""),
             "launch_names": lambda: "launch overhead idles the GPU",
             "dominant": lambda: (f"a one-time stall in {r['evidence']}, {_ms(r['evidence_ns'])} of launch idle"
                                  if (r.get("note") or "").startswith("launch stall")
@@ -599,6 +634,9 @@ def _short(r: dict) -> str:
     elif k == "extra_sync":
         s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
              f"than its peers, who block {_ms(r['baseline_ns'])})")
+    elif k == "host_syncs":
+        s = f"{_ranks(r['ranks']).capitalize()} block {_ms(r['value_ns'])}/step each in {r['per_step']:g} {r['evidence']}" + (
+            f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else "")
     elif k == "pageable_copy":
         s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
     elif k == "dominant":
@@ -607,6 +645,8 @@ def _short(r: dict) -> str:
         if r["class"] == "host" and r.get("host_parts"):  # each host cause its own figure (host_split)
             s = (f"Host-bound: {_pct(r['share_pct'])} of the critical path is host time, {_ms(r['value_ns'])}/step: "
                  f"{_host_parts(r['host_parts'])}")
+    elif k == "launch_names" and r.get("fix"):  # the finding and what its idle precedes; the fix's tail below
+        s = r["sentence"].split(" — ")[0]
     elif k == "shared_gpu":
         return _fit(r["short_sentence"], LINE_MAX)
     elif k == "coverage":
