@@ -123,7 +123,7 @@ def test_launch_bound_steps_follow_the_queued_split(tmp_path_factory):
 def _raw_launch_idle(path: Path, steps: list[int]) -> tuple[float, float]:
     d = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     ev = [e for e in d if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
-    rank_of = lambda e: (e.get("args") or {}).get("rank", e.get("pid"))  # noqa: E731 (the fused format's rank)
+    rank_of = lambda e: (e.get("args") or {}).get("rank", e.get("pid"))  # the fused format: args.rank
     windows = {(rank_of(e), int(e["name"].split("#")[1])): (e["ts"], e["ts"] + e["dur"]) for e in ev
                if str(e.get("name", "")).startswith("ProfilerStep#")}
     calls = {(rank_of(e), e["args"]["correlation"]): e for e in ev

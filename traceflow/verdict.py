@@ -521,7 +521,7 @@ def _extra_sync(r: dict, con) -> str:
 
 @sentence("host_syncs")
 def _host_syncs(r: dict, con) -> str:
-    s = (f"{_ranks(r['ranks']).capitalize()} block {_ms(r['value_ns'])} per step each (mean) in {r['per_step']:g} {r['evidence']} "
+    s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])} per step{'' if len(r['ranks']) == 1 else ' each (mean)'} in {r['per_step']:g} {r['evidence']} "
          "calls, every analysed step")
     if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
         s += (f", {r['n']:g} of them right after a {short_name(r['activity'])} copy: a blocking copy of a pageable "
@@ -635,7 +635,7 @@ def _short(r: dict) -> str:
         s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
              f"than its peers, who block {_ms(r['baseline_ns'])})")
     elif k == "host_syncs":
-        s = f"{_ranks(r['ranks']).capitalize()} block {_ms(r['value_ns'])}/step each in {r['per_step']:g} {r['evidence']}" + (
+        s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
             f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else "")
     elif k == "pageable_copy":
         s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
