@@ -212,7 +212,7 @@ def test_syncs_after_pageable_copies_lead_and_launch_advice_fits_the_idle(tmp_pa
     assert not any("CUDA graph" in (r.get("fix") or "") for r in f["findings"])
     launch = next(r for r in f["findings"] if r["kind"] == "launch_names")
     assert not launch["fix"] and "no launch fix fits" in launch["sentence"]
-    assert "memsets and copies" in launch["sentence"] and "(5 kernels, 3 memset/copy)" in launch["sentence"]
+    assert "memsets and copies" in launch["sentence"] and "(5 kernel names, 3 memset/copy)" in launch["sentence"]
     x = re.search(r"one cudaMemsetAsync call of (\d+)x its median", launch["sentence"])
     ratio = max(raw["memset"]) / statistics.median(raw["memset"])
     assert x and abs(int(x.group(1)) - ratio) <= 0.02 * ratio, (launch["sentence"], ratio)

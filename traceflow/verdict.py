@@ -422,7 +422,7 @@ def _launch_names(r: dict, con) -> str:
     kinds = dict(con.execute("""SELECT kind IN ('memset', 'memcpy'), count(DISTINCT name) FROM launch_overhead o
                                 SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
                                 GROUP BY ALL""").fetchall())
-    names = (f"{r['n']} GPU op names ({kinds.get(False, 0)} kernel{'s' if kinds.get(False, 0) != 1 else ''}, "
+    names = (f"{r['n']} GPU op names ({kinds.get(False, 0)} kernel name{'s' if kinds.get(False, 0) != 1 else ''}, "
              f"{kinds[True]} memset/copy)" if kinds.get(True) else f"{r['n']} kernel name{'s' if r['n'] > 1 else ''}")
     s = f"{names} cost more GPU idle in launching ({_ms(r['value_ns'])}) than running ({_ms(r['baseline_ns'])})"
     if "fix" in r and (r["evidence_ns"] or 0) < 0.5 * r["value_ns"]:  # not queued work (below): launch idle
