@@ -435,7 +435,8 @@ def _launch_names(r: dict, con) -> str:
         copies = (f"{_ms(shape['copies_ns'])} of it is before memsets and copies (fusion does not remove it)"
                   if shape["copies_ns"] >= 0.05 * r["value_ns"] else "")
         one = ""
-        if shape["outlier"] and shape["outlier"][1] >= 0.05 * r["value_ns"]:
+        told = con.execute("SELECT count(*) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
+        if shape["outlier"] and shape["outlier"][1] >= 0.05 * r["value_ns"] and not told:  # a launch stall says it below
             name, ns, x = shape["outlier"]
             one = f"; {_ms(ns)} of it after one {name} call of {x:.0f}x its median (a one-off)"
         if not r["fix"] and r.get("scenario") and shape["syncs"] >= 1 and shape["copies_ns"] >= 0.5 * r["value_ns"]:
