@@ -28,8 +28,8 @@ from dataclasses import replace
 from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
-READS = frozenset({"findings_steps", "gpu_ops", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
-                   "step_causes", "step_coverage", "stragglers", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"findings_steps", "gpu_ops", "gpu_sharing", "host_ops", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
+                   "step_causes", "step_coverage", "stragglers", "sync", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
 # step (0.5 ms on the bundled ddp4 job's 531 ms steps, where rank 1's loss.item() gains 0.9-2.1 ms a step): the

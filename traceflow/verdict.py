@@ -24,7 +24,7 @@ from . import memory
 from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
-READS = frozenset({"findings", "findings_steps", "gpu_sharing", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"findings", "findings_steps", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
