@@ -70,8 +70,12 @@ def nsys(path: Path) -> dict:
             for a, b, n, k, st in c.execute('select start, "end", demangledName, correlationId, streamId from CUPTI_ACTIVITY_KIND_KERNEL'):
                 gpu.append({"start": a, "end": b, "name": names.get(n, ""), "corr": k, "pageable": False, "stream": st, "kernel": True})
         if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
+            # the export's own enum names its memory kinds: Nsight Systems' is 0 Pageable, 1 Pinned (nsys-ai's
+            # captures), not CUPTI's 1 Pageable, which read their pinned copies as pageable
+            kinds = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEM_KIND") if "PAGEABLE" in str(n).upper()} \
+                if "ENUM_CUDA_MEM_KIND" in tables else {PAGEABLE}
             for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
-                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": PAGEABLE in (s, d), "stream": None, "kernel": False})
+                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None, "kernel": False})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
             for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
                 nm = names.get(n, "")
@@ -158,6 +162,22 @@ def _extra_sync(job: Job, r: dict):
     _, ns = _sync_calls(job, r["rank"], r["evidence"])
     # blocked time is the call's own duration (sync.blocked_ns); a call's time is its duration in the raw file
     return ok and _close(r["value_ns"], ns, rel=0.02, absolute=20000), why + f"; {ns / 1e6:.3f} ms of it per step"
+
+
+def _host_syncs(job: Job, r: dict):
+    """A blocking call every rank makes every analysed step (claims._host_syncs): its calls and their
+    blocked time per rank and step, from each raw file once (an nsys export may hold several ranks'
+    processes: nsys-ai mfu_2gpu_after), over the whole file where it has no step ranges."""
+    steps, calls, ns = set(job.steps), 0, 0
+    for path in set(job.paths.values()):
+        rank = next(q for q, p in job.paths.items() if p == path)
+        d = job.ranks[rank]
+        mine = [c for c in d["calls"] if c["name"] == r["evidence"]
+                and (not d["steps"] or job.step_of(rank, c["start"]) in steps)]
+        calls, ns = calls + len(mine), ns + sum(c["end"] - c["start"] for c in mine)
+    per = len(job.ranks) * len(job.steps)
+    return (_close(r["per_step"], calls / per, rel=0.02, absolute=0.011) and _close(r["value_ns"], ns / per, rel=0.02, absolute=20000),
+            f"{r['evidence']}: {calls / per:.2f} calls, {ns / per / 1e6:.3f} ms per rank and step from the raw files")
 
 
 P2P = re.compile(r"(?i)sendrecv|send|recv")
@@ -673,7 +693,7 @@ def _step_outlier(job: Job, r: dict):
         f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files" + why
 
 
-ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "straggler": _straggler, "shared_gpu": _shared_gpu,
+ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "host_syncs": _host_syncs, "straggler": _straggler, "shared_gpu": _shared_gpu,
            "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
            "launch_names": _launch_names, "dominant": _dominant,
            "mfu_empty": _mfu_empty}

@@ -29,7 +29,7 @@ from . import sqlmodules
 from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
-READS = frozenset({"claims_whatif", "findings_steps", "gpu_ops", "gpu_sharing", "host_time", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
+READS = frozenset({"claims_whatif", "findings_steps", "gpu_ops", "gpu_sharing", "host_ops", "host_time", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
                    "step_causes", "step_coverage", "stragglers", "sync", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
@@ -77,6 +77,12 @@ _FIX = {
     "sync": {"pytorch": "remove the blocking calls from the step (.item(), .cpu(), torch.cuda.synchronize())",
              "any": "remove the blocking synchronizations from the step (keep the host ahead of the GPU)"},
     "stall": {"any": "remove what rank {rank}'s host does there ({what}; py-spy or the NVTX ranges show it)"},
+    # a stream sync right after each pageable host-to-device copy: PyTorch's blocking copy of a CPU tensor
+    # (nsys-ai mfu_2gpu_after: 15 8-byte aten::to copies per step, each then cudaStreamSynchronize, 138-152 ms)
+    "pageable sync": {"pytorch": "pin those host tensors and copy with non_blocking=True, or keep the values on the "
+                                 "GPU: each blocking copy of a pageable tensor synchronizes the stream",
+                      "cuda": "copy from pinned host memory (cudaMallocHost) with cudaMemcpyAsync and drop the "
+                              "{name} after each copy"},
     "allocator": {"pytorch": "keep the caching allocator warm (no empty_cache, stable shapes, "
                              "expandable_segments)",
                   "any": "allocate the buffers once, before the loop (no malloc / free per step)"},
@@ -89,6 +95,11 @@ _FIX = {
                "cuda": "capture the launches in a CUDA graph or fuse the kernels",
                "openacc": "fuse the loops (fewer, larger kernels) and launch asynchronously",
                "any": "fuse kernels or capture the launches in a CUDA graph"},
+    # a CUDA graph cannot capture a step that blocks on the host (stream syncs): fusion only
+    "launch fuse": {"pytorch": "fuse kernels (torch.compile) to launch fewer; a CUDA graph cannot capture the step "
+                               "while it makes {syncs:g} blocking calls per step",
+                    "any": "fuse kernels to launch fewer; a CUDA graph cannot capture the step while it makes "
+                           "{syncs:g} blocking calls per step"},
     "cpu_op": {"pytorch": "cut the framework work between launches (CUDA graphs, torch.compile, fewer and larger ops)",
                "any": "cut the host work between launches (fewer, larger kernels; a CUDA graph)"},
     "data_loading": {"pytorch": "more DataLoader workers, pinned memory and prefetching",
@@ -104,10 +115,12 @@ _FIX_SHORT = {
     "extra sync": {"any": "remove that {name}"},
     "sync": {"any": "remove the blocking calls"},
     "stall": {"any": "remove that host stall"},
+    "pageable sync": {"pytorch": "pinned tensors + non_blocking=True", "any": "pinned copies without a sync each"},
     "allocator": {"pytorch": "keep the caching allocator warm", "any": "preallocate the buffers"},
     "jit_compile": {"any": "warm up / cache the compiled kernels"},
     "launch stall": {"any": "warm up before profiling; eager module loading"},
     "launch": {"any": "CUDA graphs / kernel fusion"},
+    "launch fuse": {"any": "kernel fusion (no CUDA graph: the step blocks)"},
     "cpu_op": {"pytorch": "CUDA graphs / torch.compile", "any": "fewer, larger kernels"},
     "data_loading": {"any": "load batches ahead"},
     "communication": {"any": "overlap communication with compute"},
@@ -215,7 +228,7 @@ def _repro(r: dict) -> str | None:
 
 def _figure(r: dict) -> tuple[float | None, str | None, float | None]:
     k = r["kind"]
-    if k in ("step_outlier", "straggler", "dominant", "extra_sync", "pageable_copy"):
+    if k in ("step_outlier", "straggler", "dominant", "extra_sync", "pageable_copy", "host_syncs"):
         return r["value_ns"], "ns", r["baseline_ns"]
     if k == "coverage":
         return r["share_pct"], "%", 90.0
@@ -405,7 +418,16 @@ def build(con) -> tuple[list[dict], list[dict]]:
         elif r["kind"] == "dominant" and r["class"] == "communication":
             _set_fix(r, "communication", stack, _check(rep, Scenario(overlap_comm=True), n))
         elif r["kind"] == "launch_names" and _launch_real(con, n, stall_ns=stall_ns):
-            _set_fix(r, "launch", stack, _check(rep, Scenario(no_launch_overhead=True), n))
+            shape = launch_shape(con, n)
+            chk = _check(rep, Scenario(no_launch_overhead=True), n)
+            if shape["copies_ns"] >= 0.5 * (r["value_ns"] or 0) and shape["syncs"] >= 1 and \
+                    (r["evidence_ns"] or 0) < 0.5 * (r["value_ns"] or 0):
+                # mostly before memsets and copies (fusion does not remove it) in a step that blocks
+                # (no CUDA graph): no launch fix fits; the sentence says why, the replay is kept
+                r["scenario"], r["gain_ns"] = chk["scenario"], chk["gain_ns"]
+                r["steps_affected"], r["recover_ns"] = chk["steps_affected"], chk["recover_ns"]
+            else:
+                _set_fix(r, "launch fuse" if shape["syncs"] >= 1 else "launch", stack, chk, syncs=shape["syncs"])
     for x in _extra_syncs(con, n):
         if x["rank"] in strag_sync:
             continue
@@ -418,6 +440,7 @@ def build(con) -> tuple[list[dict], list[dict]]:
         if chk["recover_ns"] > 0 and x["ns"] - (x["base"] or 0) >= 0.5 * chk["gain_ns"]:
             _set_fix(row, "extra sync", _stack(st, [x["rank"]]), chk, name=x["name"])
             rows.append(row)
+    rows.extend(_host_syncs(con, rep, n, st, strag_sync | {r["rank"] for r in rows if r["kind"] == "extra_sync"}))
     rows.extend(_pageable(con, rep, n, st))
     rows.extend(_yardsticks(table))
     return _rank(rows), table
@@ -437,6 +460,66 @@ def _launch_real(con, n: int, rank: int | None = None, step: int | None = None, 
     exposed = max(0, (exposed or 0) - (stall_ns if step is None else 0))
     per_step = exposed / (n if step is None else 1)
     return bool(exposed) and (queued or 0) < 0.5 * exposed and per_step >= 0.02 * (median or 0)
+
+
+def launch_shape(con, n: int) -> dict:
+    """What the launch-bound names' idle precedes in the analysed steps (copies_ns: memsets and copies,
+    which no fusion removes; nsys-ai mfu_2gpu_after: 21.0 of 28.6 ms), its largest single launch where
+    its call took over 50x its API's median call (outlier: (api name, idle ns, ratio); 5.75 ms in one
+    cudaMemsetAsync, 690x its 8.3 us median) and the blocking calls per rank-step (syncs: a CUDA graph
+    cannot capture a step that makes them)."""
+    copies, outlier, ratio = con.execute(f"""
+        WITH o AS (SELECT o.*, median(api_ns) OVER (PARTITION BY api_name) AS med FROM launch_overhead o)
+        SELECT coalesce(sum(exposed_ns) FILTER (WHERE kind IN ('memset', 'memcpy')), 0),
+               arg_max(api_name || chr(0) || exposed_ns::VARCHAR, exposed_ns) FILTER (WHERE api_ns > 50 * med),
+               arg_max(api_ns / nullif(med, 0), exposed_ns) FILTER (WHERE api_ns > 50 * med)
+        FROM o SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
+        WHERE o.step IN {_STEPS_SQL}""").fetchone()
+    syncs = con.execute(f"""SELECT count(*) / greatest(1, (SELECT count(DISTINCT rank) FROM launch_overhead))::DOUBLE / {max(n, 1)}
+                            FROM sync WHERE reason = 'synchronize' AND step IN {_STEPS_SQL}""").fetchone()[0] or 0
+    out = {"copies_ns": int(copies or 0), "syncs": round(syncs, 1), "outlier": None}
+    if outlier:
+        name, ns = outlier.split(chr(0))
+        out["outlier"] = (name, int(ns), float(ratio))
+    return out
+
+
+def _host_syncs(con, rep: _Replays, n: int, st: dict[int, str], covered: set) -> list[dict]:
+    """Stream syncs every analysed step on every rank alike (no straggler, no extra_sync: none makes
+    more than its peers), most of them right after a copy staged through pageable memory on the same
+    thread, where the replay without syncs gains: the call blocking longest, per rank and step, and how
+    many of them follow such a copy
+    (PyTorch's blocking copy of a CPU tensor: nsys-ai mfu_2gpu_after, 15 per step after 8-byte aten::to
+    copies, 138-152 ms; the what-if table's largest gain, 37.6 ms, which no claim made before)."""
+    row = con.execute(f"""
+        WITH calls AS (SELECT op_id, lag(op_id) OVER (PARTITION BY rank, tid ORDER BY start_ns) AS prev
+                       FROM host_ops WHERE kind IN ('cuda_runtime', 'cuda_driver')),
+        s AS (SELECT y.rank, y.step, y.name, y.blocked_ns, coalesce(p.reason = 'pageable memcpy', FALSE) AS after_pageable,
+                     p.gpu_op AS copy
+              FROM sync y JOIN calls c ON c.op_id = y.op_id LEFT JOIN sync p ON p.op_id = c.prev
+              WHERE y.reason = 'synchronize' AND y.step IN {_STEPS_SQL})
+        SELECT name, count(*) / count(DISTINCT rank) / {n}, sum(blocked_ns) / count(DISTINCT rank) / {n},
+               count(*) FILTER (WHERE after_pageable) / count(DISTINCT rank) / {n},
+               list(DISTINCT rank ORDER BY rank), count(DISTINCT step), arg_max(copy, blocked_ns) FILTER (WHERE after_pageable)
+        FROM s GROUP BY name ORDER BY 3 DESC, name LIMIT 1""").fetchone()
+    # only where most of them follow a pageable copy, which has a fix (pin it, non_blocking=True): a sync
+    # every rank makes for no recorded reason is waiting (bundled ddp2_flops: 8 cudaEventSynchronize per
+    # step on every rank, waiting for the collectives, "gained" 13.9 ms a step and led over the injected stall)
+    if not row or not row[0] or row[5] < n or set(row[4]) & covered or row[3] < 0.5 * row[1]:
+        return []
+    name, per_step, ns, after, ranks, _, copy = row
+    r = _new_row("host_syncs", cls="host", cause="sync", value_ns=ns, evidence=name, per_step=round(per_step, 2),
+                 n=round(after), ranks=ranks)
+    r["activity"] = copy  # the pageable copy the calls follow (its GPU op's name)
+    r["repro_sql"] = (f"SELECT sum(blocked_ns) / count(DISTINCT rank) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure "
+                      f"FROM sync WHERE name = {sql_string(name)} AND step IN {_STEPS_SQL}")
+    chk = _check(rep, Scenario(no_host_syncs=True), n)
+    # the replay removes every blocking call: it is this call's gain only where the call blocks at least
+    # half as long (tracelens owlv2: 1 hipDeviceSynchronize of 0.0 ms beside a 144.6 ms gain)
+    if chk["recover_ns"] <= 0 or ns < 0.5 * chk["gain_ns"]:
+        return []
+    _set_fix(r, "pageable sync", _stack(st, ranks), chk, name=name)
+    return [r]
 
 
 def _pageable(con, rep: _Replays, n: int, st: dict[int, str]) -> list[dict]:

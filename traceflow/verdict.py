@@ -15,6 +15,7 @@ are all in queries/findings.sql.
 """
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from . import memory
 from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
-READS = frozenset({"findings", "findings_steps", "gpu_sharing", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"findings", "findings_steps", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
@@ -125,7 +126,7 @@ def findings(con) -> dict:
     _fix_sentence(con, out)
     _short_form(out)
     for row in claimed:  # the folding's working keys: the rows stay the table's columns (+ sentence)
-        for k in ("turns", "short_sentence", "folded"):
+        for k in ("turns", "short_sentence", "folded", "host_parts"):
             row.pop(k, None)
     return out
 
@@ -245,11 +246,44 @@ def _copy_split(con, total_ns) -> str | None:
     return " + ".join(f"{c} {_ms(ns)}" for c, ns in rows) if len(rows) > 1 else None
 
 
+# Host time on the analysed steps' critical paths by cause, per step, with the range or op holding most
+# of each (step_causes.top_name): the dominant row names only its biggest cause, and the class's whole
+# time was given to it (fused hta trace_filter: "542.8 ms/step host time in no traced op" where no_op is
+# 281.9 ms inside `## backward ##` and cpu_op 248.0 ms in `Optimizer.step#Shampoo.step`)
+_HOST_SPLIT_SQL = """SELECT cause, sum(path_ns) / (SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup) AS ns,
+                            arg_max(top_name, path_ns) FILTER (WHERE top_name IS NOT NULL) AS top
+                     FROM step_causes WHERE class = 'host'
+                     AND step IN (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)
+                     GROUP BY cause ORDER BY ns DESC, cause"""
+_HOST_PART = {"no_op": "in no traced op", "cpu_op": "framework CPU work in ops", "launch": "launching",
+              "sync": "blocking in syncs", "allocator": "allocator calls", "jit_compile": "JIT compile / module load",
+              "cuda_other": "other CUDA calls", "data_loading": "data loading", "unattributed": "outside the steps' host ranges"}
+
+
+def host_split(con, total_ns) -> list[tuple[str, float, str | None]]:
+    """(cause, ns per step, the range or op holding most of it) for each host cause holding at least 5 %
+    of the host class's path time, at most three, where two or more do; else [] (the row's cause says it)."""
+    rows = [(c, ns, top) for c, ns, top in con.execute(_HOST_SPLIT_SQL).fetchall()
+            if ns and total_ns and ns >= 0.05 * total_ns]
+    return rows[:3] if len(rows) > 1 else []
+
+
+def _host_parts(parts) -> str:
+    def one(c, ns, top):
+        if c == "no_op" and top:  # host time inside a named range is that range's (docs/host-time.md)
+            return f"{_ms(ns)} inside {short_name(top)} with no op traced"
+        return f"{_ms(ns)} {_HOST_PART.get(c, f'blocking in {c} copies')}" + (
+            f" ({short_name(top)})" if top and c not in ("launch", "sync") else "")
+    return ", ".join(one(*p) for p in parts)
+
+
 @sentence("dominant")
 def _dominant(r: dict, con) -> str:
     what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'])}"
     if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
         what = f"memory copies ({split})"
+    if r["class"] == "host" and (hs := host_split(con, r["value_ns"])):
+        what, r["host_parts"] = f"host time ({_host_parts(hs)})", hs
     s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
     if r["low_pct"] is not None and r["high_pct"] is not None and r["high_pct"] - r["low_pct"] >= 1:
         s += f" ({_pct(r['low_pct'])}–{_pct(r['high_pct'])} per step)"
@@ -372,14 +406,44 @@ def _one_cannot_sentence(out: dict):
 @sentence("launch_bound_steps")
 def _launch_bound_steps(r: dict, con) -> str:
     steps = r["steps"] or []
-    return (f"Launch-bound: step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} spent up to "
-            f"{r['share_pct']:.0f}% of the GPU window waiting for kernel launches.")
+    head = f"Launch-bound: step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} spent up to {r['share_pct']:.0f}% of the GPU window"
+    # the launch idle of those steps split as launch_names splits it: after the launch calls had
+    # returned, the kernels were queued, not waiting for a launch (fused hta trace_filter: 392.1 of
+    # rank 0's 399.5 ms)
+    exposed, queued = con.execute(f"""SELECT sum(exposed_ns), sum(exposed_queued_ns) FROM launch_overhead
+                                      WHERE step IN ({', '.join(str(int(x)) for x in steps) or 'NULL'})""").fetchone()
+    if exposed and (queued or 0) >= 0.5 * exposed:
+        return (f"{head} idle before launched work started, but {_pct(100 * queued / exposed)} of that idle came after the "
+                "launch calls had returned (work queued, not launch cost).")
+    return f"{head} waiting for kernel launches."
 
 
 @sentence("launch_names")
 def _launch_names(r: dict, con) -> str:
-    s = (f"{r['n']} kernel name{'s' if r['n'] > 1 else ''} cost more GPU idle in launching ({_ms(r['value_ns'])}) "
-         f"than running ({_ms(r['baseline_ns'])})")
+    kinds = dict(con.execute("""SELECT kind IN ('memset', 'memcpy'), count(DISTINCT name) FROM launch_overhead o
+                                SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
+                                GROUP BY ALL""").fetchall())
+    names = (f"{r['n']} GPU op names ({kinds.get(False, 0)} kernel name{'s' if kinds.get(False, 0) != 1 else ''}, "
+             f"{kinds[True]} memset/copy)" if kinds.get(True) else f"{r['n']} kernel name{'s' if r['n'] > 1 else ''}")
+    s = f"{names} cost more GPU idle in launching ({_ms(r['value_ns'])}) than running ({_ms(r['baseline_ns'])})"
+    if "fix" in r and (r["evidence_ns"] or 0) < 0.5 * r["value_ns"]:  # not queued work (below): launch idle
+        from .claims import launch_shape
+        n = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
+        shape = launch_shape(con, n)
+        # what the idle precedes and a single outlier call, said before the advice that fits them
+        # (nsys-ai mfu_2gpu_after: 21.0 of 28.6 ms before memsets and copies, 5.75 ms after one
+        # cudaMemsetAsync call, 15 stream syncs per step: "CUDA graphs / fusion" fitted none of it)
+        copies = (f"{_ms(shape['copies_ns'])} of it is before memsets and copies (fusion does not remove it)"
+                  if shape["copies_ns"] >= 0.05 * r["value_ns"] else "")
+        one = ""
+        told = con.execute("SELECT count(*) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
+        if shape["outlier"] and shape["outlier"][1] >= 0.05 * r["value_ns"] and not told:  # a launch stall says it below
+            name, ns, x = shape["outlier"]
+            one = f"; {_ms(ns)} of it after one {name} call of {x:.0f}x its median (a one-off)"
+        if not r["fix"] and r.get("scenario") and shape["syncs"] >= 1 and shape["copies_ns"] >= 0.5 * r["value_ns"]:
+            return s + (f", and no launch fix fits: {copies}, and a CUDA graph cannot capture a step making "
+                        f"{shape['syncs']:g} blocking calls per rank and step{one}.")
+        s += (f"; {copies}" if copies else "") + one
     stall = con.execute("SELECT sum(evidence_ns) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
     if stall:  # findings.sql launch_stall: the one-time stall is told apart; graphs and fusion act on the rest
         s += f", {_ms(stall)} of it the one-time launch stall, {_ms(max(0, r['value_ns'] - stall))} recurring"
@@ -407,7 +471,9 @@ def _launch_names(r: dict, con) -> str:
 
 @sentence("exposed_comm")
 def _exposed_comm(r: dict, con) -> str:
-    return f"Communication not hidden by compute takes {r['share_pct']:.0f}% of the GPU time."
+    # a share of the steps' GPU windows (wall), not of the GPU's busy time (param-dlrm8: 41 % of the
+    # windows, 84 % of the busy time)
+    return f"Communication not hidden by compute takes {r['share_pct']:.0f}% of the steps' GPU window (wall time)."
 
 
 @sentence("mfu")
@@ -455,6 +521,16 @@ def _extra_sync(r: dict, con) -> str:
             + _fix_clause(r, "") + ".")
 
 
+@sentence("host_syncs")
+def _host_syncs(r: dict, con) -> str:
+    s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])} per step{'' if len(r['ranks']) == 1 else ' each (mean)'} in {r['per_step']:g} {r['evidence']} "
+         "calls, every analysed step")
+    if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
+        s += (f", {r['n']:g} of them right after a {short_name(r['activity'])} copy: a blocking copy of a pageable "
+              "buffer, then a wait for the whole stream")
+    return s + _fix_clause(r, "") + "."
+
+
 @sentence("pageable_copy")
 def _pageable_copy(r: dict, con) -> str:
     return (f"Copies to or from pageable host memory ({short_name(r['evidence'])}) take {_ms(r['value_ns'])} of GPU time "
@@ -497,10 +573,12 @@ def _fix_sentence(con, out: dict):
     match = next((r for r in out["findings"] if r.get("scenario") and _same_fix(t, r)), None)
     if match and match.get("fix") and top:
         why = f"over the capture it recovers {_ms(match['recover_ns'])}, less than the fix above ({_ms(top['recover_ns'])})"
+    elif match and match.get("scenario") and not match.get("fix") and match["kind"] == "launch_names":
+        why = "not advised: no launch fix fits where the idle is (see the launch finding)"
     elif "launch" in t["scenario"]:
         why = ("not advised: in the analysed steps the launch idle is small or mostly kernels queued behind other "
                "work, which no launch fix removes")
-    elif top:
+    elif top and (top["recover_ns"] or 0) >= t["gain_ns"]:
         why = f"over the capture the fix above recovers more ({_ms(top['recover_ns'])})"
     else:
         why = "no recorded cause on a rank matches it above the replay's noise, so it is not advised"
@@ -513,11 +591,16 @@ HEADLINE_MAX, LINE_MAX, LINES_MAX = 200, 300, 5
 
 
 def _fit(s: str, limit: int) -> str:
-    """At most `limit` characters: cut at the last clause boundary that fits."""
+    """At most `limit` characters: long asides in parentheses dropped, last first, then cut at the last
+    clause boundary that fits."""
+    while len(s) > limit and (asides := [m for m in re.finditer(r" \([^()]{30,}\)", s)]):
+        s = s[:asides[-1].start()] + s[asides[-1].end():]
     if len(s) <= limit:
         return s
-    cut = max(s.rfind("; ", 0, limit - 1), s.rfind(", ", 0, limit - 1))
-    return (s[:cut] if cut > limit // 2 else s[:limit - 1].rstrip()) + "…"
+    # the last "; " or ", " that fits with its parentheses closed: a cut inside one left "(another
+    # process on the GPU, a wait on work the trace does not hold…" (fused hta trace_filter)
+    cuts = [i for i in range(limit // 2, limit - 1) if s.startswith(("; ", ", "), i) and s.count("(", 0, i) == s.count(")", 0, i)]
+    return (s[:cuts[-1]] if cuts else s[:limit - 1].rstrip()) + "…"
 
 
 def _headline(r: dict) -> str:
@@ -526,6 +609,8 @@ def _headline(r: dict) -> str:
             "straggler": lambda: f"rank {r['rank']} blocks in {r['evidence']} every step, its peers wait",
             "extra_sync": lambda: f"rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']}",
             "pageable_copy": lambda: f"pageable copies take {_ms(r['value_ns'])}/step",
+            "host_syncs": lambda: f"{r['per_step']:g} {r['evidence']}/step block {_ms(r['value_ns'])} per rank"
+                                  + (" after pageable copies" if r["n"] and r["activity"] else ""),
             "launch_names": lambda: "launch overhead idles the GPU",
             "dominant": lambda: (f"a one-time stall in {r['evidence']}, {_ms(r['evidence_ns'])} of launch idle"
                                  if (r.get("note") or "").startswith("launch stall")
@@ -552,11 +637,19 @@ def _short(r: dict) -> str:
     elif k == "extra_sync":
         s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
              f"than its peers, who block {_ms(r['baseline_ns'])})")
+    elif k == "host_syncs":
+        s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
+            f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else "")
     elif k == "pageable_copy":
         s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
     elif k == "dominant":
         s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
              f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
+        if r["class"] == "host" and r.get("host_parts"):  # each host cause its own figure (host_split)
+            s = (f"Host-bound: {_pct(r['share_pct'])} of the critical path is host time, {_ms(r['value_ns'])}/step: "
+                 f"{_host_parts(r['host_parts'])}")
+    elif k == "launch_names" and r.get("fix"):  # the finding and what its idle precedes; the fix's tail below
+        s = r["sentence"].split(" — ")[0]
     elif k == "shared_gpu":
         return _fit(r["short_sentence"], LINE_MAX)
     elif k == "coverage":
