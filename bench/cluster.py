@@ -138,19 +138,19 @@ def measure(cmd) -> dict:
     return res
 
 
-def task_seconds(path: Path, times: int = 5) -> float:
+def task_seconds(paths: list[Path], times: int = 5) -> float:
     """One cluster task (rank_task.run: read, per-rank derive and analyses, the shards written) on
-    one rank file, here, in a warm process: the median of `times` runs, in seconds."""
+    the rank files `paths` together, here, in a warm process: the median of `times` runs, in seconds."""
     import statistics
     import tempfile
 
     from traceflow import rank_task
     from traceflow.readers.detect import identify
-    inp, runs = identify(str(path)), []
+    batch, runs = [(i, identify(str(p))) for i, p in enumerate(paths)], []
     with tempfile.TemporaryDirectory(dir=HERE / "work") as parts:
-        for i in range(times + 1):  # the first imports and warms
+        for _ in range(times + 1):  # the first imports and warms
             t0 = time.perf_counter()
-            rank_task.run([(i, inp)], parts, None)
+            rank_task.run(batch, parts, None)
             runs.append(time.perf_counter() - t0)
     return statistics.median(runs[1:])
 
@@ -255,13 +255,17 @@ def main():
     ap.add_argument("--work", default=str(HERE / "work" / "cluster"))
     ap.add_argument("--results", default=str(HERE / "cluster-results.json"))
     ap.add_argument("--map-only", action="store_true", help="time the cluster's map alone (no database; not compared)")
-    ap.add_argument("--task-seconds", action="store_true", help="only time one task on the first rank file, in this process")
+    ap.add_argument("--task-seconds", type=int, nargs="?", const=1, metavar="K",
+                    help="only time one task on K rank files (default 1) of the first --ranks job, in this process")
     args = ap.parse_args()
     src = sorted(p for p in Path(args.source).iterdir() if re.fullmatch(r"rank-\d+\.pt\.trace\.json(\.gz)?", p.name))
     work = Path(args.work)
     if args.task_seconds:
-        (work).mkdir(parents=True, exist_ok=True)
-        print(f"one task on {src[0].name}: {task_seconds(src[0]):.2f} s (median of 5), load average {os.getloadavg()[0]:.1f}")
+        n = max(args.ranks[0], args.task_seconds)
+        files = derive_ranks(src, work / f"{Path(args.source).name}-r{n}", n)[:args.task_seconds]
+        s = task_seconds(files)
+        print(f"one task on {len(files)} rank file(s): {s:.2f} s, {s / len(files):.3f} s per file (median of 5), "
+              f"load average {os.getloadavg()[0]:.1f}")
         return
     results = Path(args.results)
     kept = [r for r in json.loads(results.read_text())] if results.exists() else []

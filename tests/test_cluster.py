@@ -240,9 +240,12 @@ def test_a_cluster_ingest_of_nsys_exports_is_the_local_ingest(client, tmp_path, 
     _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
 
 
-def test_a_worker_killed_during_the_map_changes_nothing(tmp_path):
-    """SIGKILL to the worker process running a read, while it runs: Dask runs the task again on
-    the other worker (the nanny starts a new one) and the database is the same."""
+def test_a_worker_killed_during_the_map_changes_nothing(tmp_path, monkeypatch):
+    """SIGKILL to the worker process running a task (2 rank files), while it runs: Dask runs the
+    task again on the other worker (the nanny starts a new one), which writes its shards anew, and
+    the database is the same."""
+    from traceflow import cluster
+    monkeypatch.setattr(cluster, "TASKS_PER_WORKER", 1)  # 4 files, 2 workers: 2 tasks of 2 files
     traceflow.ingest(KINETO, str(tmp_path / "local.duckdb"))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=50) as lc, distributed.Client(lc) as c:
