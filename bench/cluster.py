@@ -13,6 +13,8 @@ Results: a table on stdout and bench/cluster-results.json (rows of earlier runs 
 
     python bench/cluster.py --ranks 64 256 --workers 2                      # both modes, compared
     python bench/cluster.py --ranks 4096 --modes cluster --sample 8         # the cluster alone, 8 ranks checked
+    python bench/cluster.py --ranks 4096 --modes cluster --map-only         # the cluster's map alone (no database)
+    python bench/cluster.py --ranks 256 --task-seconds 27                   # one task of 27 rank files, in this process
     make bench-cluster    # 64 and 256 ranks both ways, then 4,096 on the cluster alone; 8 ranks sampled at each
     python bench/cluster.py --source ../shared/bench/long4/kineto --ranks 16 64
 """
