@@ -216,7 +216,7 @@ def batches(inputs: list[Input], workers: int, target: int | None = None,
             per_worker: int | None = None) -> list[list[int]]:
     """The map's tasks: runs of consecutive input indices, each of at most `target` input bytes
     (input_bytes; a file bigger than that alone) and at most as many files as gives every one of
-    `workers` `per_worker` tasks."""
+    `workers` `per_worker` tasks (0: no bound by count)."""
     target = TASK_BYTES if target is None else target
     per_worker = TASKS_PER_WORKER if per_worker is None else per_worker
     most = max(1, -(-len(inputs) // max(1, workers * per_worker)))
