@@ -13,6 +13,8 @@ Results: a table on stdout and bench/cluster-results.json (rows of earlier runs 
 
     python bench/cluster.py --ranks 64 256 --workers 2                      # both modes, compared
     python bench/cluster.py --ranks 4096 --modes cluster --sample 8         # the cluster alone, 8 ranks checked
+    python bench/cluster.py --ranks 4096 --modes cluster --map-only         # the cluster's map alone (no database)
+    python bench/cluster.py --ranks 256 --task-seconds 27                   # one task of 27 rank files, in this process
     make bench-cluster    # 64 and 256 ranks both ways, then 4,096 on the cluster alone; 8 ranks sampled at each
     python bench/cluster.py --source ../shared/bench/long4/kineto --ranks 16 64
 """
@@ -40,6 +42,24 @@ import json, sys, traceflow
 cluster = sys.argv[2] if sys.argv[2] != "-" else None
 job = traceflow.ingest(sys.argv[3:], sys.argv[1], cluster=cluster, force=True)
 print(json.dumps({k: round(v, 2) for k, v in job.timings.items() if isinstance(v, (int, float))}))
+"""
+
+# --map-only: the cluster's map alone (what `ingest --cluster` runs first: one Dask task per batch of
+# rank files, cluster.read_all), into a parts folder removed afterwards; the client's phase is not run
+MAP_ONLY = """
+import json, shutil, sys, tempfile, time
+from traceflow import cluster
+from traceflow.options import Options
+from traceflow.readers.detect import identify
+inputs = [identify(p) for p in sys.argv[3:]]
+parts = tempfile.mkdtemp(prefix="map-only-", dir=sys.argv[1])
+try:
+    with cluster.client_for(sys.argv[2]) as client:
+        t0 = time.perf_counter()
+        cluster.read_all(client, inputs, parts, Options(), lambda *_: None)
+        print(json.dumps({"read": round(time.perf_counter() - t0, 2)}))
+finally:
+    shutil.rmtree(parts)
 """
 
 
@@ -120,19 +140,19 @@ def measure(cmd) -> dict:
     return res
 
 
-def task_seconds(path: Path, times: int = 5) -> float:
+def task_seconds(paths: list[Path], times: int = 5) -> float:
     """One cluster task (rank_task.run: read, per-rank derive and analyses, the shards written) on
-    one rank file, here, in a warm process: the median of `times` runs, in seconds."""
+    the rank files `paths` together, here, in a warm process: the median of `times` runs, in seconds."""
     import statistics
     import tempfile
 
     from traceflow import rank_task
     from traceflow.readers.detect import identify
-    inp, runs = identify(str(path)), []
+    batch, runs = [(i, identify(str(p))) for i, p in enumerate(paths)], []
     with tempfile.TemporaryDirectory(dir=HERE / "work") as parts:
-        for i in range(times + 1):  # the first imports and warms
+        for _ in range(times + 1):  # the first imports and warms
             t0 = time.perf_counter()
-            rank_task.run(inp, parts, i, None, None)
+            rank_task.run(batch, parts, None)
             runs.append(time.perf_counter() - t0)
     return statistics.median(runs[1:])
 
@@ -236,13 +256,18 @@ def main():
                     "ranks (the first two, the last, the others at random) against a local ingest of their files alone")
     ap.add_argument("--work", default=str(HERE / "work" / "cluster"))
     ap.add_argument("--results", default=str(HERE / "cluster-results.json"))
-    ap.add_argument("--task-seconds", action="store_true", help="only time one task on the first rank file, in this process")
+    ap.add_argument("--map-only", action="store_true", help="time the cluster's map alone (no database; not compared)")
+    ap.add_argument("--task-seconds", type=int, nargs="?", const=1, metavar="K",
+                    help="only time one task on K rank files (default 1) of the first --ranks job, in this process")
     args = ap.parse_args()
     src = sorted(p for p in Path(args.source).iterdir() if re.fullmatch(r"rank-\d+\.pt\.trace\.json(\.gz)?", p.name))
     work = Path(args.work)
     if args.task_seconds:
-        (work).mkdir(parents=True, exist_ok=True)
-        print(f"one task on {src[0].name}: {task_seconds(src[0]):.2f} s (median of 5), load average {os.getloadavg()[0]:.1f}")
+        n = max(args.ranks[0], args.task_seconds)
+        files = derive_ranks(src, work / f"{Path(args.source).name}-r{n}", n)[:args.task_seconds]
+        s = task_seconds(files)
+        print(f"one task on {len(files)} rank file(s): {s:.2f} s, {s / len(files):.3f} s per file (median of 5), "
+              f"load average {os.getloadavg()[0]:.1f}")
         return
     results = Path(args.results)
     kept = [r for r in json.loads(results.read_text())] if results.exists() else []
@@ -257,17 +282,20 @@ def main():
         print(f"{n} rank files in {folder} ({made_s:.0f} s): {du(*files) / 1e9:.2f} GB on disk, "
               f"{plain / 1e9:.2f} GB of JSON", flush=True)
         done = {}
-        for mode in [m for m in args.modes if m == "cluster" or n <= args.local_max]:
+        for mode in [m for m in args.modes if m == "cluster" or (n <= args.local_max and not args.map_only)]:
             cluster = f"local:{args.workers}" if mode == "cluster" else "-"
             out = work / f"{folder.name}-{mode}.duckdb"
-            r = measure([sys.executable, "-c", INGEST, str(out), cluster, *map(str, files)])
-            r.update({"ranks": n, "mode": "local" if mode == "local" else f"cluster {cluster}",
+            if args.map_only:
+                r = measure([sys.executable, "-c", MAP_ONLY, str(work), cluster, *map(str, files)])
+            else:
+                r = measure([sys.executable, "-c", INGEST, str(out), cluster, *map(str, files)])
+            r.update({"ranks": n, "mode": ("local" if mode == "local" else f"cluster {cluster}") + (" map only" if args.map_only else ""),
                       "source": label, "input_bytes": du(*files), "input_json_bytes": plain,
                       "db_bytes": du(out) if out.exists() else None,
                       "parts_bytes": sum(du(p) for p in work.glob(f"{out.name}.parts-*")) or None,
                       "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())})
             rows.append(r)
-            if r["rc"] == 0:
+            if r["rc"] == 0 and not args.map_only:
                 done[mode] = out
             t = r.get("timings", {})
             cross = sum(t.get(k, 0) for k in ("load", "derive", "packs", "critical_path"))

@@ -72,7 +72,7 @@ def test_a_cluster_ingest_is_the_local_ingest(client, tmp_path):
     _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
     parts, = _parts(tmp_path)
     assert sorted(p.name.split(".", 1)[1] for p in parts.iterdir()) == sorted(
-        f"{t.split('.')[1]}.parquet" for t in PER_RANK for _ in KINETO)  # one shard per rank and table, no marker
+        f"{t.split('.')[1]}.parquet" for t in PER_RANK for _ in KINETO)  # one shard per task (here 1 file each) and table
     con = connect(tmp_path / "cluster.duckdb")
     views = {f"{s}.{v}" for s, v in con.execute("SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
     assert set(PER_RANK) <= views
@@ -116,6 +116,46 @@ def test_moved_clocks_give_the_local_rows(client, tmp_path, edit, column):
     assert connect(tmp_path / "cluster.duckdb").execute(f"SELECT count(*) FROM traces WHERE {column} <> 0").fetchone()[0] >= 1
     _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
     assert sorted(local.warnings) == sorted(cluster.warnings)
+
+
+@pytest.mark.parametrize("per_worker, edit", [(1, None), (0, _rank3_late)])
+def test_tasks_of_several_ranks_give_the_local_rows(client, tmp_path, monkeypatch, per_worker, edit):
+    """Several rank files in one task (2 tasks of 2 files; one task of all 4, rank 3's clock late so
+    that clock alignment moves it): one shard per table and task, every row the local one's."""
+    from traceflow import cluster
+    files = _rewritten(tmp_path, "in", edit) if edit else KINETO
+    monkeypatch.setattr(cluster, "TASKS_PER_WORKER", per_worker)
+    seen: list[str] = []
+    local = traceflow.ingest(files, str(tmp_path / "local.duckdb"))
+    cluster_run = traceflow.ingest(files, str(tmp_path / "cluster.duckdb"), cluster=client,
+                                   progress=lambda path, *_: seen.append(path))
+    _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
+    assert sorted(seen) == sorted(files)  # progress still counts files
+    tasks = 2 if per_worker else 1
+    parts, = _parts(tmp_path)
+    names = sorted(p.name for p in parts.iterdir())
+    assert len(names) == tasks * len(PER_RANK) and len({n.split(".")[0] for n in names}) == tasks
+    con = connect(tmp_path / "cluster.duckdb")
+    # every rank's rows come from its file, whichever task held it: its shard id is (file index, process 0)
+    assert con.execute("SELECT count(DISTINCT shard), count(DISTINCT trace_id) FROM tf_internal.shards").fetchone() == (4, 4)
+    if edit:
+        assert con.execute("SELECT count(*) FROM traces WHERE clock_offset_ns <> 0").fetchone()[0] >= 1
+    assert sorted(cluster_run.warnings) == sorted(local.warnings)
+
+
+def test_tasks_are_sized_by_bytes_and_workers(tmp_path):
+    """cluster.batches on real rank files: a .gz counted as inflated (its trailer, checked against
+    gzip.decompress), no task past the byte target unless one file alone, enough tasks for the workers."""
+    from traceflow.cluster import batches, input_bytes
+    from traceflow.readers.detect import identify
+    inputs = [identify(f) for f in KINETO]
+    sizes = [len(gzip.decompress(Path(f).read_bytes())) for f in KINETO]
+    assert [input_bytes(i) for i in inputs] == sizes and all(s > i.size for s, i in zip(sizes, inputs))
+    assert batches(inputs, 2, target=10**12, per_worker=2) == [[0], [1], [2], [3]]
+    assert batches(inputs, 1, target=10**12, per_worker=2) == [[0, 1], [2, 3]]
+    assert batches(inputs, 1, target=10**12, per_worker=0) == [[0, 1, 2, 3]]
+    assert batches(inputs, 1, target=max(sizes[0] + sizes[1], sizes[2] + sizes[3]), per_worker=0) == [[0, 1], [2, 3]]
+    assert batches(inputs, 1, target=min(sizes) - 1, per_worker=0) == [[0], [1], [2], [3]]  # one big file alone
 
 
 def test_op_work_with_given_peaks_is_the_local_one(client, tmp_path):
@@ -200,9 +240,12 @@ def test_a_cluster_ingest_of_nsys_exports_is_the_local_ingest(client, tmp_path, 
     _same(tmp_path / "local.duckdb", tmp_path / "cluster.duckdb")
 
 
-def test_a_worker_killed_during_the_map_changes_nothing(tmp_path):
-    """SIGKILL to the worker process running a read, while it runs: Dask runs the task again on
-    the other worker (the nanny starts a new one) and the database is the same."""
+def test_a_worker_killed_during_the_map_changes_nothing(tmp_path, monkeypatch):
+    """SIGKILL to the worker process running a task (2 rank files), while it runs: Dask runs the
+    task again on the other worker (the nanny starts a new one), which writes its shards anew, and
+    the database is the same."""
+    from traceflow import cluster
+    monkeypatch.setattr(cluster, "TASKS_PER_WORKER", 1)  # 4 files, 2 workers: 2 tasks of 2 files
     traceflow.ingest(KINETO, str(tmp_path / "local.duckdb"))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=50) as lc, distributed.Client(lc) as c:

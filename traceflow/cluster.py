@@ -4,11 +4,12 @@
     traceflow ingest runs/rank*.sqlite -o job.duckdb --cluster local:4     # a LocalCluster of 4 processes
     traceflow.ingest(files, "job.duckdb", cluster=client)                 # a dask.distributed.Client
 
-Each task runs the same reader as a local ingest (readers/worker.py), then the per-rank part of the
-derive step, and writes the file's tables as Parquet shards into the parts folder beside the output
-(rank_task.py), which must be on storage every worker sees. The database's tables of per-rank rows
-are views over those shards (shard_views.py); the cross-rank phase (clock alignment, collectives,
-the analyses) runs here, on the client. Dask is an optional extra: `pip install traceflow[cluster]`.
+Each task (a batch of rank files: `batches`) runs the same reader as a local ingest
+(readers/worker.py), then the per-rank part of the derive step, and writes its files' tables as
+Parquet shards into the parts folder beside the output (rank_task.py), which must be on storage
+every worker sees. The database's tables of per-rank rows are views over those shards
+(shard_views.py); the cross-rank phase (clock alignment, collectives, the analyses) runs here, on
+the client. Dask is an optional extra: `pip install traceflow[cluster]`.
 
 Size: the Dask map, its scheduler probe and its clean-up on every exit path, together.
 """
@@ -188,30 +189,80 @@ def _quiet_resource_tracker() -> None:
         os.close(devnull)
 
 
+# The map's tasks (batches): a task's fixed cost on a worker (its DuckDB, 14 per-rank analyses, 28
+# Parquet shards) was ~1.2 s for a 2.4 MB rank file, most of such a task; a task holds files up to
+# TASK_BYTES of input (a gzip counted as inflated), so that cost is paid per 64 MB, not per file, and
+# a worker's memory stays bounded (a file over it is a task alone: never two big files in one process).
+# And at least TASKS_PER_WORKER tasks per worker while files last: every worker busy to the end.
+# Measured: docs/scale-out.md.
+TASK_BYTES = 64 << 20
+TASKS_PER_WORKER = 4
+
+
+def input_bytes(inp: Input) -> int:
+    """What a reader reads of `inp`: its size on disk, a .gz's inflated size from its trailer (which
+    holds it modulo 2^32: never counted below the file's own size)."""
+    if not inp.path.endswith(".gz") or inp.size < 18:
+        return inp.size
+    try:
+        with open(inp.path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            return max(inp.size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return inp.size
+
+
+def batches(inputs: list[Input], workers: int, target: int | None = None,
+            per_worker: int | None = None) -> list[list[int]]:
+    """The map's tasks: runs of consecutive input indices, each of at most `target` input bytes
+    (input_bytes; a file bigger than that alone) and at most as many files as gives every one of
+    `workers` `per_worker` tasks (0: no bound by count)."""
+    target = TASK_BYTES if target is None else target
+    per_worker = TASKS_PER_WORKER if per_worker is None else per_worker
+    most = max(1, -(-len(inputs) // max(1, workers * per_worker)))
+    out: list[list[int]] = []
+    size = 0
+    for i, inp in enumerate(inputs):
+        n = input_bytes(inp)
+        if not out or len(out[-1]) >= most or size + n > target:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += n
+    return out
+
+
 def read_all(client, inputs: list[Input], folder: str, options: Options, progress) -> list:
-    """One task per file (rank_task.run: read, per-rank derive, Parquet shards into `folder`, shared
-    with the workers); each task gets the ingest's `options`, pickled (its settings reach a worker
-    started anywhere, whatever its environment). Returns the traces in the order of `inputs`; a bad file raises its reader's
-    InputError."""
+    """The map: one task per batch of files (batches; rank_task.run: read, per-rank derive, one
+    Parquet shard per table and task into `folder`, shared with the workers); each task gets the
+    ingest's `options`, pickled (its settings reach a worker started anywhere, whatever its
+    environment). `progress` is called once per file. Returns the traces in the order of
+    `inputs`; a bad file raises its reader's InputError."""
     distributed = _distributed()
     from . import rank_task
-    futures = [client.submit(rank_task.run, inp, folder, i, options,
-                             key=f"traceflow-rank-{os.getpid()}-{i}-{os.urandom(4).hex()}",
-                             retries=RETRIES, pure=False) for i, inp in enumerate(inputs)]
-    index = {f.key: i for i, f in enumerate(futures)}
+    workers = sum(client.nthreads().values())
+    tasks = batches(inputs, workers)
+    futures = [client.submit(rank_task.run, [(i, inputs[i]) for i in batch], folder, options,
+                             key=f"traceflow-ranks-{os.getpid()}-{batch[0]}-{os.urandom(4).hex()}",
+                             retries=RETRIES, pure=False) for batch in tasks]
+    index = {f.key: b for b, f in enumerate(futures)}
     results: dict[int, list] = {}
     try:
         for fut in distributed.as_completed(futures):
-            i = index[fut.key]
+            batch = tasks[index[fut.key]]
+            first, more = inputs[batch[0]].path, (f" (or one of the {len(batch) - 1} files read with it)"
+                                                  if len(batch) > 1 else "")
             try:
-                results[i] = fut.result()
+                for i, traces in zip(batch, fut.result()):
+                    results[i] = traces
             except InputError:
                 raise
             except distributed.client.FutureCancelledError:
-                raise InputError(inputs[i].path, "the cluster cancelled the task reading this file") from None
+                raise InputError(first, f"the cluster cancelled the task reading this file{more}") from None
             except Exception as e:  # noqa: BLE001 - a worker lost RETRIES times, a scheduler gone: one line
-                raise InputError(inputs[i].path, f"the cluster could not read this file ({type(e).__name__}: {e})") from None
-            progress(inputs[i].path)
+                raise InputError(first, f"the cluster could not read this file{more} ({type(e).__name__}: {e})") from None
+            for i in batch:
+                progress(inputs[i].path)
     finally:
         client.cancel([f for f in futures if not f.done()])
     traces = [t for i in sorted(results) for t in results[i]]
@@ -222,7 +273,11 @@ def read_all(client, inputs: list[Input], folder: str, options: Options, progres
 def _check_shared(folder: str, traces: list):
     """Every shard a worker wrote must be visible here: a folder on a worker's local disk is not."""
     from .rank_task import shard_path
+    seen = set()
     for t in traces:
-        if not shard_path(folder, t.key, "gpu_ops").exists():
+        if t.derived["part"] in seen:
+            continue
+        seen.add(t.derived["part"])
+        if not shard_path(folder, t.derived["part"], "gpu_ops").exists():
             raise OutputError(folder, f"the workers wrote {t.source_path}'s tables where this machine cannot see "
                               "them: the output's folder must be on storage every worker shares")
