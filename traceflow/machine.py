@@ -22,23 +22,6 @@ def db_config(scratch: str, memory_limit: str | None = None) -> dict:
     return config
 
 
-# A cluster's client runs only the job's steps, over the workers' shards (graph.run scope "job"):
-# DuckDB's working memory there grew with the ranks (host_time's hash tables and sorts: +170 MiB of
-# RSS at 64 ranks, docs/scale-out.md "Client memory"), up to db_config's 3 GiB. This fixed cap keeps
-# it flat, DuckDB spilling to the scratch folder past it; the user's memory_limit overrides it.
-CLIENT_MEMORY_LIMIT = "512MB"
-
-
-def client_memory_limit(memory_limit: str | None = None) -> str:
-    """DuckDB's memory_limit on a cluster client's connection once the shards are loaded: the
-    user's, else CLIENT_MEMORY_LIMIT (under an address-space limit, db_config's if lower)."""
-    if memory_limit:
-        return memory_limit
-    space = address_space()
-    cap = int(CLIENT_MEMORY_LIMIT[:-2])
-    return f"{min(cap, space // 4 >> 20)}MB" if space is not None else CLIENT_MEMORY_LIMIT
-
-
 # The least address space (ulimit -v) in which an ingest of the smallest bundled job runs: Python,
 # DuckDB and Arrow loaded take ~600 MiB of it before any work (ddp2_flops/stall: a reader's
 # MemoryError at 700 MB, done at 1.2 GB).

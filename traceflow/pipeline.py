@@ -19,7 +19,7 @@ from .duck import connect as duck_connect
 from .duck import use_internal_schema
 from .errors import InputError, UsageError
 from .load import TRACE_SPANS, create_tables, cut_long_names, load_all
-from .machine import check_address_space, client_memory_limit, db_config
+from .machine import check_address_space, db_config
 from .options import Options
 from .options import of as options_of
 from .outputs import PARTS, after_replace, atomic_output, scratch_folder
@@ -156,8 +156,6 @@ def ingest(files, output: str = "traceflow.duckdb", options: Options | None = No
             # one transaction for the analyses: each statement's own commit (and its WAL write) was
             # most of the fixed cost of a small job's analyses
             con.execute("BEGIN TRANSACTION")
-            if parts is not None:  # the job's steps alone: DuckDB's memory capped (machine.CLIENT_MEMORY_LIMIT)
-                con.execute("SET memory_limit = ?", [client_memory_limit(options.memory_limit)])
             from . import graph
             # every step after the load, in the graph's order (on a cluster's client: the job's steps over the shards)
             done = graph.run(con, options, scope="job" if parts is not None else None, timings=result.timings, phase=phase)
