@@ -470,10 +470,15 @@ def run(con, options: Options | None = None, *, scope: str | None = None, names=
             r.phase(told)
             said = told
         t0 = time.perf_counter()
-        if s.run is None:
-            con.execute(sqlmodules.text(s.group, s.name))
-        else:
-            s.run(r)
+        try:
+            if s.run is None:
+                con.execute(sqlmodules.text(s.group, s.name))
+            else:
+                s.run(r)
+        except Exception as e:
+            # which step ran out of memory or failed (a 4,096-rank client's "Out of Memory Error" named none)
+            e.add_note(f"in the step {s.group}/{s.name} of traceflow's graph")
+            raise
         if key:
             r.timings[key] += time.perf_counter() - t0
     return r
