@@ -673,7 +673,7 @@ def test_a_ctrl_c_waits_until_an_extension_module_has_initialised():
     """A Ctrl-C while DuckDB's C extension initialised left it half-made ("ImportError:
     initialization failed") and the process crashed at exit (3 of 80 ingests interrupted while
     loading: SIGSEGV). The command holds SIGINT back during an extension's init and delivers it
-    right after: the KeyboardInterrupt comes from its hold, not from inside the init."""
+    right after: the KeyboardInterrupt comes from its hold (interrupts.deferred), not from inside the init."""
     code = """
 import signal, sys, traceback
 from importlib.machinery import ExtensionFileLoader
@@ -703,7 +703,7 @@ import duckdb
 print(duckdb.connect().execute("SELECT 1 + 2").fetchone()[0])
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.split("\n")[:2] == ["raised in run", "3"], r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.split("\n")[:2] == ["raised in deferred", "3"], r.stdout + r.stderr
 
 
 def test_a_ctrl_c_that_ends_an_eval_still_exits_130(tmp_path):

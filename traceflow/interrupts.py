@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 # SIGHUP (the terminal closed, an ssh session dropped) is handled as SIGTERM is: by default it ended
 # the process with no cleanup, leaving the temp database, its WAL, the lock, the scratch and parts
@@ -80,6 +81,33 @@ def _note(signum, frame):
     _held["signals"].append(signum)
 
 
+@contextmanager
+def deferred():
+    """SIGINT and SIGTERM held back while the block runs on the main thread, then delivered (the
+    handler in place runs as the block ends). For steps that must not be cut in two: an extension's
+    init (below), a reader process's start (readers/pool.py: a SIGTERM inside Process.start left a
+    spawned child half-sent its start data, which printed "EOFError: Ran out of input" with a
+    traceback after traceflow's one line, 1 interrupted run in a fresh clone's `make test`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _held["depth"] == 0:
+        _held["previous"] = {s: signal.signal(s, _note) for s in SIGNALS}
+    _held["depth"] += 1
+    try:
+        yield
+    finally:
+        _held["depth"] -= 1
+        if _held["depth"] == 0:
+            for s, previous in _held.pop("previous").items():
+                # None: a handler set from C, not Python's
+                signal.signal(s, previous if previous is not None else
+                              (signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL))
+            pending, _held["signals"] = _held["signals"], []
+            if pending:
+                signal.raise_signal(pending[0])  # runs the command's handler, now
+
+
 def _hold_signals_in_extension_inits() -> None:
     """A Ctrl-C while a C extension module initialises (pyarrow's Cython modules, DuckDB, numpy;
     most are imported lazily, some by DuckDB itself) left it half-made: "ImportError:
@@ -93,23 +121,8 @@ def _hold_signals_in_extension_inits() -> None:
     def held(method):
         @functools.wraps(method)
         def run(self, arg):
-            if threading.current_thread() is not threading.main_thread():
+            with deferred():
                 return method(self, arg)
-            if _held["depth"] == 0:
-                _held["previous"] = {s: signal.signal(s, _note) for s in SIGNALS}
-            _held["depth"] += 1
-            try:
-                return method(self, arg)
-            finally:
-                _held["depth"] -= 1
-                if _held["depth"] == 0:
-                    for s, previous in _held.pop("previous").items():
-                        # None: a handler set from C, not Python's
-                        signal.signal(s, previous if previous is not None else
-                                      (signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL))
-                    pending, _held["signals"] = _held["signals"], []
-                    if pending:
-                        signal.raise_signal(pending[0])  # runs the command's handler, now
         return run
     for name in ("create_module", "exec_module"):
         setattr(ExtensionFileLoader, name, held(getattr(ExtensionFileLoader, name)))

@@ -15,6 +15,7 @@ import warnings
 from contextlib import nullcontext
 
 from ..errors import InputError
+from ..interrupts import deferred
 from ..options import Options
 from .detect import ROCM_FORMATS, Input
 from .model import ProcessTrace
@@ -55,7 +56,8 @@ def map_files(inputs: list[Input], folder, options: Options, progress) -> list[P
                 import_readers({i.format for i in inputs})
             context = mp.get_context(method)
             for _ in range(n_proc):
-                readers.append(_Reader(context))
+                with deferred():  # started and in `readers` (which _stop kills), or not started at all
+                    readers.append(_Reader(context))
         slots = [r.read for r in readers] + ([] if big else [read_file])
         return _share(inputs, slots, folder, options, progress, abort=lambda: _stop(readers))
     except BaseException:
