@@ -26,9 +26,15 @@ DECLARED = sqlmodules.declared("""
 """, __file__)
 
 
+def ensure_metadata(con) -> None:
+    """The metadata table (its one definition: the load's job name and the format stamp both write it)."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {INTERNAL}")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {METADATA} (key VARCHAR PRIMARY KEY, value VARCHAR)")
+
+
 def stamp(con) -> None:
     """Records the format on a database being written (at the end of an ingest)."""
-    con.execute(f"CREATE TABLE IF NOT EXISTS {METADATA} (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    ensure_metadata(con)
     con.execute(f"INSERT OR REPLACE INTO {METADATA} VALUES ('format', '{FORMAT}')")
 
 

@@ -57,8 +57,8 @@ def _stem(path: str) -> str:
 def store(con, name: str | None, files, append: bool = False):
     """Keeps the job's name in the database being written: `name` when given, else (on an append, the
     name it had) the inputs' (from_inputs)."""
-    con.execute("CREATE SCHEMA IF NOT EXISTS tf_internal")
-    con.execute("CREATE TABLE IF NOT EXISTS tf_internal.metadata (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    from .db_format import ensure_metadata
+    ensure_metadata(con)
     if name is None and append and read_stored(con) is not None:
         return
     # as_text: a file name that is not UTF-8 cannot enter DuckDB as it is (docs/bad-input.md)
