@@ -30,12 +30,12 @@ def test_order_respects_every_declaration():
                 assert at[maker[t]] < at[s.name], f"{s.name} reads {t} before {maker[t]} makes it"
     # the stages that rewrite tables in place, in their order; each after the maker of what it rewrites
     assert [at[n] for n in graph.STAGES] == sorted(at[n] for n in graph.STAGES)
-    for table, writers in graph.REWRITES.items():
+    for table, writers in graph.rewrites().items():
         if table in maker and maker[table] not in writers:
             assert at[maker[table]] < at[writers[0]], table
     # a reader of a rewritten table reads it after its last writer, unless that writer needs the reader
     needs = graph._closure(graph.dependencies(steps))
-    for table, writers in graph.REWRITES.items():
+    for table, writers in graph.rewrites().items():
         for s in steps:
             if table in s.reads and s.name not in writers:
                 for w in writers:
@@ -93,14 +93,32 @@ def test_the_scopes_split_the_graph():
 
 
 def test_every_in_place_rewrite_is_declared():
-    """An SQL module that UPDATEs or DELETEs from a table it does not make is in REWRITES for it."""
+    """An SQL module that UPDATEs or DELETEs from a table it does not make says so (`-- rewrites:`),
+    and says no more than it does."""
     for group in graph.GROUPS:
         for name in sqlmodules.names(group):
             text = "\n".join(line.split("--")[0] for line in sqlmodules.text(group, name).splitlines())
             temp = set(re.findall(r"CREATE\s+(?:OR\s+REPLACE\s+)?TEMP\s+TABLE\s+(\w+)", text, re.I))
-            for table in set(re.findall(r"\b(?:UPDATE|DELETE\s+FROM)\s+(?:\w+\.)?(\w+)", text, re.I)) - temp:
-                if table not in graph.sql_step(group, name).creates:
-                    assert name in graph.REWRITES.get(table, ()), f"{group}/{name} rewrites {table}: not in graph.REWRITES"
+            step = graph.sql_step(group, name)
+            done = set(re.findall(r"\b(?:UPDATE|DELETE\s+FROM)\s+(?:\w+\.)?(\w+)", text, re.I)) - temp - set(step.creates)
+            assert done == set(step.rewrites), f"{group}/{name} rewrites {sorted(done)}, declares {sorted(step.rewrites)}"
+
+
+def test_the_shift_moves_every_time_made_before_it_and_nothing_after():
+    """clock_shift's `rewrites` (graph.shifted()) are exactly the tables with time columns that are
+    loaded or made by a step it runs after: a table made before it and not shifted would keep a
+    rank's recorded clock beside tables on the aligned one; one made after it is made aligned."""
+    steps = graph.steps()
+    before = graph._closure(graph.dependencies(steps))["clock_shift"]
+    made_before = {t for s in steps if s.name in before for t in s.creates} | set(graph.loaded())
+    timed = set(graph.time_columns())
+    assert set(graph.shifted()) == timed & made_before, (sorted(timed & made_before), graph.shifted())
+
+
+def test_a_step_rewriting_a_table_outside_the_stages_is_refused():
+    bad = graph.Step("python", "late_rewriter", "job", frozenset({"gpu_ops"}), (), None, rewrites=("gpu_ops",))
+    with pytest.raises(graph.GraphError, match="late_rewriter rewrites gpu_ops: not a module of STAGES"):
+        graph.dependencies(graph.steps() + [bad])
 
 
 def _late_rank(tmp_path, shift_ns: int) -> list[str]:

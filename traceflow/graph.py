@@ -10,7 +10,8 @@ shards (pipeline.py). Nothing else orders these steps. docs/architecture.md ("Th
 to add a module.
 
 Tables rewritten in place (an UPDATE or DELETE of a table the load or another module made) are
-declared in REWRITES, their writers in order: a module reading such a table runs after all its
+declared by their writers (an SQL module's `-- rewrites:` line, a Python step's `rewrites`); the
+writers run in the one order of STAGES, and a module reading such a table runs after all its
 writers, but those that need the module's own tables (they read it as it was before them).
 
 Clock alignment, "derive, align, derive again if a clock moved", is two steps of the graph: the
@@ -72,6 +73,7 @@ class Step:
     run: Callable[[Run], None] | None = None
     phase: tuple = DERIVE
     declared_in: str | None = None  # a Python step: the module whose DECLARED declares the tables it creates
+    rewrites: tuple[str, ...] = ()  # tables others made that it UPDATEs or DELETEs from (a stage of STAGES)
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -137,7 +139,7 @@ def _clock_shift(r: Run):
     tables = {t for (t,) in r.con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
                                           ).fetchall()}
     for table, cols in time_columns().items():
-        if table in tables and table in SHIFTED:
+        if table in tables and table in shifted():
             sets = ", ".join(f"{c} = {table}.{c} + s.shift_ns" for c in cols)
             r.con.execute(f"UPDATE {table} SET {sets} FROM clock_shifts s WHERE {table}.rank = s.rank")
 
@@ -211,10 +213,13 @@ def _python_steps() -> list[Step]:
     analyses = _public("queries")
     documented = analyses | _public("derive")
     return [
-        Step("python", "drop_absurd", "rank", loaded, (), _drop_absurd),
-        Step("python", "host_clock", "rank", loaded, (), _host_clock),
+        Step("python", "drop_absurd", "rank", loaded, (), _drop_absurd, rewrites=("gpu_ops", "host_ops", "ranges")),
+        Step("python", "host_clock", "rank", loaded, (), _host_clock,
+             rewrites=("host_ops", "ranges", "traces", "memory_events")),  # traces: clock_align's offsets too
         Step("python", "clock_align", "job", frozenset({"collectives", "gpu_ops", "traces"}), ("clock_shifts",), _clock_align),
-        Step("python", "clock_shift", "job", frozenset({"clock_shifts"}), (), _clock_shift),
+        # every per-rank table with times made before it (tests/test_graph.py: all of them, none after)
+        Step("python", "clock_shift", "job", frozenset({"clock_shifts"}), (), _clock_shift,
+             rewrites=("gpu_ops", "host_ops", "ranges", "memory_events", "steps", "step_windows", "collectives")),
         Step("python", "gpu_sharing", "job", frozenset({"gpu_ops", "traces"}), ("gpu_sharing",), _gpu_sharing,
              declared_in="traceflow.derive.gpu_sharing"),
         # rank scope: a worker's analyses of work and peaks read the peaks (and the client's warnings say them)
@@ -224,31 +229,38 @@ def _python_steps() -> list[Step]:
              declared_in="traceflow.critical_path.segments"),
         Step("python", "checks", "job", frozenset(check_reads()), (), _checks, CHECKS),
         # the claims replay each finding's fix over the analyses' tables
-        Step("python", "claims", "job", analyses, ("claims_whatif",), _claims, CLAIMS, declared_in="traceflow.claims"),
+        Step("python", "claims", "job", analyses, ("claims_whatif",), _claims, CLAIMS, declared_in="traceflow.claims",
+             rewrites=("findings",)),
         # the format's row of tf_internal.metadata (made by the load, job_name.py: not created here)
         Step("python", "format_stamp", "job", frozenset(), (), _stamp, FINISH, declared_in="traceflow.db_format"),
         Step("python", "comments", "job", documented | loaded, (), _comments, FINISH),
     ]
 
 
-# The steps that rewrite tables in place (UPDATE or DELETE of a table the load or another module
-# made), in the one order they run: drop_absurd deletes what no profiler records before anything
-# reads it; the CPU clock moves host ops before they are linked to the GPU ops they launched;
-# gpu_ops.sql fills the ops' derived columns, step_windows.sql then the steps of ops launched
-# between steps (in the windows gpu_ops.sql's steps give); the shift moves every per-rank time
-# (SHIFTED); the claims rewrite the findings with their claim columns.
+# The steps that rewrite tables in place (each declares what it rewrites: `rewrites`), in the one
+# order they run: drop_absurd deletes what no profiler records before anything reads it; the CPU
+# clock moves host ops before they are linked to the GPU ops they launched; gpu_ops.sql fills the
+# ops' derived columns, step_windows.sql then the steps of ops launched between steps (in the
+# windows gpu_ops.sql's steps give); the shift moves every per-rank time made before it (its
+# `rewrites`: shifted()); the claims rewrite the findings with their claim columns.
 STAGES = ("drop_absurd", "host_clock", "gpu_ops", "step_windows", "clock_shift", "claims")
-SHIFTED = ("gpu_ops", "host_ops", "ranges", "memory_events", "steps", "step_windows", "collectives")
-# what each rewrites
-REWRITES: dict[str, tuple[str, ...]] = {
-    "gpu_ops": ("drop_absurd", "gpu_ops", "step_windows", "clock_shift"),
-    "host_ops": ("drop_absurd", "host_clock", "clock_shift"),
-    "ranges": ("drop_absurd", "host_clock", "clock_shift"),
-    "traces": ("host_clock",),  # clock_align's offsets too: their readers read shifted tables as well (tests/test_graph.py)
-    "memory_events": ("host_clock", "clock_shift"), "steps": ("clock_shift",), "step_windows": ("step_windows", "clock_shift"),
-    "collectives": ("clock_shift",),
-    "findings": ("claims",),
-}
+
+
+def rewrites(graph: list[Step] | None = None) -> dict[str, tuple[str, ...]]:
+    """{table: the steps that rewrite it in place, in the STAGES order}, from the declarations."""
+    out: dict[str, list[str]] = {}
+    for s in (steps() if graph is None else graph):
+        if s.rewrites and s.name not in STAGES:
+            raise GraphError(f"{s.group}/{s.name} rewrites {', '.join(s.rewrites)}: not a module of STAGES, "
+                             "the one order of the steps that rewrite tables in place")
+        for t in s.rewrites:
+            out.setdefault(t, []).append(s.name)
+    return {t: tuple(sorted(w, key=STAGES.index)) for t, w in out.items()}
+
+
+def shifted() -> tuple[str, ...]:
+    """The tables the clock shift moves: those it declares it rewrites (made or loaded before it)."""
+    return next(s.rewrites for s in _steps() if s.name == "clock_shift")
 
 
 def time_columns() -> dict[str, tuple[str, ...]]:
@@ -280,7 +292,8 @@ def sql_step(group: str, name: str) -> Step:
     temp = set(_TEMP.findall(text))
     m = sqlmodules.module(group, name)
     scope, reads, creates = m.scope, frozenset(m.reads), tuple(m.creates)
-    return Step(group, name, scope, reads, tuple(t for t in creates if t not in temp), None, _phase_of(group, name))
+    return Step(group, name, scope, reads, tuple(t for t in creates if t not in temp), None, _phase_of(group, name),
+                rewrites=m.rewrites)
 
 
 def steps() -> list[Step]:
@@ -321,7 +334,7 @@ class GraphError(ValueError):
 
 
 def dependencies(graph: list[Step], available: frozenset[str] | None = None) -> dict[str, set[str]]:
-    """{step: the steps it runs after}, from the declarations and REWRITES."""
+    """{step: the steps it runs after}, from the declarations (what each reads, makes, rewrites)."""
     available = loaded() if available is None else available
     by_name = {s.name: s for s in graph}
     if len(by_name) != len(graph):
@@ -343,21 +356,14 @@ def dependencies(graph: list[Step], available: frozenset[str] | None = None) -> 
     stages = [s for s in STAGES if s in by_name]  # a part of the graph (a test's) has some of them
     for a, b in zip(stages, stages[1:]):
         deps[b].add(a)
-    rewrites = {}
-    for table, named in REWRITES.items():
-        if bad := [w for w in named if w not in STAGES]:
-            raise GraphError(f"REWRITES[{table!r}] names {', '.join(bad)}: not a module of STAGES")
-        if list(named) != sorted(named, key=STAGES.index):
-            raise GraphError(f"REWRITES[{table!r}]: its writers out of the STAGES order")
-        if writers := tuple(w for w in named if w in by_name):
-            rewrites[table] = writers
-    for table, writers in rewrites.items():
+    rewritten = rewrites(graph)
+    for table, writers in rewritten.items():
         if table in maker and maker[table] not in writers:
             deps[writers[0]].add(maker[table])
     # a reader of a rewritten table runs after its writers, but those that need it (they read the
     # table as it was before them): needed = upstream by what it makes and the stages' order
     after = _closure({n: set(d) for n, d in deps.items()})
-    for table, writers in rewrites.items():
+    for table, writers in rewritten.items():
         for s in graph:
             if table in s.reads and s.name not in writers:
                 deps[s.name] |= {w for w in writers if s.name not in after[w]}

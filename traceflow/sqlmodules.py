@@ -15,6 +15,7 @@ by one parser (`module(group, name)`; the format: docs/architecture.md, "SQL mod
     -- scope: rank
     -- requires: gpu_islands, gpu_ops, host_ops, ranges, step_windows
 
+A module that UPDATEs or DELETEs from a table another module made says so: `-- rewrites: gpu_ops`.
 tests/test_sql_modules.py checks each `requires` against the file's FROM / JOIN clauses, both
 ways, and each table's columns, types and order against the database the demo's ingest writes; the
 runner (graph.py) orders every step from these declarations (a topological order), COMMENT ON
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 GROUPS = ("derive", "queries", "diff", "scaling")
 
@@ -103,11 +105,20 @@ class Module:
     reads: frozenset[str]         # the `-- requires:` line: tables it reads that other modules (or the load) make
     creates: tuple[str, ...]      # tables and views it creates, in file order (tf_internal's and TEMP ones too)
     tables: dict[str, TableDecl]  # the declared tables (every one it creates, its TEMP outputs in diff/scaling)
+    rewrites: tuple[str, ...] = ()  # the `-- rewrites:` line: tables others made that it UPDATEs or DELETEs from
+
+
+class Header(NamedTuple):
+    """What a header declares: (scope, requires, {table: its declaration}, rewrites)."""
+    scope: str | None
+    reads: set[str] | None
+    tables: dict[str, TableDecl]
+    rewrites: tuple[str, ...]
 
 
 # The one parser of a header: each line a declaration (`-- @table`, `-- @column`, `-- scope:`,
-# `-- requires:`, `-- <table> shows first:`), or a deeper-indented line going on with the doc above.
-_DECL = re.compile(r"^-- (?:@(?P<kw>table|column) +(?P<name>\w+)(?P<rest>.*)|(?P<key>scope|requires): *(?P<value>.*)"
+# `-- requires:`, `-- rewrites:`, `-- <table> shows first:`), or a deeper-indented line going on with the doc above.
+_DECL = re.compile(r"^-- (?:@(?P<kw>table|column) +(?P<name>\w+)(?P<rest>.*)|(?P<key>scope|requires|rewrites): *(?P<value>.*)"
                    r"|(?P<shows>\w+) shows first: *(?P<cols>.*))$|^-- {2,}(?P<more>\S.*)$")
 
 
@@ -119,11 +130,12 @@ def _names(value: str) -> list[str]:
     return [t.strip() for t in value.split(",") if t.strip() and t.strip() != "(nothing)"]
 
 
-def parse_header(sql: str, where: str = "<sql>") -> tuple[str | None, set[str] | None, dict[str, TableDecl]]:
-    """(scope, requires, {table: its declaration}) from a file's comment lines; a malformed
+def parse_header(sql: str, where: str = "<sql>") -> Header:
+    """(scope, requires, {table: its declaration}, rewrites) from a file's comment lines; a malformed
     declaration is a ValueError naming the file and line."""
     scope: str | None = None
     reads: set[str] | None = None
+    rewrites: tuple[str, ...] = ()
     tables: dict[str, list] = {}  # table -> [[[name, type, role, doc], ...], its doc]
     shows: dict[str, tuple[str, ...]] = {}
     last: list | None = None  # the declaration ([..., doc]) a deeper line continues
@@ -153,11 +165,13 @@ def parse_header(sql: str, where: str = "<sql>") -> tuple[str | None, set[str] |
             scope = m["value"].strip()
         elif m["key"] == "requires":
             reads = set(_names(m["value"]))
+        elif m["key"] == "rewrites":
+            rewrites = tuple(_names(m["value"]))
         else:
             shows[m["shows"]] = tuple(_names(m["cols"]))
     decls = {t: TableDecl(doc=doc, columns=tuple(Column(*c) for c in cols), shows_first=shows.get(t, ()))
              for t, (cols, doc) in tables.items()}
-    return scope, reads, decls
+    return Header(scope, reads, decls, rewrites)
 
 
 @cache
@@ -165,11 +179,11 @@ def module(group: str, name: str) -> Module:
     """The module's declaration, from its file's header (cached: the files are the package's)."""
     sql = text(group, name)
     where = str(path(group, name))
-    scope, reads, tables = parse_header(sql, where)
+    scope, reads, tables, rewrites = parse_header(sql, where)
     if scope is None or reads is None:
         raise ValueError(f"{where}: no `-- scope:` or `-- requires:` line")
     return Module(group=group, name=name, scope=scope, reads=frozenset(reads),
-                  creates=tuple(dict.fromkeys(_CREATES.findall(_code(sql)))), tables=tables)
+                  creates=tuple(dict.fromkeys(_CREATES.findall(_code(sql)))), tables=tables, rewrites=rewrites)
 
 
 def declared(header: str, where: str) -> dict[str, TableDecl]:

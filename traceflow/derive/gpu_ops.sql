@@ -23,6 +23,7 @@
 -- run on a narrow table of the derived columns, which then updates gpu_ops in place by rowid.
 -- scope: rank
 -- requires: comm_kernels, gpu_ops, host_ops, steps, traces
+-- rewrites: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';

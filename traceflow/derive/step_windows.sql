@@ -22,6 +22,7 @@
 -- after the last keep step NULL and are counted in step_breakdown's 'before' / 'after' rows.
 -- scope: rank
 -- requires: gpu_ops
+-- rewrites: gpu_ops
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
