@@ -33,7 +33,7 @@ def test_comparisons_run_in_an_order_that_satisfies_the_declarations():
     """diff and scaling read a traceflow database's tables (attached as runs) and what their Python
     makes (the step pairs, the runs table); each module's requirements are made before it runs."""
     from traceflow.compare import COMPARISONS
-    database = graph.LOADED | {t for s in graph.order() for t in s.creates}
+    database = graph.loaded() | {t for s in graph.order() for t in s.creates}
     have = database | {"pairs"}
     for name in COMPARISONS:
         sql = sqlmodules.text("diff", name)

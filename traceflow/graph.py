@@ -54,11 +54,6 @@ FINISH = ("finish", None, None)  # the format stamp and the comments
 PHASES = (DERIVE, ANALYSES, CRITICAL_PATH, CHECKS, CLAIMS, FINISH)
 CRITICAL_PATH_MODULES = ("cp_graph", "critical_path_walk", "critical_path")  # timed together
 
-# The tables there before any step: the readers' (schema.TABLES), the traces table, Flight Recorder
-# dumps' (fr_load.py); the peaks' two are the device_peaks step's (loaded() takes them out).
-LOADED = frozenset({"traces", "gpu_ops", "host_ops", "ranges", "device_peaks", "gpu_devices",
-                    "fr_dumps", "fr_entries", "fr_groups",
-                    "memory_events", "devices", "memory_segments", "memory_snapshot_blocks", "memory_snapshot_history"})
 
 
 @dataclass(frozen=True)
@@ -321,10 +316,13 @@ def declared_tables() -> dict[str, sqlmodules.TableDecl]:
     return out
 
 
+@functools.cache
 def loaded() -> frozenset[str]:
-    """The tables there before any step: the load's (LOADED), less those a step makes."""
+    """The tables there before any step: those the load declares (schema.declared(): the readers'
+    tables, traces, Flight Recorder dumps', memory), less any a step makes."""
+    from . import schema
     made = {t for s in _python_steps() for t in s.creates}
-    return frozenset(LOADED - made)
+    return frozenset(set(schema.declared()) - made)
 
 
 # ---- the order ---------------------------------------------------------------------------------------
