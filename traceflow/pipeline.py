@@ -309,9 +309,9 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
     traces, dumps = fr_load.split(traces)
     existing, taken, next_id = set(), {}, 0
     if append and con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'traces'").fetchone()[0]:
-        for tid, rank, path, h, pid in con.execute(
-                "SELECT trace_id, rank, source_path, source_hash, pid FROM traces").fetchall():
-            existing.add((h, pid))
+        for tid, rank, path, h, pid, src in con.execute(
+                "SELECT trace_id, rank, source_path, source_hash, pid, rank_source FROM traces").fetchall():
+            existing.add((h, pid, rank if src == ranks.IN_FILE else None))
             taken[rank] = path
             next_id = max(next_id, tid + 1)
         # (a database of this format only, _refuse_older: it has every table and column already)
@@ -322,10 +322,12 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
             con.execute(f'DROP TABLE IF EXISTS "{schema}"."{name}"')
         create_tables(con)
         fr_load.create_tables(con)
-    # The same bytes twice (a file given twice, or appended again) would duplicate every row.
+    # The same bytes twice (a file given twice, or appended again) would duplicate every row. One
+    # file's processes differ by pid, a fused file's ranks by the rank its events name (TraceFuse's
+    # NCCL-only file has no host process: every rank's pid is None, and 3 of its 4 ranks were dropped).
     seen, fresh = set(), []
     for t in traces:
-        k = (t.source_hash, t.pid)
+        k = (t.source_hash, t.pid, t.rank_hint if t.rank_hint_source == ranks.IN_FILE else None)
         if k in existing:
             result.skipped.append(f"{t.source_path}: already in the database (same content), skipped")
         elif k in seen:

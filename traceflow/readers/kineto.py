@@ -28,6 +28,7 @@ from ..errors import InputError, one_line
 from . import kineto_memory, xla_trace
 from .compressed import BoundedReader
 from .model import ProcessTrace
+from .ranks import IN_FILE
 from .stream import HashedFile, ReadAhead
 
 BATCH_BYTES = 8 << 20
@@ -444,7 +445,7 @@ class _ByRank:
         out: list[ProcessTrace] = []
         for r in sorted(self.ranks):
             t = self.ranks[r].finish(sink, f"{key}r{r}", dropped if not out else 0)
-            t.rank_hint, t.rank_hint_source, t.n_processes = r, "args.rank", len(self.ranks)
+            t.rank_hint, t.rank_hint_source, t.n_processes = r, IN_FILE, len(self.ranks)
             out.append(t)
         if self.plain_used:  # events without args.rank beside ranked ones: a process of their own
             t = self.plain.finish(sink, key, 0)

@@ -16,6 +16,10 @@ DEFAULT_NAME_PATTERNS = [
 ]
 
 
+# The rank_source of a rank a fused file's events name (TraceLens's TraceFuse: `args.rank`,
+# readers/kineto.py): one file, several ranks, told apart by it.
+IN_FILE = "args.rank"
+
 # Ranks and world sizes are stored as INTEGER: a value past this is a damaged file, not a job.
 MAX_RANKS = 2**31 - 1
 
