@@ -399,3 +399,32 @@ def test_damaged_new_formats_one_line_exit_3(entry, tmp_path):
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 3 and len(lines) == 1 and str(bad) in lines[0], (name, r.returncode, r.stderr)
         assert not out.exists(), name
+
+
+NSYS_JAX = [e for e in MANIFEST if e["source"] == "nsys-jax"]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NSYS_JAX[:2], ids=lambda e: e["file"])
+def test_nsys_jax_archive_without_its_report_says_what_it_holds(entry, tmp_path):
+    """JAX-Toolbox's public nsys-jax archives are slimmed for CI: the .nsys-rep is left out and only
+    nsys-jax's post-processed tables stay (NVTX ranges projected onto the GPU), so no GPU op can be
+    read from them. Refused in one line that says so and what to pass, exit 3, nothing written; the
+    raw archive (zipfile, pyarrow) holds no report and no kernel table, and its NVTX projection the
+    rows the manifest records."""
+    import zipfile
+
+    import pyarrow.parquet as pq
+    path = _file(entry)
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        rows = pq.read_table(z.open("nvtx_gpu_proj_trace/trace.parquet")).num_rows
+    assert not [n for n in names if n.endswith((".nsys-rep", ".qdrep", ".sqlite")) or "CUPTI_ACTIVITY" in n]
+    assert rows == entry["shape"]["nvtx_gpu_proj_rows"]
+    out = tmp_path / "pm"
+    r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1 and str(path) in lines[0], (r.returncode, r.stderr)
+    assert "nsys-jax archive without its Nsight Systems report" in lines[0] and "no GPU ops" in lines[0], lines[0]
+    assert not out.exists()
