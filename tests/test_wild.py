@@ -428,3 +428,28 @@ def test_nsys_jax_archive_without_its_report_says_what_it_holds(entry, tmp_path)
     assert r.returncode == 3 and len(lines) == 1 and str(path) in lines[0], (r.returncode, r.stderr)
     assert "nsys-jax archive without its Nsight Systems report" in lines[0] and "no GPU ops" in lines[0], lines[0]
     assert not out.exists()
+
+
+@needs_wild
+def test_a_rocprofv3_pftrace_without_gpu_work_is_refused_naming_its_tracks(tmp_path):
+    """The one public rocprofv3 Perfetto trace found (a CINES hackathon's turbulence solver, the run its
+    README says left the GPU unused): read with the Perfetto protos here, it holds only HIP API slices on
+    one thread track, no GPU track. Refused in one line naming its process and thread tracks (rocprofv3
+    describes the thread track twice, the second time with its parent only: the names are kept), exit 3,
+    nothing written."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    entry = next(e for e in MANIFEST if e["source"] == "hackathon-cines")
+    path = _file(entry)
+    t = Trace.FromString(path.read_bytes())
+    cats = {c.iid: c.name for p in t.packet if p.HasField("interned_data") for c in p.interned_data.event_categories}
+    begins = [p.track_event for p in t.packet if p.HasField("track_event") and p.track_event.type == 1]
+    assert collections.Counter(cats[e.category_iids[0]] for e in begins) == entry["shape"]["slices_by_category"]
+    named = sorted({d.process.process_name for p in t.packet if (d := p.track_descriptor).HasField("process")}
+                   | {d.thread.thread_name for p in t.packet if (d := p.track_descriptor).HasField("thread")})
+    out = tmp_path / "pm"
+    r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1 and str(path) in lines[0], (r.returncode, r.stderr)
+    assert "no GPU stream tracks" in lines[0] and all(repr(n) in lines[0] for n in named), (named, lines[0])
+    assert not out.exists()
