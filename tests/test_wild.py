@@ -37,7 +37,9 @@ from traceflow.cli import main
 MANIFEST = WILD_MANIFEST
 JOBS: dict[str, list[dict]] = collections.defaultdict(list)
 for _e in MANIFEST:
-    if _e["expect"] != "part":  # a file read with another (a rocprofv3 CSV run's API trace): tests/test_rocm.py
+    # "part": a file read with another (a rocprofv3 CSV run's API trace: tests/test_rocm.py); "nsys": an
+    # .nsys-rep, read only where nsys is (test_nsys_rep_reads_as_its_sqlite_export)
+    if _e["expect"] not in ("part", "nsys"):
         JOBS[_e["job"]].append(_e)
 
 needs_wild = pytest.mark.skipif(not WILD.is_dir(), reason=f"wild corpus not found at {WILD} (set TRACEFLOW_WILD; "
@@ -453,3 +455,36 @@ def test_a_rocprofv3_pftrace_without_gpu_work_is_refused_naming_its_tracks(tmp_p
     assert r.returncode == 3 and len(lines) == 1 and str(path) in lines[0], (r.returncode, r.stderr)
     assert "no GPU stream tracks" in lines[0] and all(repr(n) in lines[0] for n in named), (named, lines[0])
     assert not out.exists()
+
+
+NSYS_REP = [e for e in MANIFEST if e["expect"] == "nsys"]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NSYS_REP, ids=lambda e: e["file"])
+def test_nsys_rep_reads_as_its_sqlite_export(entry, tmp_path):
+    """Public .nsys-rep files whose SQLite export the same commit holds (in the corpus too). With nsys on
+    PATH (a GPU session's ../shared/gpu/nsys-env.sh), the report read through `nsys export` gives the GPU
+    op count, busy union and kernel time of a plain reading of the committed export (nsys_raw above);
+    without nsys, one line naming the report and the `nsys export` command to run, exit 3, nothing written."""
+    import shutil
+    path = _file(entry)
+    db_path = tmp_path / "r.duckdb"
+    if shutil.which("nsys") is None:
+        r = CliRunner().invoke(main, ["ingest", str(path), "-o", str(db_path)])
+        lines = r.stderr.strip().splitlines()
+        assert r.exit_code == 3 and len(lines) == 1 and str(path) in lines[0], (r.exit_code, r.stderr)
+        assert "nsys export --type sqlite" in lines[0], lines[0]
+        assert not db_path.exists()
+        return
+    export = _file(next(e for e in MANIFEST if e["file"] == entry["sqlite_export"]))
+    want = oracles(nsys_raw(export))
+    with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as c:
+        want["kernel_ns"] = c.execute('select coalesce(sum("end" - start), 0) from CUPTI_ACTIVITY_KIND_KERNEL '
+                                      'where "end" >= start and start >= 0').fetchone()[0]
+    traceflow.ingest([str(path)], str(db_path))
+    db = connect(db_path)
+    n, kernel = db.execute("select count(*), coalesce(sum(end_ns - start_ns) filter (where kind = 'kernel'), 0) "
+                           "from gpu_ops").fetchone()
+    busy = db.execute("select coalesce(sum(busy_ns), 0) from step_breakdown").fetchone()[0]
+    assert (n, busy, kernel) == (want["gpu_ops"], want["busy_ns"], want["kernel_ns"]), (path.name, (n, busy, kernel), want)
