@@ -279,6 +279,7 @@ SWEEPS = {
     "test_fault_jobs_claims_pass_the_oracle_and_the_headline_names_the_fault", "test_wild_multi_rank_claims_pass_the_oracle",
     "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
     "test_the_bounded_grouping_is_the_exhaustive_one", "test_the_bound_rejects_only_pairs_the_exact_test_rejects",
+    "test_real_csv_run_kernels_link_to_their_hip_calls", "test_nsys_jax_archive_without_its_report_says_what_it_holds",
 }
 
 

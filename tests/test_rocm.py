@@ -294,3 +294,45 @@ def test_a_folder_gives_its_rocm_traces(tmp_path):
     other.commit()
     other.close()
     assert [Path(p).name for p in expand([str(tmp_path)])] == ["28_results.db", "7_kernel_trace.csv", "run.rpd"]
+
+
+@pytest.mark.parametrize("job", ["decode", "prefill"])
+def test_real_csv_run_kernels_link_to_their_hip_calls(job, tmp_path):
+    """A real rocprofv3 CSV run (llama.cpp on an AMD GPU, jimw567/rocprof-unified-viewer: the kernel
+    trace and the run's HIP API trace, rows as rocprofv3 wrote them, the project keeping a subset): each
+    kernel's launch call is the HIP call the raw files pair with it by Correlation_Id (name, start, end,
+    thread); a kernel whose call was not kept has none."""
+    entry = next(e for e in WILD_MANIFEST if e["file"] == f"rocprof-unified-viewer/{job}_kernel_trace.csv")
+    kernels = wild_file(entry)
+    hip_file = wild_file(next(e for e in WILD_MANIFEST if e["file"] == f"rocprof-unified-viewer/{job}_hip_api_trace.csv"))
+    hip = {int(r["Correlation_Id"]): (r["Function"], int(r["Start_Timestamp"]), int(r["End_Timestamp"]), int(r["Thread_Id"]))
+           for r in csv.DictReader(open(hip_file, newline=""))}
+    want = sorted((int(r["Start_Timestamp"]), int(r["End_Timestamp"]), int(r["Correlation_Id"]),
+                   *(hip.get(int(r["Correlation_Id"])) or (None,) * 4))
+                  for r in csv.DictReader(open(kernels, newline="")))
+    traceflow.ingest([str(kernels)], str(tmp_path / "j.duckdb"))
+    got = connect(tmp_path / "j.duckdb").execute(
+        "select start_ns, end_ns, correlation_id, api_name, api_start_ns, api_end_ns, launch_tid from gpu_ops "
+        "where kind = 'kernel' order by all").fetchall()
+    assert got == want
+    assert sum(w[3] is not None for w in want) > 0
+
+
+def test_csv_memory_copy_trace_read_beside_a_kernel_trace(tmp_path):
+    """rocprofiler-sdk's documented memory copy trace (two copies), put beside a kernel trace of another
+    run: each row is a memcpy GPU op with its times and its direction in CUPTI's words, from the raw
+    CSV (the reading together is what is checked; the files are not of one run). Its header starts
+    Kind,Direction: until this real file was tried, every copy trace was refused as not rocprofv3's."""
+    kernels = _csv_copy(tmp_path)
+    copies = tmp_path / "4242_memory_copy_trace.csv"
+    shutil.copyfile(wild_file(next(e for e in WILD_MANIFEST if e["file"].endswith("/memory_copy_trace.csv"))), copies)
+    words = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD", "HOST_TO_HOST": "HtoH"}
+    want = sorted((int(r["Start_Timestamp"]), int(r["End_Timestamp"]), words[r["Direction"].removeprefix("MEMORY_COPY_")])
+                  for r in csv.DictReader(open(copies, newline="")))
+    assert detect(str(copies)) == "rocprof-csv"  # by its header (Kind,Direction,...), which was once refused
+    traceflow.ingest([str(kernels)], str(tmp_path / "j.duckdb"))
+    db = connect(tmp_path / "j.duckdb")
+    got = db.execute("select start_ns, end_ns, copy_kind from gpu_ops where kind = 'memcpy' order by all").fetchall()
+    assert got == want and len(want) == 2
+    assert db.execute("select count(*) from gpu_ops where kind = 'kernel'").fetchone()[0] == \
+        sum(1 for _ in csv.DictReader(open(kernels, newline="")))

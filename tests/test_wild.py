@@ -37,7 +37,9 @@ from traceflow.cli import main
 MANIFEST = WILD_MANIFEST
 JOBS: dict[str, list[dict]] = collections.defaultdict(list)
 for _e in MANIFEST:
-    if _e["expect"] != "part":  # a file read with another (a rocprofv3 CSV run's API trace): tests/test_rocm.py
+    # "part": a file read with another (a rocprofv3 CSV run's API trace: tests/test_rocm.py); "nsys": an
+    # .nsys-rep, read only where nsys is (test_nsys_rep_reads_as_its_sqlite_export)
+    if _e["expect"] not in ("part", "nsys"):
         JOBS[_e["job"]].append(_e)
 
 needs_wild = pytest.mark.skipif(not WILD.is_dir(), reason=f"wild corpus not found at {WILD} (set TRACEFLOW_WILD; "
@@ -399,3 +401,90 @@ def test_damaged_new_formats_one_line_exit_3(entry, tmp_path):
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 3 and len(lines) == 1 and str(bad) in lines[0], (name, r.returncode, r.stderr)
         assert not out.exists(), name
+
+
+NSYS_JAX = [e for e in MANIFEST if e["source"] == "nsys-jax"]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NSYS_JAX[:2], ids=lambda e: e["file"])
+def test_nsys_jax_archive_without_its_report_says_what_it_holds(entry, tmp_path):
+    """JAX-Toolbox's public nsys-jax archives are slimmed for CI: the .nsys-rep is left out and only
+    nsys-jax's post-processed tables stay (NVTX ranges projected onto the GPU), so no GPU op can be
+    read from them. Refused in one line that says so and what to pass, exit 3, nothing written; the
+    raw archive (zipfile, pyarrow) holds no report and no kernel table, and its NVTX projection the
+    rows the manifest records."""
+    import zipfile
+
+    import pyarrow.parquet as pq
+    path = _file(entry)
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        rows = pq.read_table(z.open("nvtx_gpu_proj_trace/trace.parquet")).num_rows
+    assert not [n for n in names if n.endswith((".nsys-rep", ".qdrep", ".sqlite")) or "CUPTI_ACTIVITY" in n]
+    assert rows == entry["shape"]["nvtx_gpu_proj_rows"]
+    out = tmp_path / "pm"
+    r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1 and str(path) in lines[0], (r.returncode, r.stderr)
+    assert "nsys-jax archive without its Nsight Systems report" in lines[0] and "no GPU ops" in lines[0], lines[0]
+    assert not out.exists()
+
+
+@needs_wild
+def test_a_rocprofv3_pftrace_without_gpu_work_is_refused_naming_its_tracks(tmp_path):
+    """The one public rocprofv3 Perfetto trace found (a CINES hackathon's turbulence solver, the run its
+    README says left the GPU unused): read with the Perfetto protos here, it holds only HIP API slices on
+    one thread track, no GPU track. Refused in one line naming its process and thread tracks (rocprofv3
+    describes the thread track twice, the second time with its parent only: the names are kept), exit 3,
+    nothing written."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    entry = next(e for e in MANIFEST if e["source"] == "hackathon-cines")
+    path = _file(entry)
+    t = Trace.FromString(path.read_bytes())
+    cats = {c.iid: c.name for p in t.packet if p.HasField("interned_data") for c in p.interned_data.event_categories}
+    begins = [p.track_event for p in t.packet if p.HasField("track_event") and p.track_event.type == 1]
+    assert collections.Counter(cats[e.category_iids[0]] for e in begins) == entry["shape"]["slices_by_category"]
+    named = sorted({d.process.process_name for p in t.packet if (d := p.track_descriptor).HasField("process")}
+                   | {d.thread.thread_name for p in t.packet if (d := p.track_descriptor).HasField("thread")})
+    out = tmp_path / "pm"
+    r = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1 and str(path) in lines[0], (r.returncode, r.stderr)
+    assert "no GPU stream tracks" in lines[0] and all(repr(n) in lines[0] for n in named), (named, lines[0])
+    assert not out.exists()
+
+
+NSYS_REP = [e for e in MANIFEST if e["expect"] == "nsys"]
+
+
+@needs_wild
+@pytest.mark.parametrize("entry", NSYS_REP, ids=lambda e: e["file"])
+def test_nsys_rep_reads_as_its_sqlite_export(entry, tmp_path):
+    """Public .nsys-rep files whose SQLite export the same commit holds (in the corpus too). With nsys on
+    PATH (a GPU session's ../shared/gpu/nsys-env.sh), the report read through `nsys export` gives the GPU
+    op count, busy union and kernel time of a plain reading of the committed export (nsys_raw above);
+    without nsys, one line naming the report and the `nsys export` command to run, exit 3, nothing written."""
+    import shutil
+    path = _file(entry)
+    db_path = tmp_path / "r.duckdb"
+    if shutil.which("nsys") is None:
+        r = CliRunner().invoke(main, ["ingest", str(path), "-o", str(db_path)])
+        lines = r.stderr.strip().splitlines()
+        assert r.exit_code == 3 and len(lines) == 1 and str(path) in lines[0], (r.exit_code, r.stderr)
+        assert "nsys export --type sqlite" in lines[0], lines[0]
+        assert not db_path.exists()
+        return
+    export = _file(next(e for e in MANIFEST if e["file"] == entry["sqlite_export"]))
+    want = oracles(nsys_raw(export))
+    with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as c:
+        want["kernel_ns"] = c.execute('select coalesce(sum("end" - start), 0) from CUPTI_ACTIVITY_KIND_KERNEL '
+                                      'where "end" >= start and start >= 0').fetchone()[0]
+    traceflow.ingest([str(path)], str(db_path))
+    db = connect(db_path)
+    n, kernel = db.execute("select count(*), coalesce(sum(end_ns - start_ns) filter (where kind = 'kernel'), 0) "
+                           "from gpu_ops").fetchone()
+    busy = db.execute("select coalesce(sum(busy_ns), 0) from step_breakdown").fetchone()[0]
+    assert (n, busy, kernel) == (want["gpu_ops"], want["busy_ns"], want["kernel_ns"]), (path.name, (n, busy, kernel), want)

@@ -104,12 +104,18 @@ def _zip_problem(path: str) -> str:
     import zipfile
     try:
         with zipfile.ZipFile(path) as z:
-            reports = [n for n in z.namelist() if n.endswith((".nsys-rep", ".qdrep"))][:2]
+            names = z.namelist()
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         return f"corrupt or truncated zip archive ({e})"
+    reports = [n for n in names if n.endswith((".nsys-rep", ".qdrep"))][:2]
     if reports:
         return (f"a zip archive holding the Nsight Systems report {reports[0]!r} (an nsys-jax archive?): unzip it and "
                 "pass the .nsys-rep (read through `nsys export` when nsys is on PATH) or its SQLite export")
+    if any(n.endswith("nvtx_gpu_proj_trace/trace.parquet") for n in names):
+        # JAX-Toolbox's CI archives (.github/workflows/nsys-jax/test_data) keep nsys-jax's post-processed
+        # tables and drop the report: NVTX ranges projected onto the GPU, no kernel, copy or launch rows
+        return ("an nsys-jax archive without its Nsight Systems report: it holds NVTX ranges projected onto the GPU "
+                "(nvtx_gpu_proj_trace), no GPU ops; pass the .nsys-rep nsys-jax recorded (or its SQLite export)")
     return "a zip archive with no trace traceflow reads: unzip it and pass the trace files inside"
 
 

@@ -120,11 +120,18 @@ def _decode(path, f):
                 annots[seq, e.iid] = e.name
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
-            tracks[d.uuid] = {"name": d.name, "parent": d.parent_uuid if d.HasField("parent_uuid") else None,
-                              "pid": d.process.pid if d.HasField("process") else None,
-                              "process_name": d.process.process_name if d.HasField("process") else None,
-                              "thread_name": d.thread.thread_name if d.HasField("thread") else None,
-                              "thread_pid": d.thread.pid if d.HasField("thread") else None}
+            # a track may be described again, with fewer fields (rocprofv3's pftrace repeats a thread
+            # track's descriptor with its parent only): a later descriptor adds to the earlier one
+            t = tracks.setdefault(d.uuid, {"name": "", "parent": None, "pid": None, "process_name": None,
+                                           "thread_name": None, "thread_pid": None})
+            if d.HasField("name"):
+                t["name"] = d.name
+            if d.HasField("parent_uuid"):
+                t["parent"] = d.parent_uuid
+            if d.HasField("process"):
+                t["pid"], t["process_name"] = d.process.pid, d.process.process_name
+            if d.HasField("thread"):
+                t["thread_name"], t["thread_pid"] = d.thread.thread_name, d.thread.pid
         if p.HasField("track_event"):
             e = p.track_event
             if e.type == BEGIN:
@@ -154,7 +161,8 @@ def _tables(path, sink, key, tracks, slices) -> list[ProcessTrace]:
     procs = {u: t for u, t in tracks.items() if t["pid"] is not None}
     gpu_tracks = {u: t for u, t in tracks.items() if GPU_TRACK.match(t["name"] or "") and t["parent"] in procs}
     if not gpu_tracks:
-        kinds = sorted({re.sub(r"\d+", "N", t["name"] or t["thread_name"] or "") for t in tracks.values()})[:4]
+        kinds = sorted({re.sub(r"\d+", "N", t["name"] or t["thread_name"] or t["process_name"] or "")
+                        for t in tracks.values()})[:4]
         raise InputError(path, "a Perfetto trace with no GPU stream tracks of the layout traceflow writes "
                          f"('GPU D stream S'; it has {len(tracks):,} tracks: {', '.join(map(repr, kinds)) or 'none'}): "
                          "traceflow reads Perfetto traces it wrote itself")

@@ -24,6 +24,9 @@ SIBLINGS = ("memory_copy_trace.csv", "hip_api_trace.csv", "marker_api_trace.csv"
             "hsa_api_trace.csv")
 # the header that names each kind of file (its first columns, quoted or not; rocpd2csv adds Guid)
 KERNEL_HEAD = (["Kind", "Agent_Id"], ["Guid", "Kind", "Agent_Id"])
+# a memory copy trace starts Kind,Direction (rocprofiler-sdk's documented sample of ROCm 6.2, and
+# later ones with Stream_Id after Direction): without it every real copy trace was refused
+COPY_HEAD = (["Kind", "Direction"], ["Guid", "Kind", "Direction"])
 API_HEAD = (["Domain", "Function"], ["Guid", "Domain", "Function"])
 REQUIRED = {"kernel": ("Kernel_Name", "Start_Timestamp", "End_Timestamp"),
             "copy": ("Start_Timestamp", "End_Timestamp"),
@@ -38,7 +41,7 @@ def _columns(head: bytes) -> list[str]:
 def sniff(head: bytes) -> bool:
     """A rocprofv3 CSV: its header starts with the columns rocprofv3 writes."""
     cols = _columns(head)
-    return any(cols[:len(h)] == h for h in KERNEL_HEAD + API_HEAD)
+    return any(cols[:len(h)] == h for h in KERNEL_HEAD + COPY_HEAD + API_HEAD)
 
 
 def _kind(name: str, cols: list[str]) -> str:
