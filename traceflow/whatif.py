@@ -77,7 +77,7 @@ class StepGraph:
             -- (queries/collective_waits.sql: point-to-point pairs that cannot be one transfer and ranks
             -- of unnamed communicators that cannot be told apart are left out): one definition
             LEFT JOIN collective_waits c USING (op_id)
-            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step]).fetch_arrow_table()
+            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step]).to_arrow_table()
         if not g.num_rows:
             raise UsageError(f"step {step} has no GPU ops")
         self.step, self.con = step, con
