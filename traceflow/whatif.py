@@ -84,7 +84,7 @@ class StepGraph:
         # column by column, not a tuple per row: a 256-rank step's graph (54,016 ops of bench/cluster.py's
         # copies) peaked at 46.5 MiB of Python, not 57.3
         (self.op_id, self.rank, self.start, self.end, self.name, self.kind, self.api, self.tid, sp, dep,
-         comm, seq_step, seq) = (c.to_pylist() for c in g.columns)
+         comm, seq_step, seq) = (c.to_pylist() if i != 4 else _shared(c) for i, c in enumerate(g.columns))
         n_ops = g.num_rows
         del g
         # times relative to the step's start: ns since the epoch are 1.8e18, where a float64 steps by 256 ns
@@ -407,6 +407,14 @@ _EXCESS_SQL = """
 # A rank's stall's extra blocking calls in a step (queries/sync_extra.sql). Parameters: t0 twice, the step, the ranks.
 _EXTRA_SYNC_SQL = """SELECT op_id, rank, start_ns - ?, end_ns - ?, name FROM sync_extra
                      WHERE step = ? AND list_contains(?, rank) ORDER BY rank, start_ns"""
+
+
+def _shared(column) -> list:
+    """An Arrow column of strings as a list holding each distinct string once: a step's kernels repeat
+    a few names (1,024 ranks of bench/cluster.py's copies: 216,064 ops)."""
+    d = column.combine_chunks().dictionary_encode()
+    names = d.dictionary.to_pylist()
+    return [None if i is None else names[i] for i in d.indices.to_pylist()]
 
 
 def _union(cuts: list) -> list:
