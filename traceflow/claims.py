@@ -133,7 +133,17 @@ def fix_words(cause: str, stack: str, short: bool = False, **kw) -> str:
 
 
 class _Replays:
-    """The analysed steps' graphs, built once, and each scenario's gain per step against its noise."""
+    """Each scenario's gain per analysed step against its noise, replayed one step graph at a time.
+
+    A step's graph holds every rank's ops of the step as Python lists (40 MiB at 256 ranks of
+    bench/cluster.py's ddp2_flops copies, 54,016 ops): keeping each analysed step's graph for the
+    whole of `build` held them all at once, growing with the ranks and the steps. So the claims ask
+    first and replay after: `gains` answers what `settle` has replayed and notes the rest (answered
+    as no gain meanwhile); `settle` then builds each step's graph once, replays on it every scenario
+    asked of that step, and drops it before the next. `build` runs its pass over the rows again until
+    a pass asks nothing new (two passes: the first asks every scenario the second can, since a
+    replay's answer only takes asks away: `_host_syncs` asks only where no extra_sync row covers
+    its ranks, and with no gains yet there is none)."""
 
     def __init__(self, con, steps: list[int]):
         self.con = con
@@ -141,25 +151,39 @@ class _Replays:
             k = len(steps) / MAX_REPLAYED_STEPS
             steps = [steps[int(i * k)] for i in range(MAX_REPLAYED_STEPS)]
         self.steps = steps
-        self._g: dict[int, tuple] = {}
-
-    def graph(self, step: int):
-        if step not in self._g:
-            g = StepGraph(self.con, step)
-            measured, _ = g.measured()
-            replayed, _ = g.replay(Scenario())
-            self._g[step] = (g, measured, replayed)
-        return self._g[step]
+        self._done: dict[tuple[str, int], tuple[float, float] | None] = {}  # (scenario, step) -> (gain, noise); None: replay off
+        self._asked: dict[tuple[str, int], Scenario] = {}
 
     def gains(self, sc: Scenario, steps: list[int] | None = None) -> list[tuple[int, float, float]]:
-        """(step, gain ns, noise ns) per replayed step; a step whose unedited replay is off is left out."""
+        """(step, gain ns, noise ns) per replayed step; a step whose unedited replay is off is left out.
+        Not yet replayed: noted for `settle`, and left out meanwhile."""
         out = []
         for s in steps or self.steps:
-            g, measured, replayed = self.graph(s)
-            noise = max(abs(replayed - measured), NOISE_SHARE * measured)
-            if measured and abs(replayed - measured) <= 0.02 * measured:
-                out.append((s, float(replayed - g.replay(sc)[0]), noise))
+            key = (repr(sc), s)
+            if key not in self._done:
+                self._asked[key] = sc
+            elif (got := self._done[key]) is not None:
+                out.append((s, *got))
         return out
+
+    def settle(self) -> bool:
+        """Replay what was asked and not answered, one step's graph at a time; False when nothing was."""
+        if not self._asked:
+            return False
+        by_step: dict[int, list[tuple[str, Scenario]]] = {}
+        for (name, s), sc in self._asked.items():
+            by_step.setdefault(s, []).append((name, sc))
+        for s in sorted(by_step):
+            g = StepGraph(self.con, s)
+            measured, _ = g.measured()
+            replayed, _ = g.replay(Scenario())
+            noise = max(abs(replayed - measured), NOISE_SHARE * measured)
+            ok = measured and abs(replayed - measured) <= 0.02 * measured
+            for name, sc in by_step[s]:
+                self._done[(name, s)] = (float(replayed - g.replay(sc)[0]), noise) if ok else None
+            del g  # before the next step's graph is built
+        self._asked.clear()
+        return True
 
 
 def _flags(sc: Scenario, steps: list[int]) -> str:
@@ -362,7 +386,6 @@ def _compute_straggler(con, r: dict, steps: list[int]):
 
 
 def build(con) -> tuple[list[dict], list[dict]]:
-    # Long because: each claim kind's columns filled in one pass over the rows, then ranked and numbered.
     """The claim rows (findings.sql's rows with their claim columns, and the claims this module adds:
     extra_sync, pageable_copy, yardstick), ranked, and the what-if table (best_fixes) they were
     checked against."""
@@ -375,6 +398,16 @@ def build(con) -> tuple[list[dict], list[dict]]:
     warm = con.execute("SELECT min(step) FROM tf_internal.findings_steps WHERE warmup").fetchone()[0]
     table = best_fixes(con, skip_step=warm)
     rep = _Replays(con, steps)
+    while True:  # a pass over the rows asks its replays; the next one has their answers (_Replays)
+        done = _claim_rows(con, [dict(r) for r in rows], rep, steps, warm, table)
+        if not rep.settle():
+            return done
+
+
+def _claim_rows(con, rows: list[dict], rep: _Replays, steps: list[int], warm, table: list[dict]) -> tuple[list[dict], list[dict]]:
+    # Long because: each claim kind's columns filled in one pass over the rows, then ranked and numbered.
+    """One pass of `build` over findings.sql's rows (copies: it fills them in), with the replays
+    `rep` has answered so far."""
     n = len(steps)
     st = stacks(con)
     abnormal = {(a[0], a[1]): a for a in abnormal_host_time(con, warm)}

@@ -77,12 +77,16 @@ class StepGraph:
             -- (queries/collective_waits.sql: point-to-point pairs that cannot be one transfer and ranks
             -- of unnamed communicators that cannot be told apart are left out): one definition
             LEFT JOIN collective_waits c USING (op_id)
-            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step]).fetchall()
-        if not g:
+            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step]).to_arrow_table()
+        if not g.num_rows:
             raise UsageError(f"step {step} has no GPU ops")
         self.step, self.con = step, con
+        # column by column, not a tuple per row: a 256-rank step's graph (54,016 ops of bench/cluster.py's
+        # copies) peaked at 46.5 MiB of Python, not 57.3
         (self.op_id, self.rank, self.start, self.end, self.name, self.kind, self.api, self.tid, sp, dep,
-         comm, seq_step, seq) = (list(c) for c in zip(*g))
+         comm, seq_step, seq) = (c.to_pylist() if i != 4 else _shared(c) for i, c in enumerate(g.columns))
+        n_ops = g.num_rows
+        del g
         # times relative to the step's start: ns since the epoch are 1.8e18, where a float64 steps by 256 ns
         self.t0 = con.execute("SELECT min(start_ns) FROM tf_internal.step_windows WHERE step = ?", [step]).fetchone()[0]
         base = self.t0
@@ -100,7 +104,7 @@ class StepGraph:
         for i, (cm, st, sq) in enumerate(zip(comm, seq_step, seq)):
             if cm is not None and sq is not None:
                 groups.setdefault((cm, st, sq), []).append(i)
-        self.group = [-1] * len(g)
+        self.group = [-1] * n_ops
         self.members = [m for m in groups.values() if len({self.rank[i] for i in m}) >= 2]
         for k, m in enumerate(self.members):
             for i in m:
@@ -405,6 +409,14 @@ _EXTRA_SYNC_SQL = """SELECT op_id, rank, start_ns - ?, end_ns - ?, name FROM syn
                      WHERE step = ? AND list_contains(?, rank) ORDER BY rank, start_ns"""
 
 
+def _shared(column) -> list:
+    """An Arrow column of strings as a list holding each distinct string once: a step's kernels repeat
+    a few names (1,024 ranks of bench/cluster.py's copies: 216,064 ops)."""
+    d = column.combine_chunks().dictionary_encode()
+    names = d.dictionary.to_pylist()
+    return [None if i is None else names[i] for i in d.indices.to_pylist()]
+
+
 def _union(cuts: list) -> list:
     """Sorted, disjoint stretches covering `cuts` (a stall's sync call and its host spans may touch)."""
     out: list = []
@@ -535,17 +547,27 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
     have = {w[0] for w in walls}
     abnormal = [a for a in abnormal_host_time(con, skip_step) if a[1] in have]
     steps = sorted({walls[-1][0], walls[len(walls) // 2][0]} | ({abnormal[0][1]} if abnormal else set()))
-    graphs = [StepGraph(con, s) for s in steps]
-    base = [g.replay(Scenario()) for g in graphs]
     candidates = [Scenario(no_launch_overhead=True), Scenario(no_allocator_calls=True), Scenario(no_host_syncs=True),
                   Scenario(overlap_comm=True), Scenario(no_stragglers=True), Scenario(scale_kind={"compute": 0.5})]
-    if _copies_share(graphs) >= 0.1:  # copies twice as fast: the yardstick where copies are much of the GPU time
+    if _copies_share(con, steps) >= 0.1:  # copies twice as fast: the yardstick where copies are much of the GPU time
         candidates.append(Scenario(scale_kind={"memory": 0.5}))
     if abnormal:
         candidates.insert(0, Scenario(remove_host_stall=[abnormal[0][0]]))
+    # one step's graph at a time (each holds every rank's ops of its step: 40 MiB of Python at 256
+    # ranks of bench/cluster.py's copies): every candidate replayed on it, then it goes
+    per_sc: list[list[dict]] = [[] for _ in candidates]
+    after: list[str] = []  # the stall's extra syncs (in its own step)
+    for s in steps:
+        g = StepGraph(con, s)
+        b = g.replay(Scenario())
+        for rows, sc in zip(per_sc, candidates):
+            rows.append(_one(g, sc, b))
+        if abnormal and s == abnormal[0][1]:
+            after = sorted({nm for _, _, _, nm in g.stall_syncs().get(abnormal[0][0], [])})
+        del g  # before the next step's graph is built
     out = []
-    for sc in candidates:
-        rows = [_one(g, sc, b) for g, b in zip(graphs, base)]
+    attribute: list[tuple[dict, Scenario, str, dict]] = []
+    for sc, rows in zip(candidates, per_sc):
         if any(r["predicted_ns"] is None for r in rows):
             continue
         best = max(rows, key=lambda r: (r["gain_ns"], -r["step"]))
@@ -553,35 +575,37 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
                "gain_pct": round(100.0 * best["gain_ns"] / best["measured_ns"], 1) if best["measured_ns"] else 0.0}
         cause = "launch" if sc.no_launch_overhead else "allocator" if sc.no_allocator_calls else "sync" if sc.no_host_syncs else None
         if cause and fix["gain_ns"] > 0:
-            fix["fault"] = _attribute(con, graphs[steps.index(best["step"])], sc, cause, best)
-            if fix["fault"]:
-                f = fix["fault"]
-                fix["scenario"] += (f" ({f['gain_ns'] / 1e6:.1f} ms of it from rank {f['rank']}'s {cause} calls alone "
-                                    f"in step {f['step']})")
+            fix["fault"] = None  # _attribute's, below (the key kept in its place: the stored JSON's order)
+            attribute.append((fix, sc, cause, best))
         if sc.scale_kind:
             fix["reference"] = True
         if sc.remove_host_stall:  # what it removes: the fault, named
             rank, step, cause, ns = abnormal[0]
             fix["fault"] = {"rank": rank, "step": step, "cause": cause, "host_ns": int(ns)}
-            g = graphs[steps.index(step)]
-            after = sorted({nm for _, _, _, nm in g.stall_syncs().get(rank, [])})
             if after:
                 fix["fault"]["after_sync"] = after
             fix["scenario"] = (f"no host stall on rank {rank} ({ns / 1e6:.1f} ms of abnormal {cause} host time in step {step}"
                                + (f", after an extra {' and '.join(after)}" if after else "") + ")")
         out.append(fix)
+    for s in sorted({best["step"] for _, _, _, best in attribute}):  # the best step's graph again, one at a time
+        g = StepGraph(con, s)
+        for fix, sc, cause, best in attribute:
+            if best["step"] == s and (f := _attribute(con, g, sc, cause, best)):
+                fix["fault"] = f
+                fix["scenario"] += (f" ({f['gain_ns'] / 1e6:.1f} ms of it from rank {f['rank']}'s {cause} calls alone "
+                                    f"in step {f['step']})")
+        del g
     # "compute twice as fast" is a yardstick, not a fix one can make: after the fixes, where room is left
     fixes = _same_fault_after_stall(sorted((f for f in out if not f.get("reference")), key=lambda r: -r["gain_ns"]))
     return fixes[:top] + [f for f in out if f.get("reference")]
 
 
-def _copies_share(graphs: list[StepGraph]) -> float:
-    """Copies' and memsets' share of the GPU op time of these steps."""
-    tot = mem = 0.0
-    for g in graphs:
-        d = np.array(g.end, dtype=np.float64) - np.array(g.start, dtype=np.float64)
-        tot += float(d.sum())
-        mem += float(d[np.array(g.kind) == KINDS["memory"]].sum())
+def _copies_share(con, steps: list[int]) -> float:
+    """Copies' and memsets' share of the GPU op time of these steps (the ops of their graphs, StepGraph)."""
+    tot, mem = con.execute("""
+        SELECT sum(g.end_ns - g.start_ns)::DOUBLE, coalesce(sum(g.end_ns - g.start_ns) FILTER (WHERE g.category = 'memory'), 0)::DOUBLE
+        FROM gpu_ops g JOIN tf_internal.cp_gpu_preds p USING (op_id) LEFT JOIN collective_waits c USING (op_id)
+        WHERE list_contains(?, g.step)""", [list(steps)]).fetchone()
     return mem / tot if tot else 0.0
 
 
