@@ -49,7 +49,10 @@
 -- @column cause       VARCHAR  text          one of the eight causes above
 -- @column gpu_busy    BOOLEAN  flag          the rank's GPU ran something all along the stretch
 -- @column range_name  VARCHAR  text          no_op stretches: the innermost named host range around the stretch's start, else NULL
--- scope: job
+-- scope: rank
+-- (each rank's rows from its own ops, ranges, steps and GPU islands: differences and comparisons of one
+-- rank's times, unchanged when clock alignment moves them all; at 256 ranks on a cluster's client it
+-- was +437 to +577 MiB of RSS and at 4,096 out of DuckDB's memory, docs/scale-out.md)
 -- requires: gpu_islands, gpu_ops, host_ops, ranges, steps, sync, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;

@@ -44,6 +44,8 @@ CREATE OR REPLACE TABLE step_causes AS
 WITH seg AS (
     SELECT c.step, c.ordinal, c.rank, c.kind, c.name, c.dur_ns, c.op_id, c.start_ns, c.end_ns
     FROM critical_path c
+), calls AS (  -- the host ops on the path
+    SELECT op_id, kind, name, start_ns, end_ns FROM host_ops WHERE op_id IN (SELECT op_id FROM seg WHERE kind IN ('host_cpu', 'host_sync'))
 ), host_piece AS (
     -- a host_cpu stretch of the path split by what the rank's host timeline was doing (host_time):
     -- a 40 ms sleep inside a record_function range is no_op, a Python loop around tiny ops cpu_op
@@ -58,7 +60,9 @@ WITH seg AS (
     SELECT p.step, p.rank, p.name, p.cause, sum(p.b - p.a) AS ns,
            CASE WHEN 2 * sum(greatest(0, least(p.b, o.end_ns) - greatest(p.a, o.start_ns))) > sum(p.b - p.a) THEN p.name
                 WHEN p.cause = 'no_op' THEN arg_max(p.range_name, p.b - p.a) END AS shown
-    FROM host_piece p LEFT JOIN host_ops o ON o.op_id = p.op_id
+    -- (the path's own calls, not host_ops: joined to host_ops the client built a hash table of every
+    -- rank's host ops, +88 MiB of RSS at 256 ranks, growing with the ranks)
+    FROM host_piece p LEFT JOIN calls o ON o.op_id = p.op_id
     GROUP BY p.step, p.rank, p.name, p.seg_start, p.cause
 ), host_covered AS (
     SELECT step, rank, name, sum(ns) AS ns FROM host_split GROUP BY step, rank, name
@@ -71,8 +75,6 @@ WITH seg AS (
 ), copies AS (
     SELECT op_id, kind, copy_kind, bytes, name ILIKE '%pageable%' AS pageable, name ILIKE '%pinned%' AS pinned
     FROM gpu_ops WHERE kind IN ('memcpy', 'memset', 'um_migration') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
-), calls AS (
-    SELECT op_id, kind, name FROM host_ops WHERE op_id IN (SELECT op_id FROM seg WHERE kind IN ('host_cpu', 'host_sync'))
 ), named AS (
     SELECT s.step, s.rank, s.dur_ns, s.name,
            CASE s.kind WHEN 'gpu_compute' THEN 'compute'

@@ -140,6 +140,8 @@ def test_the_per_rank_lists_follow_from_the_declarations():
                "kernels": ("main", "rank"), "launch_bound_steps": ("main", "rank"), "mfu": ("main", "rank"),
                "roofline": ("main", "rank"), "memory_events": ("main", "trace_id"), "devices": ("main", "trace_id")}
     sharded.update({t: ("main", "trace_id") for t in ("memory_segments", "memory_snapshot_blocks", "memory_snapshot_history")})
+    # since: host_time made a rank step (issue 44: at 4,096 ranks the client ran out of memory in it)
+    sharded.update({"host_time": ("main", "rank"), "host_time_spans": ("tf_internal", "rank")})
     times = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
              "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
              "step_windows": ("start_ns", "end_ns", "first_op_ns", "last_op_end_ns"), "gpu_state": ("start_ns", "end_ns"),
@@ -147,7 +149,8 @@ def test_the_per_rank_lists_follow_from_the_declarations():
              "idle_gaps": ("start_ns", "end_ns", "next_api_start_ns", "next_issue_start_ns"),
              "launch_overhead": ("api_start_ns", "issue_start_ns"),
              "step_breakdown": ("start_ns", "end_ns", "host_start_ns", "host_end_ns"), "sync": ("start_ns", "end_ns"),
-             "cp_host_nodes": ("start_ns", "end_ns"), "exposed_comm_segments": ("start_ns", "end_ns"), "memory_events": ("ts_ns",)}
+             "cp_host_nodes": ("start_ns", "end_ns"), "exposed_comm_segments": ("start_ns", "end_ns"), "memory_events": ("ts_ns",),
+             "host_time_spans": ("start_ns", "end_ns")}
     ids = {"gpu_ops": {"op_id": "gpu_op_base", "cpu_op_id": "host_op_base", "launch_op_id": "host_op_base"},
            "host_ops": {"op_id": "host_op_base"}, "gpu_islands": {"first_op_id": "gpu_op_base"},
            "idle_gaps": {"next_op_id": "gpu_op_base"}, "launch_overhead": {"op_id": "gpu_op_base"},
@@ -163,4 +166,4 @@ def test_the_per_rank_lists_follow_from_the_declarations():
     # the hand lists they replace (derive.PER_RANK, rank_tables.PER_RANK_PACKS and WORKER_HELPERS at e07745c)
     assert scoped == {"comm_kernels", "steps", "gpu_ops", "step_windows", "gpu_state", "gpu_islands", "idle_gaps",
                       "launch_overhead", "op_flops", "op_work", "step_breakdown", "sync", "cp_graph", "exposed_comm",
-                      "kernels", "launch_bound_steps", "mfu", "roofline", "op_classes", "op_work_kernels"}
+                      "kernels", "launch_bound_steps", "mfu", "roofline", "op_classes", "op_work_kernels", "host_time"}

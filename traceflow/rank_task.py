@@ -5,8 +5,8 @@ DuckDB, runs the graph's rank steps there (graph.run(scope='rank'): the CPU-cloc
 steps, GPU ops' launches and steps, step windows, the per-rank analyses), and writes each table as
 one Parquet shard per task into the job's parts folder, which the database reads in place
 (shard_views.py). The client then runs the job steps (clock alignment, collectives, the analyses
-across ranks). A task holds several small files (cluster.batches): its fixed cost (DuckDB, 14
-analyses, 28 shards: ~1.2 s for a 2.4 MB rank) is paid once for them all (docs/scale-out.md).
+across ranks). A task holds several small files (cluster.batches): its fixed cost (DuckDB, 15
+analyses, 30 shards; ~1.2 s for a 2.4 MB rank with 14 and 28) is paid once for them all (docs/scale-out.md).
 
 The worker does not know the job's ranks, trace ids or clock offsets: the task's k-th process is
 trace `k` and rank `k` here; its rows carry `tf_shard` (file index << SHARD_BITS | j, process j of
