@@ -540,6 +540,8 @@ def best_fixes(con, top: int = 3, skip_step: int | None = None) -> list[dict]:
     gains on its own step only, and averaging that with steps it does not touch would rank it below
     fixes worth less on that very step. What the verdict's last line and the report's "what if"
     section show, the largest gain first."""
+    # Long because: one pass of every candidate over each step's graph (one graph alive at a time),
+    # then the rows ranked, the stall named, and the best step's graph built again to attribute.
     walls = con.execute("""SELECT step, max(end_ns) - min(start_ns) AS w FROM tf_internal.step_windows
                            WHERE step IS DISTINCT FROM ? GROUP BY step ORDER BY w, step""", [skip_step]).fetchall()
     if not walls:
