@@ -67,3 +67,46 @@ def test_one_time_stall_names_the_call_holding_the_idle(tmp_path_factory):
         assert c.execute("SELECT count(*) FROM launch_overhead WHERE stall AND api_name = 'hipMemcpyWithStream'").fetchone()[0] == 0
     finally:
         c.close()
+
+
+XLA_A, XLA_G = "xla/jax08_attention.tw003.trace.json.gz", "xla/jax08_gemm.tw003.trace.json.gz"
+
+
+def _xla_raw(path: Path) -> tuple[float, int, set[str]]:
+    """(first event's time in us, collective kernels, XLA module names) of an XLA trace viewer JSON."""
+    import gzip
+    import json
+    import re
+    d = json.loads(gzip.decompress(path.read_bytes()))
+    ev = [e for e in d["traceEvents"] if isinstance(e, dict)]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    dev = [e for e in ev if e.get("ph") == "X" and "/device:" in procs.get(e.get("pid"), "")]
+    coll = sum(1 for e in dev if threads.get((e["pid"], e["tid"]), "").startswith("Stream")
+               and re.search(r"(?i)nccl|rccl|all-reduce|all-gather|reduce-scatter", e["name"]))
+    modules = {e["name"] for e in dev if threads.get((e["pid"], e["tid"]), "").startswith("XLA Modules")}
+    return min(e["ts"] for e in ev if isinstance(e.get("ts"), (int, float))), coll, modules
+
+
+def test_separate_xla_captures_are_refused(tmp_path):
+    """W5, W6: two JAX programs profiled each on its own (XProf trace JSON: times after each
+    capture's start, no wall clock) were read as one 2-rank job whose ranks "share one GPU", their
+    kernels "overlapping" because both clocks start at 0. Raw: both files start within a day of 0
+    (capture-relative), hold no collective, and run different XLA modules: refused with one line
+    naming the file, exit 3, nothing written."""
+    paths = [WILD / XLA_A, WILD / XLA_G]
+    for p in paths:
+        if not p.exists():
+            pytest.skip(f"{p.relative_to(WILD)} not in the wild corpus at {WILD} (set TRACEFLOW_WILD)")
+    raw = [_xla_raw(p) for p in paths]
+    assert all(t < 86_400e6 and coll == 0 for t, coll, _ in raw)  # capture-relative clocks, no collective
+    assert raw[0][2] and raw[1][2] and not raw[0][2] & raw[1][2]  # two different programs
+    import subprocess
+    import sys
+    out = tmp_path / "mix"
+    run = subprocess.run([sys.executable, "-m", "traceflow", "postmortem", *map(str, paths), "-o", str(out), "-j", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stdout + run.stderr  # was 0: one job, "Ranks 0, 1 share one GPU"
+    err = [x for x in run.stderr.splitlines() if "error" in x]
+    assert len(err) == 1 and str(paths[1]) in err[0] and "capture" in err[0], run.stderr
+    assert "share one GPU" not in run.stdout and not out.exists()

@@ -268,6 +268,7 @@ def _check_one_job(con, spans: list | None = None):
                          "files from different jobs? ingest each job into its own database")
     if spans is None:
         spans = con.execute(f"SELECT t.source_path, e.lo, e.hi FROM traces t JOIN ({TRACE_SPANS}) e USING (trace_id)").fetchall()
+    _check_captures(con, spans)
     # Ranks of one run are recorded at once: their windows overlap. A later file that starts after every
     # earlier one ended is another run, however close (Kineto of one run of ddp4_sync_stall and nsys of
     # the next: 8.0 s apart, the same world size, read as one job with a 12,902.6 ms median step).
@@ -285,6 +286,30 @@ def _check_one_job(con, spans: list | None = None):
                              "files from different jobs or runs? ingest each run into its own database")
         if reach is None or hi > reach:
             reach, reach_path = hi, path
+
+
+def _check_captures(con, spans: list):
+    """Separate XLA captures: several files whose clocks start at their capture (xla_trace.CAPTURE_RELATIVE_NS:
+    no wall clock) and none of which holds a collective cannot be told to be ranks of one run, nor aligned:
+    refused (two JAX programs profiled one after the other, jax08_attention + jax08_gemm, were read as
+    one 2-rank job "sharing one GPU", their kernels "overlapping" because both clocks start at 0). A
+    multi-process JAX job's captures hold its collectives (aligned by them): read as one job."""
+    from .readers.xla_trace import CAPTURE_RELATIVE_NS, COLLECTIVE
+    files = {p for p, _, _ in spans}
+    if len(files) < 2:
+        return
+    first: dict = {}
+    for p, lo, _ in spans:
+        first[p] = min(lo, first.get(p, lo))
+    rows = con.execute("""SELECT t.source_path, any_value(t.source_format),
+                                 (SELECT count(*) FROM gpu_ops g WHERE g.trace_id IN (SELECT trace_id FROM traces x
+                                  WHERE x.source_path = t.source_path) AND regexp_matches(g.name, ?))
+                          FROM traces t GROUP BY t.source_path ORDER BY t.source_path""", [COLLECTIVE]).fetchall()
+    if len(rows) < 2 or any(fmt != "xla-json" or first.get(p, 0) >= CAPTURE_RELATIVE_NS or n for p, fmt, n in rows):
+        return
+    raise InputError(rows[1][0], f"has times relative to its capture's start, as {rows[0][0]} has (XLA trace JSON "
+                     "records no wall clock), and no file holds a collective: separate captures, not ranks of one "
+                     "run? ingest each capture into its own database")
 
 
 def _refuse_older(con, output):
