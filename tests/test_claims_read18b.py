@@ -110,3 +110,37 @@ def test_separate_xla_captures_are_refused(tmp_path):
     err = [x for x in run.stderr.splitlines() if "error" in x]
     assert len(err) == 1 and str(paths[1]) in err[0] and "capture" in err[0], run.stderr
     assert "share one GPU" not in run.stdout and not out.exists()
+
+
+def _xla_threads(path: Path):
+    """(events 'X', thread names by (pid, tid), process names by pid) of an XLA trace viewer JSON."""
+    import gzip
+    import json
+    d = json.loads(gzip.decompress(path.read_bytes()))
+    ev = [e for e in d["traceEvents"] if isinstance(e, dict)]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
+    return [e for e in ev if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))], threads, procs
+
+
+def test_idle_with_nothing_on_the_issuing_thread_is_no_traced_op(tmp_path_factory):
+    """M9: JAX attention on one MI300X. 20.6 ms of the GPU's idle lie where the python thread (which
+    issues the work) and the launching threads hold no event; only a PjRt thread-pool callback
+    (BufferSequencingEvent::Execute, a wait for a buffer) spans it. It was "framework CPU work inside
+    ops"; it is host time in no traced op. Raw: the GPU idle (stream threads) that no event of the
+    python thread or of the Host Threads covers."""
+    db, f = _job((XLA_A,), tmp_path_factory)
+    ev, threads, procs = _xla_threads(WILD / XLA_A)
+    gpu = _union([(e["ts"], e["ts"] + e["dur"]) for e in ev if threads.get((e["pid"], e["tid"]), "").startswith("Stream")])
+    host = _union([(e["ts"], e["ts"] + e["dur"]) for e in ev if "/host:CPU" in procs.get(e["pid"], "")
+                   and (threads.get((e["pid"], e["tid"])) == "python" or threads.get((e["pid"], e["tid"]), "").startswith("Host Threads"))])
+    bare = 0.0
+    for (_, a), (b, _) in zip(gpu, gpu[1:]):
+        bare += (b - a) - sum(max(0.0, min(b, y) - max(a, x)) for x, y in host)
+    bare_ns = bare * 1e3
+    assert bare_ns > 15e6  # most of the idle: nothing on the issuing threads
+    dom = next(r for r in f["findings"] if r["kind"] == "dominant")
+    assert dom["class"] == "host" and dom["cause"] == "no_op", dom  # was cpu_op: "framework CPU work inside ops"
+    assert abs(dom["evidence_ns"] - bare_ns) <= 0.01 * bare_ns, (dom["evidence_ns"], bare_ns)
+    line = next(x for x in f["lines"] if x.startswith("Host-bound"))
+    assert f"{bare_ns / 1e6:.1f} ms in no traced op" in line, line
