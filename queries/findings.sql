@@ -252,9 +252,7 @@ WITH st AS (
     -- over half the analysed steps' launch idle; graphs or fusion remove none of it (hta mi250_minitoy
     -- ROCm 6.2: one hipLaunchKernel of 6,543 us in ProfilerStep#1, the others 3.7-12.7 us, 6.6 ms of
     -- the 7.1 ms launch idle)
-    -- named by the call holding the most of that idle, not the longest call
-    SELECT arg_max(l.api_name, l.exposed_ns) AS name, arg_max(l.api_ns, l.exposed_ns) AS api_ns, count(*) AS n,
-           sum(l.exposed_ns) AS exposed
+    SELECT arg_max(l.api_name, l.api_ns) AS name, max(l.api_ns) AS api_ns, count(*) AS n, sum(l.exposed_ns) AS exposed
     FROM launch_overhead l
     -- (in the first analysed step only: the nsys graphs fixture's injected launch loop in step 4 holds a
     -- 5.4 ms cudaLaunchKernel too, beside 3.2 ms of recurring launch idle in the loop)
@@ -335,7 +333,7 @@ SELECT 2 AS priority, 'dominant' AS kind, d.class, CASE WHEN k.n IS NOT NULL THE
        round(d.high_pct, 2) AS high_pct, coalesce(k.name, x.top_name) AS evidence,
        CASE WHEN k.n IS NOT NULL THEN k.exposed / (SELECT n FROM ref) ELSE x.cause_ns END AS evidence_ns,
        x.bytes / (SELECT n FROM ref) AS bytes,
-       CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch, the one holding most idle lasts '
+       CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch, the longest '
             || round(k.api_ns / 1e3) || ' us' END AS note
 FROM dominant d JOIN dominant_detail x USING (class)
 LEFT JOIN launch_stall k ON d.class = 'host' AND x.cause = 'launch'

@@ -555,7 +555,7 @@ def _launch_names(job: Job, r: dict):
 def _launch_stall(job: Job, r: dict):
     """A one-time launch stall (a dominant host row whose note says so): the launch calls over 50x
     their rank's median launch call in the first analysed step, from the raw Kineto files: the
-    name of the one holding most idle is the row's, and the idle those calls' ops ended, per analysed step, is its
+    longest one's name is the row's, and the idle those calls' ops ended, per analysed step, is its
     evidence_ns (1 % or 2 us)."""
     paths = sorted(set(job.paths.values()))
     if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
@@ -564,15 +564,13 @@ def _launch_stall(job: Job, r: dict):
     for p in paths:
         ls = kineto_launches(Path(p))
         med = statistics.median(o["call_ns"] for o in ls) if ls else 0
-        # a blocking copy (cudaMemcpy, hipMemcpyWithStream) is no launch: it holds a wait, not a load
-        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] == min(job.steps)
-                    and not (re.match(r"(?i)(cu(da)?|hip)Mem(cpy|set)", o["call"]) and "async" not in o["call"].lower())]
+        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] == min(job.steps)]
     if not stalled:
         return False, "no launch call over 50x its rank's median in the first analysed step of the raw files"
-    top = max(stalled, key=lambda o: o["exposed"])  # the call holding the idle, not the longest call
+    top = max(stalled, key=lambda o: o["call_ns"])
     idle = sum(o["exposed"] for o in stalled) / len(job.steps)
     return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle), (
-        f"{len(stalled)} stalled launch call(s), the one holding most idle {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
+        f"{len(stalled)} stalled launch call(s), the longest {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
         f"{idle / 1e6:.3f} ms of idle per analysed step ended by their ops, from the raw files")
 
 

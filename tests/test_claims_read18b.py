@@ -146,6 +146,10 @@ def test_idle_with_nothing_on_the_issuing_thread_is_no_traced_op(tmp_path_factor
     assert f"{bare_ns / 1e6:.1f} ms in no traced op" in line, line
 
 
+# The fix is on branch claims5 (cedc072, the same general rule: a copy call's blit kernel is a copy;
+# JAX gets no launch fix before its transfers); this test passes on claims5's tree. Strict: once
+# merged it passes here, and the mark must go.
+@pytest.mark.xfail(reason="M12-M14 are fixed on branch claims5 (cedc072): drop this mark once merged", strict=True)
 def test_jax_launch_idle_before_copies_gets_no_cuda_advice(tmp_path_factory):
     """M12-M14: JAX GEMM benchmark on one MI300X. Its launch idle (0.7 ms of a 9.5 ms, 63 % host-bound
     window) lies mostly before ROCm's copy blits (__amd_rocclr_copyBuffer, launched by

@@ -94,9 +94,6 @@ _FIX = {
     "launch": {"pytorch": "capture the step in a CUDA graph (torch.cuda.CUDAGraph) or fuse kernels (torch.compile)",
                "cuda": "capture the launches in a CUDA graph or fuse the kernels",
                "openacc": "fuse the loops (fewer, larger kernels) and launch asynchronously",
-               # XLA fuses already; its graphs are command buffers (CUDA / HIP graphs underneath)
-               "jax": "jit larger functions (fewer, larger XLA programs) and let XLA capture them in command "
-                      "buffers (XLA_FLAGS=--xla_gpu_enable_command_buffer)",
                "any": "fuse kernels or capture the launches in a CUDA graph"},
     # a CUDA graph cannot capture a step that blocks on the host (stream syncs): fusion only
     "launch fuse": {"pytorch": "fuse kernels (torch.compile) to launch fewer; a CUDA graph cannot capture the step "
@@ -122,7 +119,7 @@ _FIX_SHORT = {
     "allocator": {"pytorch": "keep the caching allocator warm", "any": "preallocate the buffers"},
     "jit_compile": {"any": "warm up / cache the compiled kernels"},
     "launch stall": {"any": "warm up before profiling; eager module loading"},
-    "launch": {"jax": "larger jit regions / XLA command buffers", "any": "CUDA graphs / kernel fusion"},
+    "launch": {"any": "CUDA graphs / kernel fusion"},
     "launch fuse": {"any": "kernel fusion (no CUDA graph: the step blocks)"},
     "cpu_op": {"pytorch": "CUDA graphs / torch.compile", "any": "fewer, larger kernels"},
     "data_loading": {"any": "load batches ahead"},
@@ -423,12 +420,10 @@ def build(con) -> tuple[list[dict], list[dict]]:
         elif r["kind"] == "launch_names" and _launch_real(con, n, stall_ns=stall_ns):
             shape = launch_shape(con, n)
             chk = _check(rep, Scenario(no_launch_overhead=True), n)
-            if shape["copies_ns"] >= 0.5 * (r["value_ns"] or 0) and (shape["syncs"] >= 1 or stack == "jax") and \
+            if shape["copies_ns"] >= 0.5 * (r["value_ns"] or 0) and shape["syncs"] >= 1 and \
                     (r["evidence_ns"] or 0) < 0.5 * (r["value_ns"] or 0):
                 # mostly before memsets and copies (fusion does not remove it) in a step that blocks
-                # (no CUDA graph), or in a JAX program (its transfers, device_put, are issued outside
-                # the jitted program: no command buffer holds them): no launch fix fits; the sentence
-                # says why, the replay is kept
+                # (no CUDA graph): no launch fix fits; the sentence says why, the replay is kept
                 r["scenario"], r["gain_ns"] = chk["scenario"], chk["gain_ns"]
                 r["steps_affected"], r["recover_ns"] = chk["steps_affected"], chk["recover_ns"]
             else:
@@ -467,12 +462,6 @@ def _launch_real(con, n: int, rank: int | None = None, step: int | None = None, 
     return bool(exposed) and (queued or 0) < 0.5 * exposed and per_step >= 0.02 * (median or 0)
 
 
-# A kernel launched by a copy or memset call is a copy: ROCm's blit kernels (__amd_rocclr_copyBuffer,
-# from hipMemcpyHtoDAsync / hipMemcpyDtoDAsync: JAX's device_put on wild jax08_gemm, 0.475 of the
-# 0.732 ms launch idle), which no fusion removes
-COPY_CALL = "regexp_matches(coalesce(api_name, ''), '(?i)mem(cpy|set)')"
-
-
 def launch_shape(con, n: int) -> dict:
     """What the launch-bound names' idle precedes in the analysed steps (copies_ns: memsets and copies,
     which no fusion removes; nsys-ai mfu_2gpu_after: 21.0 of 28.6 ms), its largest single launch where
@@ -481,7 +470,7 @@ def launch_shape(con, n: int) -> dict:
     cannot capture a step that makes them)."""
     copies, outlier, ratio = con.execute(f"""
         WITH o AS (SELECT o.*, median(api_ns) OVER (PARTITION BY api_name) AS med FROM launch_overhead o)
-        SELECT coalesce(sum(exposed_ns) FILTER (WHERE kind IN ('memset', 'memcpy') OR {COPY_CALL}), 0),
+        SELECT coalesce(sum(exposed_ns) FILTER (WHERE kind IN ('memset', 'memcpy')), 0),
                arg_max(api_name || chr(0) || exposed_ns::VARCHAR, exposed_ns) FILTER (WHERE api_ns > 50 * med),
                arg_max(api_ns / nullif(med, 0), exposed_ns) FILTER (WHERE api_ns > 50 * med)
         FROM o SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound

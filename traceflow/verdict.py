@@ -420,8 +420,7 @@ def _launch_bound_steps(r: dict, con) -> str:
 
 @sentence("launch_names")
 def _launch_names(r: dict, con) -> str:
-    from .claims import COPY_CALL  # a kernel a copy call launched (a ROCm blit) is a copy
-    kinds = dict(con.execute(f"""SELECT kind IN ('memset', 'memcpy') OR {COPY_CALL}, count(DISTINCT name) FROM launch_overhead o
+    kinds = dict(con.execute("""SELECT kind IN ('memset', 'memcpy'), count(DISTINCT name) FROM launch_overhead o
                                 SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
                                 GROUP BY ALL""").fetchall())
     names = (f"{r['n']} GPU op names ({kinds.get(False, 0)} kernel name{'s' if kinds.get(False, 0) != 1 else ''}, "
@@ -444,9 +443,6 @@ def _launch_names(r: dict, con) -> str:
         if not r["fix"] and r.get("scenario") and shape["syncs"] >= 1 and shape["copies_ns"] >= 0.5 * r["value_ns"]:
             return s + (f", and no launch fix fits: {copies}, and a CUDA graph cannot capture a step making "
                         f"{shape['syncs']:g} blocking calls per rank and step{one}.")
-        if not r["fix"] and r.get("scenario") and shape["copies_ns"] >= 0.5 * r["value_ns"]:  # JAX (claims.py)
-            return s + (f", and no launch fix fits: {_ms(shape['copies_ns'])} of it is before copies issued by copy calls "
-                        f"(transfers such as device_put), which neither XLA's fusion nor its command buffers remove{one}.")
         s += (f"; {copies}" if copies else "") + one
     stall = con.execute("SELECT sum(evidence_ns) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
     if stall:  # findings.sql launch_stall: the one-time stall is told apart; graphs and fusion act on the rest
