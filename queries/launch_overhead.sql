@@ -32,7 +32,7 @@
 --     hold (other processes' kernels on a shared GPU: up to 7 ms per op on h100
 --     ddp4_sync_stall, where four ranks share one H100), which no launch fix removes
 -- @column gpu_ns             BIGINT   figure:ns     the op's own run time on the GPU: gpu_end - gpu_start
--- @column stall              BOOLEAN  flag          the launch call (not a blocking copy) took over 50x the rank's median launch call: a one-time stall
+-- @column stall              BOOLEAN  flag          the launch call took over 50x the rank's median launch call: a one-time stall
 --     inside the call (lazy loading of the kernel's module / code object at its first launch:
 --     one hipLaunchKernel of 6,543 us on hta's mi250_minitoy, the others 3.7-12.7 us), not launch
 --     throughput; graphs or fusion remove none of it, a warm-up or eager loading does
@@ -87,13 +87,7 @@ SELECT l.rank, l.step, l.name, l.kind, l.stream, l.op_id, l.api_name, l.api_star
        CASE WHEN e.gap_start_ns IS NULL THEN 0
             ELSE greatest(0, l.gpu_start_ns - greatest(l.api_end_ns, l.issue_start_ns, e.gap_start_ns)) END::BIGINT AS exposed_queued_ns,
        l.gpu_end_ns - l.gpu_start_ns AS gpu_ns,
-       -- a blocking copy (hipMemcpyWithStream, cudaMemcpy: sync.sql's 'sync memcpy') is no launch: its
-       -- call holds the wait for the GPU or, first of all, the runtime's start-up (rocm-blogs HIP_trace
-       -- results.db: the first 24-byte hipMemcpyWithStream, 275 ms, ends 0.02 ms into the GPU window
-       -- and holds none of the 9.4 ms idle the first hipLaunchKernel holds)
-       l.api_end_ns - l.api_start_ns > 50 * median(l.api_end_ns - l.api_start_ns) OVER (PARTITION BY l.rank)
-           AND NOT (regexp_matches(l.api_name, '(?i)^(cu(da)?|hip)Mem(cpy|set)') AND NOT regexp_matches(l.api_name, '(?i)async'))
-           AS stall,
+       l.api_end_ns - l.api_start_ns > 50 * median(l.api_end_ns - l.api_start_ns) OVER (PARTITION BY l.rank) AS stall,
        l.cannot_answer
 FROM l LEFT JOIN ended e USING (op_id)
 ORDER BY l.rank, l.api_start_ns;

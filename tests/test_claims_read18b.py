@@ -1,10 +1,9 @@
-"""Issue 41, the claim-by-claim read of session 18, jobs 4-8 (READ-session18.md W5-W7, M9-M17): each
+"""Issue 41, the claim-by-claim read of session 18, jobs 4-6 (READ-session18.md W5, W6, M9): each
 wrong or misleading claim fixed in the general case, checked on its real input against a plain
-reading of the raw file (json / gzip / sqlite3 / csv). Each test skips with one line where its wild
-file is absent."""
+reading of the raw file (json / gzip). W7 and M12-M17 are fixed, with their tests, on branch
+claims5 (tests/test_claims_read18.py). Each test skips with one line where its wild file is absent."""
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -37,36 +36,6 @@ def _union(iv: list[tuple[int, int]]) -> list[list[int]]:
         else:
             out.append([a, b])
     return out
-
-
-HIPDB = "rocm-blogs/roc-profiling_HIP_trace_results.db"
-
-
-def test_one_time_stall_names_the_call_holding_the_idle(tmp_path_factory):
-    """W7: rocprof v1 --hip-trace of a PyTorch vector add. The launch stall is named by the call
-    whose time covers the GPU idle (the first hipLaunchKernel, 9.4 ms: a lazy code-object load), not
-    by the longest stalled call (the first hipMemcpyWithStream, 275 ms of runtime start-up that ends
-    0.02 ms into the GPU window: a blocking copy is no launch). Raw: the longest idle stretch between
-    the GPU ops (OPS + COPY tables), and the HIP call covering most of it."""
-    db, f = _job((HIPDB,), tmp_path_factory)
-    con = sqlite3.connect(str(WILD / HIPDB))
-    gpu = _union([(a, b) for a, b in con.execute("SELECT BeginNs, EndNs FROM OPS UNION ALL SELECT BeginNs, EndNs FROM COPY")])
-    gaps = [(gpu[i + 1][0] - gpu[i][1], gpu[i][1], gpu[i + 1][0]) for i in range(len(gpu) - 1)]
-    idle, g0, g1 = max(gaps)
-    calls = {n: (max(0, min(b, g1) - max(a, g0)), a) for n, a, b in con.execute("SELECT Name, BeginNs, EndNs FROM HIP")}
-    holder = max(calls, key=lambda n: calls[n][0])
-    assert holder == "hipLaunchKernel" and calls[holder][0] > 0.95 * idle  # the raw file's own story
-    idle = g1 - max(g0, calls[holder][1])  # launch idle: from the call's start to the GPU work it issued
-    stall = next(r for r in f["findings"] if r["kind"] == "dominant" and (r["note"] or "").startswith("launch stall"))
-    assert stall["evidence"] == holder, stall  # named hipMemcpyWithStream before
-    assert abs(stall["evidence_ns"] - idle) <= max(2000, 0.01 * idle)
-    assert f"stall in {holder}" in f["headline"] and "hipMemcpyWithStream" not in f["headline"], f["headline"]
-    import duckdb
-    c = duckdb.connect(db, read_only=True)
-    try:  # no blocking copy is a stalled launch (it took the stall's name and its replay)
-        assert c.execute("SELECT count(*) FROM launch_overhead WHERE stall AND api_name = 'hipMemcpyWithStream'").fetchone()[0] == 0
-    finally:
-        c.close()
 
 
 XLA_A, XLA_G = "xla/jax08_attention.tw003.trace.json.gz", "xla/jax08_gemm.tw003.trace.json.gz"
@@ -144,43 +113,3 @@ def test_idle_with_nothing_on_the_issuing_thread_is_no_traced_op(tmp_path_factor
     assert abs(dom["evidence_ns"] - bare_ns) <= 0.01 * bare_ns, (dom["evidence_ns"], bare_ns)
     line = next(x for x in f["lines"] if x.startswith("Host-bound"))
     assert f"{bare_ns / 1e6:.1f} ms in no traced op" in line, line
-
-
-# The fix is on branch claims5 (cedc072, the same general rule: a copy call's blit kernel is a copy;
-# JAX gets no launch fix before its transfers); this test passes on claims5's tree. Strict: once
-# merged it passes here, and the mark must go.
-@pytest.mark.xfail(reason="M12-M14 are fixed on branch claims5 (cedc072): drop this mark once merged", strict=True)
-def test_jax_launch_idle_before_copies_gets_no_cuda_advice(tmp_path_factory):
-    """M12-M14: JAX GEMM benchmark on one MI300X. Its launch idle (0.7 ms of a 9.5 ms, 63 % host-bound
-    window) lies mostly before ROCm's copy blits (__amd_rocclr_copyBuffer, launched by
-    hipMemcpyHtoDAsync / hipMemcpyDtoDAsync: the inputs' device_put), which no fusion removes, in an
-    XLA program (no "CUDA graphs" to advise). It was the headline, "Fix: CUDA graphs / kernel fusion".
-    Raw: each kernel's launch call by flow id (bind_id); the idle before each busy island from the
-    later of the previous island's end and its call's start; per kernel name, launch-bound where that
-    idle exceeds its run time."""
-    db, f = _job((XLA_G,), tmp_path_factory)
-    ev, threads, procs = _xla_threads(WILD / XLA_G)
-    kernels = sorted((e for e in ev if threads.get((e["pid"], e["tid"]), "").startswith("Stream")), key=lambda e: e["ts"])
-    calls = {e["bind_id"]: e for e in ev if "bind_id" in e and "/host:CPU" in procs.get(e["pid"], "")}
-    idle: dict[str, float] = {}
-    run: dict[str, float] = {}
-    copy_idle: dict[str, float] = {}
-    end = None
-    for e in kernels:
-        run[e["name"]] = run.get(e["name"], 0.0) + e["dur"]
-        c = calls.get(e.get("bind_id"))
-        if end is not None and e["ts"] > end and c is not None:
-            x = max(0.0, e["ts"] - max(end, c["ts"]))
-            idle[e["name"]] = idle.get(e["name"], 0.0) + x
-            if "Memcpy" in c["name"] or "Memset" in c["name"]:
-                copy_idle[e["name"]] = copy_idle.get(e["name"], 0.0) + x
-        end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
-    bound = [n for n in idle if idle[n] > run[n]]
-    total, copies = sum(idle[n] for n in bound), sum(copy_idle.get(n, 0.0) for n in bound)
-    assert copies > 0.5 * total  # most of the launch idle is before copies
-    line = next(x for x in f["lines"] if "cost more GPU idle in launching" in x)
-    assert f"({total / 1e3:.1f} ms)" in line and f"{copies / 1e3:.1f} ms of it is before copies" in line, line
-    assert "no launch fix fits" in line
-    text = " ".join([f["headline"], *f["lines"]])
-    assert "CUDA" not in text, text  # was "Fix: CUDA graphs / kernel fusion" (headline and finding)
-    assert f["headline"].startswith("No change the what-if replay confirms; host-bound"), f["headline"]
