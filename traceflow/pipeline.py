@@ -258,9 +258,10 @@ def _drop_replaced_parts(output: str, keep: str | None):
         shutil.rmtree(p, ignore_errors=True)
 
 
-def _check_one_job(con, spans: list | None = None):
+def _check_one_job(con, spans: list | None = None, warnings: list | None = None):
     """Files of two different jobs or runs in one ingest: conflicting world sizes, or windows that do not overlap.
-    `spans` ((path, lo, hi) per trace): a cluster's workers' (shard_views.spans), else scanned here."""
+    `spans` ((path, lo, hi) per trace): a cluster's workers' (shard_views.spans), else scanned here; what
+    is read with a caveat is added to `warnings`."""
     sizes = con.execute("""SELECT world_size, any_value(source_path) FROM traces WHERE world_size IS NOT NULL
                            GROUP BY world_size ORDER BY world_size""").fetchall()
     if len(sizes) > 1:
@@ -268,6 +269,7 @@ def _check_one_job(con, spans: list | None = None):
                          "files from different jobs? ingest each job into its own database")
     if spans is None:
         spans = con.execute(f"SELECT t.source_path, e.lo, e.hi FROM traces t JOIN ({TRACE_SPANS}) e USING (trace_id)").fetchall()
+    _check_captures(con, spans, [] if warnings is None else warnings)
     # Ranks of one run are recorded at once: their windows overlap. A later file that starts after every
     # earlier one ended is another run, however close (Kineto of one run of ddp4_sync_stall and nsys of
     # the next: 8.0 s apart, the same world size, read as one job with a 12,902.6 ms median step).
@@ -285,6 +287,35 @@ def _check_one_job(con, spans: list | None = None):
                              "files from different jobs or runs? ingest each run into its own database")
         if reach is None or hi > reach:
             reach, reach_path = hi, path
+
+
+def _check_captures(con, spans: list, warnings: list):
+    """Separate XLA captures: several files whose clocks start at their capture (xla_trace.CAPTURE_RELATIVE_NS:
+    no wall clock) and none of which holds a collective cannot be told to be ranks of one run, nor aligned:
+    refused (two JAX programs profiled one after the other, jax08_attention + jax08_gemm, were read as
+    one 2-rank job "sharing one GPU", their kernels "overlapping" because both clocks start at 0). A
+    multi-process JAX job's captures hold its collectives: read as one job, with a warning that their
+    clocks are capture-relative."""
+    from .readers.xla_trace import CAPTURE_RELATIVE_NS, COLLECTIVE
+    files = {p for p, _, _ in spans}
+    if len(files) < 2:
+        return
+    first: dict = {}
+    for p, lo, _ in spans:
+        first[p] = min(lo, first.get(p, lo))
+    fmts = con.execute("SELECT source_path, list(DISTINCT source_format) FROM traces GROUP BY 1 ORDER BY 1").fetchall()
+    if len(fmts) < 2 or any(f != ["xla-json"] or first.get(p, 0) >= CAPTURE_RELATIVE_NS for p, f in fmts):
+        return  # (the GPU ops are read only for such captures: a Kineto or nsys job's may be millions)
+    rows = con.execute("""SELECT t.source_path, count(g.name) FROM traces t
+                          LEFT JOIN gpu_ops g ON g.trace_id = t.trace_id AND regexp_matches(g.name, ?)
+                          GROUP BY 1 ORDER BY 1""", [COLLECTIVE]).fetchall()
+    if any(n for _, n in rows):
+        warnings.append(f"{rows[0][0]} and {len(rows) - 1} more: times are relative to each capture's start (XLA trace "
+                        "JSON records no wall clock): the files' times are comparable only through their collectives")
+        return
+    raise InputError(rows[1][0], f"has times relative to its capture's start, as {rows[0][0]} has (XLA trace JSON "
+                     "records no wall clock), and no file holds a collective: separate captures, not ranks of one "
+                     "run? ingest each capture into its own database")
 
 
 def _refuse_older(con, output):
@@ -354,7 +385,7 @@ def _build(con, traces, result, append, rank_pattern, load, scratch=None):
         result.traces.append({"trace_id": tid, "rank": rank, "file": trace.source_path, "format": trace.source_format,
                               "rank_source": src, **trace.counts})
         result.warnings.extend(f"{trace.source_path}: {w}" for w in trace.warnings)
-    _check_one_job(con, load(loads + _snapshot_loads(con, traces, rank_pattern, result)))
+    _check_one_job(con, load(loads + _snapshot_loads(con, traces, rank_pattern, result)), result.warnings)
     if dumps:
         fr_load.load(con, dumps, scratch, rank_pattern, result)
     n_ranks = con.execute("SELECT count(DISTINCT rank) FROM traces").fetchone()[0]

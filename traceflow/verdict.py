@@ -169,6 +169,8 @@ def _what(cls: str | None, cause: str | None) -> str:
         return _HOST_CAUSE.get(cause or "", "host work")
     if cls == "memory copies":
         return f"{cause} memory copies" if cause and cause != "memset" else "memsets"
+    if cls == "idle" and cause == "unrecorded work":  # step_causes.sql: launch calls without their GPU op
+        return "GPU idle that may be GPU work the trace did not record (launch calls with no GPU op in it)"
     return {"compute": "GPU compute", "communication": "communication (collective kernels not hidden by compute)",
             "peer wait": "waiting for a peer whose trace is missing", "idle": "GPU idle with nothing else on the path"
             }.get(cls or "", cls or "?")

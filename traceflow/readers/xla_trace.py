@@ -27,6 +27,13 @@ HOST = re.compile(r"(?:^|\s)/host:CPU$")
 STREAM = re.compile(r"^Stream #(\d+)")
 DERIVED_LINES = ("XLA Modules", "XLA Ops", "Framework Ops", "Framework Name Scope", "Source code", "Steps",
                  "TensorFlow Name Scope", "TensorFlow Ops")
+# XProf's trace viewer JSON gives times in us after the capture's start, with no wall clock (the
+# wild corpus' five XLA files: first events 23-367 us): two captures both start near 0, so their
+# times cannot say whether they ran together, nor align them. A time under one day after the epoch
+# is such a clock.
+CAPTURE_RELATIVE_NS = 86_400 * 10**9
+# XLA's collectives: NCCL / RCCL kernels on a GPU, the HLO collective ops (a TPU's XLA Ops line)
+COLLECTIVE = r"(?i)nccl|rccl|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|allreduce|allgather"
 # Kineto categories the rows are given (kineto.GPU_CATS / HOST_CATS / RANGE_CATS take them from there)
 LAUNCH_CAT = "gpu_launch"
 
