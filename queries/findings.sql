@@ -49,7 +49,7 @@
 -- @column bytes           BIGINT     figure:bytes  dominant memory copies: bytes copied per step on the path
 -- @column ranks           INTEGER[]  key           ranks concerned (shared_gpu: the ranks on one GPU; cannot_answer: the ranks giving one
 --     reason)
--- @column steps           INTEGER[]  key           steps concerned (launch_bound_steps)
+-- @column steps           INTEGER[]  key           steps concerned (launch_bound_steps; dominant with a launch stall: the steps holding one)
 -- @column note            VARCHAR    text          a short qualifier: how a shared GPU was identified, the MFU lower bound, why a
 --     figure cannot be given (cannot_answer); for a host step_outlier, the blocking
 --     calls the rank made in that step beyond its usual count (sync_extra) that returned
@@ -252,11 +252,14 @@ WITH st AS (
     -- over half the analysed steps' launch idle; graphs or fusion remove none of it (hta mi250_minitoy
     -- ROCm 6.2: one hipLaunchKernel of 6,543 us in ProfilerStep#1, the others 3.7-12.7 us, 6.6 ms of
     -- the 7.1 ms launch idle)
-    SELECT arg_max(l.api_name, l.api_ns) AS name, max(l.api_ns) AS api_ns, count(*) AS n, sum(l.exposed_ns) AS exposed
+    -- Every analysed step holding one is named (steps): only the first analysed step was searched, so a
+    -- stall in a later step (a kernel first launched there) went unsaid. Over half of the launch idle
+    -- still decides: the nsys graphs fixture's injected launch loop in step 4 holds a 5.4 ms
+    -- cudaLaunchKernel beside 9.4 ms of other launch idle, no one-time stall.
+    SELECT arg_max(l.api_name, l.api_ns) AS name, max(l.api_ns) AS api_ns, count(*) AS n, sum(l.exposed_ns) AS exposed,
+           list(DISTINCT l.step ORDER BY l.step) AS steps
     FROM launch_overhead l
-    -- (in the first analysed step only: the nsys graphs fixture's injected launch loop in step 4 holds a
-    -- 5.4 ms cudaLaunchKernel too, beside 3.2 ms of recurring launch idle in the loop)
-    WHERE l.step = (SELECT min(step) FROM st) AND l.stall
+    WHERE l.step IN (SELECT step FROM st) AND l.stall
     HAVING count(*) > 0
        AND sum(l.exposed_ns) > 0.5 * (SELECT sum(exposed_ns) FROM launch_overhead WHERE step IN (SELECT step FROM st))
 ), lb AS (
@@ -333,8 +336,9 @@ SELECT 2 AS priority, 'dominant' AS kind, d.class, CASE WHEN k.n IS NOT NULL THE
        round(d.high_pct, 2) AS high_pct, coalesce(k.name, x.top_name) AS evidence,
        CASE WHEN k.n IS NOT NULL THEN k.exposed / (SELECT n FROM ref) ELSE x.cause_ns END AS evidence_ns,
        x.bytes / (SELECT n FROM ref) AS bytes,
-       CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch, the longest '
-            || round(k.api_ns / 1e3) || ' us' END AS note
+       CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch in '
+            || len(k.steps) || ' step(s), the longest ' || round(k.api_ns / 1e3) || ' us' END AS note,
+       k.steps
 FROM dominant d JOIN dominant_detail x USING (class)
 LEFT JOIN launch_stall k ON d.class = 'host' AND x.cause = 'launch'
 WHERE d.ns = (SELECT max(ns) FROM dominant)

@@ -553,10 +553,10 @@ def _launch_names(job: Job, r: dict):
 
 
 def _launch_stall(job: Job, r: dict):
-    """A one-time launch stall (a dominant host row whose note says so): the launch calls over 50x
-    their rank's median launch call in the first analysed step, from the raw Kineto files: the
-    longest one's name is the row's, and the idle those calls' ops ended, per analysed step, is its
-    evidence_ns (1 % or 2 us)."""
+    """A launch stall (a dominant host row whose note says so): the launch calls over 50x their rank's
+    median launch call in the analysed steps, from the raw Kineto files: the longest one's name is
+    the row's, every step holding one is in its steps, and the idle those calls' ops ended, per
+    analysed step, is its evidence_ns (1 % or 2 us)."""
     paths = sorted(set(job.paths.values()))
     if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
         return None, "nsys (launch calls not re-read) or a fused file"
@@ -564,13 +564,14 @@ def _launch_stall(job: Job, r: dict):
     for p in paths:
         ls = kineto_launches(Path(p))
         med = statistics.median(o["call_ns"] for o in ls) if ls else 0
-        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] == min(job.steps)]
+        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] in job.steps]
     if not stalled:
-        return False, "no launch call over 50x its rank's median in the first analysed step of the raw files"
+        return False, "no launch call over 50x its rank's median in the analysed steps of the raw files"
     top = max(stalled, key=lambda o: o["call_ns"])
     idle = sum(o["exposed"] for o in stalled) / len(job.steps)
-    return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle), (
-        f"{len(stalled)} stalled launch call(s), the longest {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
+    steps = sorted({o["step"] for o in stalled})
+    return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle) and list(r.get("steps") or []) == steps, (
+        f"{len(stalled)} stalled launch call(s) in steps {steps}, the longest {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
         f"{idle / 1e6:.3f} ms of idle per analysed step ended by their ops, from the raw files")
 
 
@@ -693,10 +694,27 @@ def _step_outlier(job: Job, r: dict):
         f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files" + why
 
 
+def _bound_withheld(job: Job, r: dict):
+    """A scaling bound withheld because the host's time on the path ran while its GPU was busy: the
+    rank's GPU idle in its step window (the union of its GPU ops, own reading of the window), within
+    1 % or 20 us; and what the sentence infers from it: host time on the path beyond that idle cannot
+    have run while the GPU was idle (the row's busy part is at least host - idle). The host time on
+    the path is a figure of the path model (its repro is the database's)."""
+    w = windows(job, r["rank"]).get(r["step"])
+    if w is None:
+        return None, "no GPU op of that step in the raw files"
+    a, b = w
+    ops = [(g["start"], g["end"]) for g in job.ranks[r["rank"]]["gpu"]]
+    idle = (b - a) - intervals.measure(intervals.clip(ops, a, b))
+    ok = _close(r["evidence_ns"], idle, rel=0.01, absolute=20000) and _close(r["n"], b - a, rel=0.01, absolute=20000) \
+        and r["value_ns"] >= (r["baseline_ns"] or 0) - idle - 20000 and idle < 0.5 * (r["baseline_ns"] or 0)
+    return ok, f"rank {r['rank']}'s GPU idle {idle / 1e6:.3f} ms of its {(b - a) / 1e6:.3f} ms step {r['step']} window, from the raw files"
+
+
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "host_syncs": _host_syncs, "straggler": _straggler, "shared_gpu": _shared_gpu,
            "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
            "launch_names": _launch_names, "dominant": _dominant,
-           "mfu_empty": _mfu_empty}
+           "mfu_empty": _mfu_empty, "bound_withheld": _bound_withheld}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

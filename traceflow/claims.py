@@ -29,8 +29,8 @@ from . import sqlmodules
 from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
-READS = frozenset({"claims_whatif", "findings_steps", "gpu_ops", "gpu_sharing", "host_ops", "host_time", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
-                   "step_causes", "step_coverage", "stragglers", "sync", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"claims_whatif", "critical_path", "findings_steps", "gpu_islands", "gpu_ops", "gpu_sharing", "host_ops", "host_time", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
+                   "step_causes", "step_coverage", "step_windows", "stragglers", "sync", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
 # step (0.5 ms on the bundled ddp4 job's 531 ms steps, where rank 1's loss.item() gains 0.9-2.1 ms a step): the
@@ -58,6 +58,11 @@ def stacks(con) -> dict[int, str]:
     return out
 
 
+def stack_of(con, ranks=None) -> str:
+    """The program stack of these ranks (every rank: None), as the advice is worded for it."""
+    return _stack(stacks(con), ranks)
+
+
 def _stack(st: dict[int, str], ranks) -> str:
     found = {st.get(r, "pytorch") for r in (ranks or st.keys())}
     return found.pop() if len(found) == 1 else ("pytorch" if "pytorch" in found else "cuda")
@@ -69,12 +74,18 @@ _FIX = {
                                  "with non_blocking=True",
                       "cuda": "allocate the host buffer pinned (cudaMallocHost / cudaHostRegister) and copy with "
                               "cudaMemcpyAsync",
-                      "openacc": "pin the host memory (-gpu=pinned) and copy asynchronously (async clauses)"},
+                      "openacc": "pin the host memory (-gpu=pinned) and copy asynchronously (async clauses)",
+                      "jax": "put the data on the device once, ahead of the step (jax.device_put of the next batch "
+                             "while this one runs), not a host array into every step"},
     "extra sync": {"pytorch": "remove that blocking call ({name}: a .item(), .cpu() or torch.cuda.synchronize() "
                               "its peers do not make)",
                    "cuda": "remove that {name} (its peers do not make it)",
-                   "openacc": "remove that wait ({name}; its peers do not make it)"},
+                   "openacc": "remove that wait ({name}; its peers do not make it)",
+                   "jax": "remove that blocking call ({name}: a block_until_ready(), jax.device_get() or float() of a "
+                          "device array its peers do not make)"},
     "sync": {"pytorch": "remove the blocking calls from the step (.item(), .cpu(), torch.cuda.synchronize())",
+             "jax": "remove the blocking calls from the step (block_until_ready(), jax.device_get(), float() or "
+                    "np.asarray() of a device array)",
              "any": "remove the blocking synchronizations from the step (keep the host ahead of the GPU)"},
     "stall": {"any": "remove what rank {rank}'s host does there ({what}; py-spy or the NVTX ranges show it)"},
     # a stream sync right after each pageable host-to-device copy: PyTorch's blocking copy of a CPU tensor
@@ -82,54 +93,78 @@ _FIX = {
     "pageable sync": {"pytorch": "pin those host tensors and copy with non_blocking=True, or keep the values on the "
                                  "GPU: each blocking copy of a pageable tensor synchronizes the stream",
                       "cuda": "copy from pinned host memory (cudaMallocHost) with cudaMemcpyAsync and drop the "
-                              "{name} after each copy"},
+                              "{name} after each copy",
+                      "jax": "keep those values on the device (no float() or np.asarray() of a device array inside "
+                             "the step): each host read of one waits for the stream"},
     "allocator": {"pytorch": "keep the caching allocator warm (no empty_cache, stable shapes, "
                              "expandable_segments)",
+                  "jax": "let XLA preallocate its memory pool (XLA_PYTHON_CLIENT_PREALLOCATE, on by default) and keep "
+                         "shapes stable",
                   "any": "allocate the buffers once, before the loop (no malloc / free per step)"},
     "jit_compile": {"any": "warm up before the measured steps and cache the compiled kernels (a JIT compile or "
                            "module load is a one-off)"},
     "launch stall": {"any": "warm up: run a step before profiling (or profile a later step) and load the GPU code "
-                            "eagerly (CUDA_MODULE_LOADING=EAGER; ROCm: HIP_ENABLE_DEFERRED_LOADING=0): a one-time "
-                            "stall in {name} (lazy module / code-object load) that graphs or fusion do not remove"},
+                            "eagerly (CUDA_MODULE_LOADING=EAGER; ROCm: HIP_ENABLE_DEFERRED_LOADING=0): {what} "
+                            "in {name} (lazy module / code-object load) that graphs or fusion do not remove"},
     "launch": {"pytorch": "capture the step in a CUDA graph (torch.cuda.CUDAGraph) or fuse kernels (torch.compile)",
                "cuda": "capture the launches in a CUDA graph or fuse the kernels",
                "openacc": "fuse the loops (fewer, larger kernels) and launch asynchronously",
+               "jax": "jit the whole step as one function (XLA fuses more and launches fewer kernels) and let XLA "
+                      "replay it as a command buffer (a CUDA / HIP graph: --xla_gpu_enable_command_buffer)",
                "any": "fuse kernels or capture the launches in a CUDA graph"},
     # a CUDA graph cannot capture a step that blocks on the host (stream syncs): fusion only
     "launch fuse": {"pytorch": "fuse kernels (torch.compile) to launch fewer; a CUDA graph cannot capture the step "
                                "while it makes {syncs:g} blocking calls per step",
+                    "jax": "jit larger functions so XLA fuses more kernels; a command buffer (graph) cannot "
+                           "capture the step while it makes {syncs:g} blocking calls per step",
                     "any": "fuse kernels to launch fewer; a CUDA graph cannot capture the step while it makes "
                            "{syncs:g} blocking calls per step"},
     "cpu_op": {"pytorch": "cut the framework work between launches (CUDA graphs, torch.compile, fewer and larger ops)",
+               "jax": "cut the dispatch work between launches: jit the whole step as one function, static shapes (no "
+                      "retracing)",
                "any": "cut the host work between launches (fewer, larger kernels; a CUDA graph)"},
     "data_loading": {"pytorch": "more DataLoader workers, pinned memory and prefetching",
+                     "jax": "prefetch the next batches to the device while the step runs (a prefetching iterator)",
                      "any": "load the next batch ahead of time (a loader thread, double buffering)"},
     "communication": {"pytorch": "overlap communication with compute (DDP bucketing, FSDP prefetch)",
+                      "jax": "overlap the collectives with compute (XLA's async collectives, latency-hiding scheduler)",
                       "any": "overlap the collectives with compute (a stream of their own, issued earlier)"},
 }
 
 
 # The same fixes in a few words, for the headline (<= 200 characters in all)
 _FIX_SHORT = {
-    "pageable copy": {"pytorch": "pin the buffer + non_blocking=True", "any": "pinned host buffer + cudaMemcpyAsync"},
+    "pageable copy": {"pytorch": "pin the buffer + non_blocking=True", "jax": "device_put ahead of the step",
+                      "any": "pinned host buffer + cudaMemcpyAsync"},
     "extra sync": {"any": "remove that {name}"},
     "sync": {"any": "remove the blocking calls"},
     "stall": {"any": "remove that host stall"},
-    "pageable sync": {"pytorch": "pinned tensors + non_blocking=True", "any": "pinned copies without a sync each"},
-    "allocator": {"pytorch": "keep the caching allocator warm", "any": "preallocate the buffers"},
+    "pageable sync": {"pytorch": "pinned tensors + non_blocking=True", "jax": "no host reads of device arrays in the step",
+                      "any": "pinned copies without a sync each"},
+    "allocator": {"pytorch": "keep the caching allocator warm", "jax": "XLA's preallocated pool, stable shapes",
+                  "any": "preallocate the buffers"},
     "jit_compile": {"any": "warm up / cache the compiled kernels"},
     "launch stall": {"any": "warm up before profiling; eager module loading"},
-    "launch": {"any": "CUDA graphs / kernel fusion"},
-    "launch fuse": {"any": "kernel fusion (no CUDA graph: the step blocks)"},
-    "cpu_op": {"pytorch": "CUDA graphs / torch.compile", "any": "fewer, larger kernels"},
+    "launch": {"jax": "one jitted step, XLA command buffers", "any": "CUDA graphs / kernel fusion"},
+    "launch fuse": {"jax": "larger jitted functions (no graph: the step blocks)", "any": "kernel fusion (no CUDA graph: the step blocks)"},
+    "cpu_op": {"pytorch": "CUDA graphs / torch.compile", "jax": "one jitted step, static shapes", "any": "fewer, larger kernels"},
     "data_loading": {"any": "load batches ahead"},
     "communication": {"any": "overlap communication with compute"},
 }
 
 
+# A HIP C++ program gets the CUDA C words in HIP's names
+_HIP_NAMES = (("cudaMallocHost", "hipHostMalloc"), ("cudaHostRegister", "hipHostRegister"),
+              ("cudaMemcpyAsync", "hipMemcpyAsync"), ("CUDA graph", "HIP graph"))
+
+
 def fix_words(cause: str, stack: str, short: bool = False, **kw) -> str:
     by = (_FIX_SHORT if short else _FIX)[cause]
-    return (by.get(stack) or by.get("any") or by.get("cuda") or "").format(**kw)
+    words = by.get(stack) or (by.get("cuda") if stack == "hip" else None) or by.get("any") or by.get("cuda") or ""
+    if stack == "hip":
+        for a, b in _HIP_NAMES:
+            words = words.replace(a, b)
+    return words.format(**kw)
 
 
 class _Replays:
@@ -410,7 +445,8 @@ def build(con) -> tuple[list[dict], list[dict]]:
             # to the rank's median call (the fix: a warm-up or eager loading), not every launch: "no launch
             # overhead" gained 0.6 ms on hta's mi250_minitoy, whose 6.5 ms stall it leaves in place
             stall_ns = (r["evidence_ns"] or 0) * n
-            _set_fix(r, "launch stall", stack, _check(rep, Scenario(no_launch_stall=True), n), name=r["evidence"])
+            _set_fix(r, "launch stall", stack, _check(rep, Scenario(no_launch_stall=True), n), name=r["evidence"],
+                     what=stall_words(r.get("steps")))
         elif r["kind"] == "dominant" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
             chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
             if r["cause"] != "launch" or _launch_real(con, n, stall_ns=stall_ns):
@@ -442,8 +478,17 @@ def build(con) -> tuple[list[dict], list[dict]]:
             rows.append(row)
     rows.extend(_host_syncs(con, rep, n, st, strag_sync | {r["rank"] for r in rows if r["kind"] == "extra_sync"}))
     rows.extend(_pageable(con, rep, n, st))
-    rows.extend(_yardsticks(table))
+    rows.extend(_yardsticks(con, table))
     return _rank(rows), table
+
+
+def stall_words(steps) -> str:
+    """A launch stall by the analysed steps holding one (findings.sql launch_stall): every step named,
+    not only the first."""
+    steps = list(steps or [])
+    if len(steps) <= 1:
+        return "a one-time stall" + (f" (step {steps[0]})" if steps else "")
+    return f"stalls in {len(steps)} steps ({', '.join(map(str, steps))})"
 
 
 def _launch_real(con, n: int, rank: int | None = None, step: int | None = None, stall_ns: float = 0) -> bool:
@@ -543,12 +588,53 @@ def _pageable(con, rep: _Replays, n: int, st: dict[int, str]) -> list[dict]:
     return [r]
 
 
-def _yardsticks(table: list[dict]) -> list[dict]:
+# Host time on a step's critical path while the same rank's GPU was busy, per rank: the host waiting on
+# running GPU work by a means the trace does not record as a sync (polling a counter the GPU writes,
+# DeepEP's dispatch: 24.8 of the 25.0 ms of host time on deepseek train.json's path, its GPU idle
+# 0.5 ms of 129.0 ms; a thread whose events were filtered out: 262 of 540 ms on the fused HTA pair).
+# The replay holds that host time fixed, so a bound on faster kernels or copies (compute x0.5 "2.5 ms")
+# is not one. Parameter: the step.
+_HOST_WHILE_BUSY_SQL = """
+    WITH h AS (SELECT rank, start_ns, end_ns FROM critical_path WHERE step = ? AND kind = 'host_cpu'),
+    w AS (SELECT rank, min(start_ns) AS a, max(end_ns) AS b FROM tf_internal.step_windows WHERE step = ? GROUP BY rank),
+    hb AS (SELECT h.rank, sum(h.end_ns - h.start_ns) AS host_ns,
+                  sum((SELECT coalesce(sum(least(g.end_ns, h.end_ns) - greatest(g.start_ns, h.start_ns)), 0)
+                       FROM tf_internal.gpu_islands g WHERE g.rank = h.rank AND g.end_ns > h.start_ns AND g.start_ns < h.end_ns)) AS busy_ns
+           FROM h GROUP BY h.rank)
+    SELECT hb.rank, hb.host_ns, hb.busy_ns, w.b - w.a AS wall_ns,
+           (w.b - w.a) - (SELECT coalesce(sum(least(g.end_ns, w.b) - greatest(g.start_ns, w.a)), 0)
+                          FROM tf_internal.gpu_islands g WHERE g.rank = w.rank AND g.end_ns > w.a AND g.start_ns < w.b) AS idle_ns
+    FROM hb JOIN w USING (rank) ORDER BY hb.busy_ns DESC, hb.rank LIMIT 1"""
+
+
+def _host_while_busy(con, step: int) -> tuple | None:
+    """(rank, host ns on the path, of it while its GPU was busy, the rank's step window, its GPU idle in
+    it) for the rank holding the most such time in the step, where it is material (over 1 ms and 5 % of
+    the window) and the GPU idled under half the path's host time: a scaling bound's replay cannot be
+    trusted there. A host-bound step's GPU runs its little work beside the host's (JAX conv on MI300X:
+    4.2 of 27.3 ms, the GPU idle 23.4 ms): work off the path, no hidden wait."""
+    row = con.execute(_HOST_WHILE_BUSY_SQL, [step, step]).fetchone()
+    if not row or not row[2] or not row[3] or row[2] < max(1e6, 0.05 * row[3]) or row[4] >= 0.5 * row[1]:
+        return None
+    return row
+
+
+def _yardsticks(con, table: list[dict]) -> list[dict]:
     """The replay's bounds (compute or copies twice as fast, no stragglers): what the step would gain,
-    shown apart, never as the fix."""
+    shown apart, never as the fix. A bound on faster GPU work is withheld, with why, where the host's
+    time on the path ran while its GPU was busy (_host_while_busy)."""
     out = []
     for f in table:
         if (f.get("reference") or f["scenario"].startswith("no stragglers")) and f["gain_ns"] > 0:
+            busy = _host_while_busy(con, f["step"]) if f.get("reference") else None
+            if busy:
+                rank, host, during, wall, idle = busy
+                r = _new_row("bound_withheld", rank=rank, step=f["step"], value_ns=during, baseline_ns=host,
+                             evidence=f["scenario"])
+                r["priority"], r["evidence_ns"], r["n"] = 3, idle, wall  # n: the rank's step window (ns)
+                r["figure"], r["unit"] = during, "ns"
+                out.append(r)
+                continue
             r = _new_row("yardstick", evidence=f["scenario"], value_ns=f["gain_ns"], step=f["step"], share_pct=f["gain_pct"])
             r["yardstick"], r["priority"] = True, 3  # a caveat on the fixes, not a finding
             r["gain_ns"] = f["gain_ns"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import memory
 from .hang import findings as hang_findings
+from .claims import stall_words
 from .text import printable, short_name, size
 
 READS = frozenset({"findings", "findings_steps", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
@@ -162,11 +163,34 @@ _ADVICE = {
 }
 
 
-def _what(cls: str | None, cause: str | None) -> str:
+# The same causes told in the words of a program that is not PyTorch (claims.stacks): a JAX job's host
+# is not in ATen ops nor blocked in .item() (JAX conv on MI300X: "ATen / Python ops between launches")
+_HOST_CAUSE_BY_STACK = {
+    "jax": {"sync": "blocking calls waiting for the GPU (block_until_ready, a host read of a device array)",
+            "cpu_op": "framework CPU work inside ops (the XLA runtime and Python dispatch between launches)",
+            "allocator": "allocator calls (XLA's allocator going to the driver)",
+            "data_loading": "loading the input data"},
+    "native": {"sync": "blocking calls waiting for the GPU (a device or stream synchronize, a copy to pageable memory)",
+               "cpu_op": "host work inside the traced ranges",
+               "allocator": "allocator calls (device malloc / free going to the driver)"},
+}
+
+
+def _host_cause(cause: str | None, stack: str = "pytorch") -> str:
+    by = _HOST_CAUSE_BY_STACK.get("native" if stack in ("cuda", "hip", "openacc", "openmp") else stack, {})
+    return by.get(cause or "") or _HOST_CAUSE.get(cause or "", "host work")
+
+
+def _row_stack(r: dict, con) -> str:
+    from .claims import stack_of
+    return stack_of(con, [r["rank"]] if r.get("rank") is not None else r.get("ranks"))
+
+
+def _what(cls: str | None, cause: str | None, stack: str = "pytorch") -> str:
     if cls == "host" and cause and cause.endswith(" pageable"):  # sync.cause: a copy staged through pageable memory
         return f"blocking in {cause} copies (the driver stages pageable host memory)"
     if cls == "host":
-        return _HOST_CAUSE.get(cause or "", "host work")
+        return _host_cause(cause, stack)
     if cls == "memory copies":
         return f"{cause} memory copies" if cause and cause != "memset" else "memsets"
     return {"compute": "GPU compute", "communication": "communication (collective kernels not hidden by compute)",
@@ -186,7 +210,7 @@ def _advice(cls: str | None, cause: str | None) -> str:
 
 @sentence("step_outlier")
 def _step_outlier(r: dict, con) -> str:
-    s = (f"Rank {r['rank']} held up step {r['step']} with {_what(r['class'], r['cause'])}: {_ms(r['value_ns'])} of "
+    s = (f"Rank {r['rank']} held up step {r['step']} with {_what(r['class'], r['cause'], _row_stack(r, con))}: {_ms(r['value_ns'])} of "
          f"the critical path against {_ms(r['baseline_ns'])} in the other steps (median), {_ms(r['cost_ns'])} more")
     if r["class"] == "host" and r["evidence_ns"]:
         # a Kineto step range as the host's activity says only that no op was running
@@ -268,10 +292,16 @@ def host_split(con, total_ns) -> list[tuple[str, float, str | None]]:
     return rows[:3] if len(rows) > 1 else []
 
 
-def _host_parts(parts) -> str:
+def _host_parts(parts, compact: bool = False) -> str:
+    """Each host cause with its own figure; compact (the headline): "281.9 ms in ## backward ## (no op
+    traced)", the range or op first, so that every part fits in 200 characters (the fused HTA pair's
+    headline named only the first of its two parts, cut at the limit)."""
     def one(c, ns, top):
         if c == "no_op" and top:  # host time inside a named range is that range's (docs/host-time.md)
-            return f"{_ms(ns)} inside {short_name(top)} with no op traced"
+            return f"{_ms(ns)} in {short_name(top)} (no op traced)" if compact else \
+                f"{_ms(ns)} inside {short_name(top)} with no op traced"
+        if compact and top and c not in ("launch", "sync"):
+            return f"{_ms(ns)} in {short_name(top)}"
         return f"{_ms(ns)} {_HOST_PART.get(c, f'blocking in {c} copies')}" + (
             f" ({short_name(top)})" if top and c not in ("launch", "sync") else "")
     return ", ".join(one(*p) for p in parts)
@@ -279,7 +309,7 @@ def _host_parts(parts) -> str:
 
 @sentence("dominant")
 def _dominant(r: dict, con) -> str:
-    what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'])}"
+    what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'], _row_stack(r, con))}"
     if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
         what = f"memory copies ({split})"
     if r["class"] == "host" and (hs := host_split(con, r["value_ns"])):
@@ -446,7 +476,7 @@ def _launch_names(r: dict, con) -> str:
         s += (f"; {copies}" if copies else "") + one
     stall = con.execute("SELECT sum(evidence_ns) FROM findings WHERE kind = 'dominant' AND note LIKE 'launch stall%'").fetchone()[0]
     if stall:  # findings.sql launch_stall: the one-time stall is told apart; graphs and fusion act on the rest
-        s += f", {_ms(stall)} of it the one-time launch stall, {_ms(max(0, r['value_ns'] - stall))} recurring"
+        s += f", {_ms(stall)} of it in launch stalls, {_ms(max(0, r['value_ns'] - stall))} recurring"
     queued = r["evidence_ns"] or 0
     if queued >= 0.5 * r["value_ns"]:
         # most of the idle came after the launch call returned, which no launch fix removes. With
@@ -539,6 +569,15 @@ def _pageable_copy(r: dict, con) -> str:
             + _fix_clause(r, "") + ".")
 
 
+@sentence("bound_withheld")
+def _bound_withheld(r: dict, con) -> str:
+    # claims._host_while_busy: the host's time on the path overlaps its GPU's work, a wait the replay
+    # cannot model (deepseek train.json: "compute x0.5 would gain 2.5 ms" with the GPU idle 0.5 of 129 ms)
+    return (f"No {r['evidence']} bound: step {r['step']}'s path holds {_ms(r['baseline_ns'])} of rank {r['rank']}'s host "
+            f"time, {_ms(r['value_ns'])} of it while its GPU was busy (idle {_ms(r['evidence_ns'])} of {_ms(r['n'])}): "
+            "a wait on the GPU the trace does not record (polling, filtered events), which the replay holds fixed.")
+
+
 @sentence("yardstick")
 def _yardstick(r: dict, con) -> str:
     return (f"A bound, not a fix: {r['evidence']} would gain {_ms(r['gain_ns'])} ({r['share_pct']:.0f}%) "
@@ -586,7 +625,7 @@ def _fix_sentence(con, out: dict):
     out["sentences"].append(out["whatif_note"])
 
 
-_CAVEATS = ("shared_gpu", "sharing", "partial_capture", "coverage", "cannot_answer", "yardstick")
+_CAVEATS = ("shared_gpu", "sharing", "partial_capture", "coverage", "cannot_answer", "yardstick", "bound_withheld")
 HEADLINE_MAX, LINE_MAX, LINES_MAX = 200, 300, 5
 
 
@@ -612,7 +651,7 @@ def _headline(r: dict) -> str:
             "host_syncs": lambda: f"{r['per_step']:g} {r['evidence']}/step block {_ms(r['value_ns'])} per rank"
                                   + (" after pageable copies" if r["n"] and r["activity"] else ""),
             "launch_names": lambda: "launch overhead idles the GPU",
-            "dominant": lambda: (f"a one-time stall in {r['evidence']}, {_ms(r['evidence_ns'])} of launch idle"
+            "dominant": lambda: (f"{stall_words(r.get('steps'))} in {r['evidence']}"
                                  if (r.get("note") or "").startswith("launch stall")
                                  else f"{_BOUND.get(r['class'], r['class']).lower()}, {_ms(r['value_ns'])}/step"),
             }.get(k, lambda: k.replace("_", " "))()
@@ -681,8 +720,10 @@ def _short_form(out: dict):
         head, body = _headline(fixes[0]), [fixes[0], *fixes[1:], *facts]
     else:
         first = next((r for r in facts if (r["priority"] or 9) <= 2), None)
-        head = _fit("No change the what-if replay confirms; " +
-                    (_short(first)[0].lower() + _short(first)[1:] if first else "no fault found") + "", HEADLINE_MAX)
+        said = _short(first)[0].lower() + _short(first)[1:] if first else "no fault found"
+        if first and first["kind"] == "dominant" and first.get("host_parts"):  # every host cause named, not the first only
+            said = f"host-bound {_pct(first['share_pct'])} of the path, per step: {_host_parts(first['host_parts'], compact=True)}."
+        head = _fit("No change the what-if replay confirms; " + said, HEADLINE_MAX)
         body = facts
     out["headline"] = head
     out["lines"] = [_short(r) for r in body[:LINES_MAX]]
@@ -697,6 +738,7 @@ def _short_form(out: dict):
     if bounds:
         caveats.append(_fit("Bounds, not fixes: " + "; ".join(
             f"{b['evidence'].split(' (')[0]} would gain {_ms(b['gain_ns'])} on step {b['step']}" for b in bounds), LINE_MAX))
+    caveats += [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "bound_withheld"]
     if out.get("whatif_note"):
         caveats.append(_fit(out["whatif_note"], LINE_MAX))
     out["caveats"] = caveats
