@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import memory
-from .hang import findings as hang_findings
 from .claims import stall_words
+from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
 READS = frozenset({"findings", "findings_steps", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
