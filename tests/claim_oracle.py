@@ -101,9 +101,34 @@ def nsys(path: Path) -> dict:
         c.close()
 
 
+def rpd(path: Path) -> dict:
+    """rocmProfileData's .rpd (plain or gzipped SQLite): the HIP calls (rocpd_api, each its own
+    correlation: its id), the GPU ops they launched (rocpd_api_ops), no step ranges, no device id."""
+    import rocm_raw
+    c = rocm_raw._open(path)
+    try:
+        strings = dict(c.execute("select id, string from rocpd_string"))
+        launch: dict[int, int] = {}
+        for api, op in c.execute("select api_id, op_id from rocpd_api_ops"):
+            launch[op] = min(api, launch.get(op, api))
+        gpu = [{"start": a, "end": b, "name": strings[d] if strings[t] in rocm_raw.RPD_KERNEL else strings[t], "corr": launch.get(i),
+                "pageable": False, "stream": None, "kernel": strings[t] in rocm_raw.RPD_KERNEL, "device": None}
+               for i, a, b, d, t in c.execute('select id, start, "end", description_id, opType_id from rocpd_op')
+               if strings[t] in rocm_raw.RPD_GPU]
+        calls = [{"start": a, "end": b, "name": strings[n], "corr": i}
+                 for i, a, b, n in c.execute('select id, start, "end", apiName_id from rocpd_api')]
+    finally:
+        c.close()
+    return {"gpu": gpu, "calls": calls, "steps": {}, "device": ("index", ()), "base": 0}
+
+
 def read(path: str) -> dict:
     p = Path(path)
-    return nsys(p) if p.suffix == ".sqlite" else kineto(p)
+    if p.suffix == ".sqlite":
+        return nsys(p)
+    if p.name.endswith((".rpd", ".rpd.gz")):
+        return rpd(p)
+    return kineto(p)
 
 
 class Job:
@@ -613,6 +638,24 @@ def nsys_op_ranges(path: Path) -> tuple[int, int]:
     return len(ops), sum(1 for t in ops if "sizes" in t)
 
 
+def shapes_recorded(path: Path) -> int:
+    """Ops carrying operand shapes in a raw file: a Kineto / XLA JSON's events with an `Input Dims` (or
+    `input_shapes`) argument, an rpd's autograd records with non-empty `sizes`."""
+    if path.name.endswith((".rpd", ".rpd.gz")):
+        import rocm_raw
+        c = rocm_raw._open(path)
+        try:
+            if not c.execute("select count(*) from sqlite_master where name = 'ext_autogradapi'").fetchone()[0]:
+                return 0
+            return c.execute("select count(*) from ext_autogradapi where sizes != ''").fetchone()[0]
+        finally:
+            c.close()
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return sum(1 for e in d.get("traceEvents", []) if isinstance(e, dict) and isinstance(e.get("args"), dict)
+               and (e["args"].get("Input Dims") or e["args"].get("input_shapes")))
+
+
 def _mfu_empty(job: Job, r: dict):
     """No op with known FLOPs, and why, from the raw files: a Kineto file with no FLOP-carrying op of
     known FLOPs (its `flops` argument, or shapes of an op of a formula), an nsys file with no PyTorch
@@ -621,7 +664,12 @@ def _mfu_empty(job: Job, r: dict):
         return None, "the device's peak is unknown: not a figure of the file"
     said = r.get("sentence") or ""
     for p in sorted(set(job.paths.values())):
-        if str(p).endswith(".sqlite"):
+        if "record no operand shapes" in said or str(p).endswith((".rpd", ".rpd.gz")):
+            # the reason said for a profiler of no shapes (XLA, ROCm rpd): none in the raw file
+            n = shapes_recorded(Path(p))
+            if n or "record no operand shapes" not in said:
+                return False, f"{p}: {n} ops with operand shapes in the raw file"
+        elif str(p).endswith(".sqlite"):
             ops, sized = nsys_op_ranges(Path(p))
             if sized or ("no PyTorch op ranges" in said) != (ops == 0):
                 return False, f"{p}: {ops} PyTorch op ranges, {sized} with sizes, in the raw file"

@@ -558,6 +558,8 @@ def _host_syncs(r: dict, con) -> str:
     if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
         s += (f", {r['n']:g} of them right after a {short_name(r['activity'])} copy: a blocking copy of a pageable "
               "buffer, then a wait for the whole stream")
+    elif r["activity"]:  # claims._blocking_copies: the calls are blocking copies
+        s += f": blocking {r['activity']} calls, each waiting for the GPU's queue to drain"
     return s + _fix_clause(r, "") + "."
 
 
@@ -649,7 +651,8 @@ def _headline(r: dict) -> str:
             "extra_sync": lambda: f"rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']}",
             "pageable_copy": lambda: f"pageable copies take {_ms(r['value_ns'])}/step",
             "host_syncs": lambda: f"{r['per_step']:g} {r['evidence']}/step block {_ms(r['value_ns'])} per rank"
-                                  + (" after pageable copies" if r["n"] and r["activity"] else ""),
+                                  + (" after pageable copies" if r["n"] and r["activity"] else
+                                     f" ({r['activity']})" if r["activity"] else ""),
             "launch_names": lambda: "launch overhead idles the GPU",
             "dominant": lambda: (f"{stall_words(r.get('steps'))} in {r['evidence']}"
                                  if (r.get("note") or "").startswith("launch stall")
@@ -678,7 +681,8 @@ def _short(r: dict) -> str:
              f"than its peers, who block {_ms(r['baseline_ns'])})")
     elif k == "host_syncs":
         s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
-            f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else "")
+            f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else
+            f", blocking {r['activity']} calls" if r["activity"] else "")
     elif k == "pageable_copy":
         s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
     elif k == "dominant":
