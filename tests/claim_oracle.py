@@ -550,7 +550,7 @@ def kineto_launches(path: Path) -> list[dict]:
         exposed = 0 if gap is None else max(0, a - max(issue, gap))
         queued = 0 if gap is None else max(0, a - max(c[1], issue, gap))
         out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued,
-                    "call": c[3], "call_ns": c[1] - c[0], "step": step})
+                    "call": c[3], "call_ns": c[1] - c[0], "step": step, "start": a, "issue": issue, "call_end": c[1]})
     return out
 
 
@@ -575,6 +575,64 @@ def _launch_names(job: Job, r: dict):
         and _close(r["evidence_ns"] or 0, queued)
     return ok, (f"{len(names)} launch-bound kernel names: {exposed / 1e6:.3f} ms idle in launching against "
                 f"{gpu / 1e6:.3f} ms running, {queued / 1e6:.3f} ms after the calls returned, from the raw files")
+
+
+def launch_bound(job: Job, rank: int, share: float = 0.3) -> dict[int, tuple[int, int, int, int]]:
+    """Per analysed step of one rank (a Kineto file): (launch-exposed idle, idle after the launch calls
+    returned, the step's GPU window, compute time), own reading of docs/launch-overhead.md: each idle
+    gap inside the rank's step window (windows: from the previous step's end) is charged to the op
+    that ends it, from the later of the gap's start and the op's issue (its CPU op's start, else its
+    call's) to the op's start; a gap ended by an op whose call took over 50x the rank's median launch
+    call (a one-time stall) is left out. Compute: the union of the non-NCCL kernels in the window."""
+    d = job.ranks[rank]
+    ls = kineto_launches(Path(job.paths[rank]))
+    med = statistics.median(o["call_ns"] for o in ls) if ls else 0
+    by_start: dict[int, dict] = {}
+    for o in ls:  # the op ending a gap: of several starting at once, the earliest issued
+        if o["start"] not in by_start or o["issue"] < by_start[o["start"]]["issue"]:
+            by_start[o["start"]] = o
+    allv = intervals.union([(g["start"], g["end"]) for g in d["gpu"]])
+    comp = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and not g["name"].lower().startswith("nccl")]
+    out = {}
+    for step, (a, b) in windows(job, rank).items():
+        if step not in job.steps:
+            continue
+        busy = intervals.clip(allv, a, b)
+        exposed = queued = 0
+        t = a
+        for x, y in busy:
+            if x > t and (o := by_start.get(x)) is not None and o["issue"] < x and not o["call_ns"] > 50 * med:
+                exposed += x - max(t, o["issue"])
+                queued += max(0, x - max(t, o["issue"], o["call_end"]))
+            t = max(t, y)
+        out[step] = (exposed, queued, b - a, intervals.measure(intervals.clip(comp, a, b)))
+    return out
+
+
+def _launch_bound_steps(job: Job, r: dict):
+    """Launch-bound steps: a rank's step whose launch-exposed idle is at least 30 % of its GPU window
+    and more than its compute (launch_bound), from the raw Kineto files: the steps named are those,
+    the share is the largest such step's (within 1 point), and the share of their launch idle that
+    came after the calls returned, where the sentence states it (within 2 points)."""
+    paths = sorted(set(job.paths.values()))
+    if any(str(p).endswith((".sqlite", ".rpd", ".rpd.gz")) for p in paths) or len(paths) != len(job.paths):
+        return None, "nsys or rpd (launch calls not re-read) or a fused file"
+    bound, exp, que = {}, 0, 0
+    for rank in job.ranks:
+        for step, (e, q, wall, compute) in launch_bound(job, rank).items():
+            if wall and e >= 0.3 * wall and e > compute:
+                bound[step] = max(bound.get(step, 0.0), 100.0 * e / wall)
+    steps = sorted(bound)
+    for rank in job.ranks:
+        for step, (e, q, _, _) in launch_bound(job, rank).items():
+            if step in steps:
+                exp, que = exp + e, que + q
+    ok = list(r["steps"] or []) == steps and bool(steps) and abs(r["share_pct"] - max(bound.values())) <= 1.0
+    said = re.search(r"but (\d+(?:\.\d)?)% of that idle came after", r.get("sentence") or "")
+    if said and exp:
+        ok = ok and abs(float(said.group(1)) - 100.0 * que / exp) <= 2.0
+    return ok, (f"launch-bound steps {steps}, the most launch-exposed {max(bound.values(), default=0):.2f}% of its window; "
+                f"{100.0 * que / exp if exp else 0:.1f}% of their launch idle after the calls returned, from the raw files")
 
 
 def _launch_stall(job: Job, r: dict):
@@ -762,7 +820,7 @@ def _bound_withheld(job: Job, r: dict):
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "host_syncs": _host_syncs, "straggler": _straggler, "shared_gpu": _shared_gpu,
            "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
            "launch_names": _launch_names, "dominant": _dominant,
-           "mfu_empty": _mfu_empty, "bound_withheld": _bound_withheld}
+           "mfu_empty": _mfu_empty, "bound_withheld": _bound_withheld, "launch_bound_steps": _launch_bound_steps}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

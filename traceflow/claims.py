@@ -112,7 +112,7 @@ _FIX = {
                            "module load is a one-off)"},
     "launch stall": {"any": "warm up: run a step before profiling (or profile a later step) and load the GPU code "
                             "eagerly (CUDA_MODULE_LOADING=EAGER; ROCm: HIP_ENABLE_DEFERRED_LOADING=0): {what} "
-                            "in {name} (lazy module / code-object load) that graphs or fusion do not remove"},
+                            "(lazy module / code-object load) that graphs or fusion do not remove"},
     "launch": {"pytorch": "capture the step in a CUDA graph (torch.cuda.CUDAGraph) or fuse kernels (torch.compile)",
                "cuda": "capture the launches in a CUDA graph or fuse the kernels",
                "openacc": "fuse the loops (fewer, larger kernels) and launch asynchronously",
@@ -454,7 +454,7 @@ def build(con) -> tuple[list[dict], list[dict]]:
             # overhead" gained 0.6 ms on hta's mi250_minitoy, whose 6.5 ms stall it leaves in place
             stall_ns = (r["evidence_ns"] or 0) * n
             _set_fix(r, "launch stall", stack, _check(rep, Scenario(no_launch_stall=True), n), name=r["evidence"],
-                     what=stall_words(r.get("steps")))
+                     what=stall_words(r.get("steps"), r["evidence"]))
         elif r["kind"] == "dominant" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
             chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
             if r["cause"] != "launch" or _launch_real(con, n, stall_ns=stall_ns):
@@ -491,13 +491,13 @@ def build(con) -> tuple[list[dict], list[dict]]:
     return _rank(rows), table
 
 
-def stall_words(steps) -> str:
+def stall_words(steps, name: str) -> str:
     """A launch stall by the analysed steps holding one (findings.sql launch_stall): every step named,
     not only the first."""
     steps = list(steps or [])
     if len(steps) <= 1:
-        return "a one-time stall" + (f" (step {steps[0]})" if steps else "")
-    return f"stalls in {len(steps)} steps ({', '.join(map(str, steps))})"
+        return f"a one-time stall in {name}" + (f" (step {steps[0]})" if steps else "")
+    return f"stalls in {name} in {len(steps)} steps ({', '.join(map(str, steps))})"
 
 
 def _launch_real(con, n: int, rank: int | None = None, step: int | None = None, stall_ns: float = 0) -> bool:

@@ -654,7 +654,7 @@ def _headline(r: dict) -> str:
                                   + (" after pageable copies" if r["n"] and r["activity"] else
                                      f" ({r['activity']})" if r["activity"] else ""),
             "launch_names": lambda: "launch overhead idles the GPU",
-            "dominant": lambda: (f"{stall_words(r.get('steps'))} in {r['evidence']}"
+            "dominant": lambda: (stall_words(r.get("steps"), r["evidence"])
                                  if (r.get("note") or "").startswith("launch stall")
                                  else f"{_BOUND.get(r['class'], r['class']).lower()}, {_ms(r['value_ns'])}/step"),
             }.get(k, lambda: k.replace("_", " "))()
