@@ -6,8 +6,8 @@
 --     dominant cause of the typical step, then smaller faults | 3 a caveat on the
 --     figures (shared GPUs, coverage, what the trace cannot give) | 4 a note (launch-bound kernels, exposed
 --     communication, MFU)
--- @column kind            VARCHAR    text          step_outlier | straggler | extra_sync | pageable_copy | dominant | shared_gpu | sharing | partial_capture |
---     coverage | cannot_answer | yardstick | launch_bound_steps |
+-- @column kind            VARCHAR    text          step_outlier | straggler | extra_sync | host_syncs | pageable_copy | dominant | shared_gpu | sharing |
+--     partial_capture | coverage | cannot_answer | yardstick | bound_withheld | launch_bound_steps |
 --     launch_names | exposed_comm | mfu | mfu_empty
 -- @column rank            INTEGER    rank          the rank it concerns (NULL: every rank)
 -- @column step            INTEGER    key           the step it concerns (NULL: every analysed step)

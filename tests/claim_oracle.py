@@ -206,6 +206,9 @@ def _host_syncs(job: Job, r: dict):
 
 
 P2P = re.compile(r"(?i)sendrecv|send|recv")
+# communication kernels by their library's names, the oracle's own list: NCCL / RCCL, and DeepEP's
+# expert dispatch / combine between GPUs (DeepSeek's build: dpsk::ep::internode::combine)
+COMM = re.compile(r"(?i)^nccl|^rccl|(deep_ep|dpsk::ep)::(internode|intranode)(_ll)?::")
 
 
 def collectives(job: Job) -> list[list[dict]] | None:
@@ -672,7 +675,7 @@ def _dominant(job: Job, r: dict):
     for rank, d in job.ranks.items():
         where = job.launched_in(rank)
         for i, g in enumerate(d["gpu"]):
-            if g["kernel"] and where[i] in steps and g["name"].lower().startswith("nccl") == (r["class"] == "communication"):
+            if g["kernel"] and where[i] in steps and bool(COMM.search(g["name"])) == (r["class"] == "communication"):
                 per[g["name"]] = per.get(g["name"], 0) + g["end"] - g["start"]
     if not per:
         return None, "no kernel of that class launched in the analysed steps of the raw files"
