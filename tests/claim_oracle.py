@@ -445,6 +445,7 @@ FLOP_OP = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|addmv|
                      r"cudnn_convolution\w*|conv\w*|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
                      r"|attention|flash_attn")
 SHAPED = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|convolution|_convolution|cudnn_convolution|"
+                    r"convolution_backward|miopen_convolution|"
                     r"_scaled_dot_product_(flash|efficient|cudnn)_attention(_backward)?|_flash_attention_(forward|backward)|"
                     r"_efficient_attention_(forward|backward)|_cudnn_attention_(forward|backward))$")
 

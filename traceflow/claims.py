@@ -103,6 +103,13 @@ _FIX = {
                   "jax": "read device arrays back later (jax.device_get after the next step is dispatched)",
                   "any": "copy into pinned host memory asynchronously and wait on an event only where the values "
                          "are needed ({name} waits for the whole stream)"},
+    # a device free per tensor, every step: PyTorch's caching allocator off (TraceLens' MI300X DDP
+    # ResNet-18 "no memory pool": 1,360 hipFree a step, 3,346 ms); "keep it warm" does not fit
+    "allocator off": {"pytorch": "turn the caching allocator back on (unset PYTORCH_NO_CUDA_MEMORY_CACHING; ROCm: "
+                                 "PYTORCH_NO_HIP_MEMORY_CACHING) and call no torch.cuda.empty_cache() in the loop: "
+                                 "{frees:,.0f} {name} calls per step free memory tensor by tensor",
+                      "any": "allocate the buffers once, before the loop: {frees:,.0f} {name} calls per step free "
+                             "device memory one buffer at a time"},
     "allocator": {"pytorch": "keep the caching allocator warm (no empty_cache, stable shapes, "
                              "expandable_segments)",
                   "jax": "let XLA preallocate its memory pool (XLA_PYTHON_CLIENT_PREALLOCATE, on by default) and keep "
@@ -149,6 +156,7 @@ _FIX_SHORT = {
     "pageable sync": {"pytorch": "pinned tensors + non_blocking=True", "jax": "no host reads of device arrays in the step",
                       "any": "pinned copies without a sync each"},
     "read back": {"pytorch": "non-blocking copies to pinned memory, read later", "any": "asynchronous read-backs"},
+    "allocator off": {"pytorch": "caching allocator back on", "any": "allocate once, before the loop"},
     "allocator": {"pytorch": "keep the caching allocator warm", "jax": "XLA's preallocated pool, stable shapes",
                   "any": "preallocate the buffers"},
     "jit_compile": {"any": "warm up / cache the compiled kernels"},
@@ -280,6 +288,26 @@ def _figure(r: dict) -> tuple[float | None, str | None, float | None]:
     if k == "mfu":
         return r["share_pct"], "%", None
     return None, None, None
+
+
+# Device frees per step at which the allocator is freeing tensor by tensor: a caching allocator in
+# steady state frees nothing (0 on the bundled jobs); with caching off, one per tensor (1,360 hipFree
+# a step on TraceLens' MI300X DDP ResNet-18)
+ALLOCATOR_OFF_FREES = 100
+# device allocator calls (host_time.sql's allocator cause, device memory only)
+_ALLOCATOR_CALLS = "(?i)^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync)(_v[0-9]+)?$|^cuMem(Alloc|Free)|^hipMem(Alloc|Free)|^hipExtMalloc"
+
+
+def _allocator_words(con) -> tuple[str, dict]:
+    """The allocator fix that fits: with a device free per tensor every step (caching off, or emptied),
+    turning caching back on; else keeping the caching allocator warm. (cause, its words' arguments)"""
+    row = con.execute("""
+        SELECT arg_max(name, n), max(n / greatest(1, (SELECT count(DISTINCT step) FROM tf_internal.step_windows)))
+        FROM (SELECT rank, regexp_replace(name, '_v[0-9]+$', '') AS name, count(*) AS n FROM host_ops
+              WHERE regexp_matches(name, '(?i)^(cudaFree|hipFree|cuMemFree|hipMemFree)(_v[0-9]+)?$') GROUP BY ALL)""").fetchone()
+    if row and row[1] and row[1] >= ALLOCATOR_OFF_FREES:
+        return "allocator off", {"frees": row[1], "name": row[0]}
+    return "allocator", {}
 
 
 # Findings of other causes that the fix of one of these scenarios would make (host_time causes)
@@ -423,6 +451,7 @@ def build(con) -> tuple[list[dict], list[dict]]:
     abnormal = {(a[0], a[1]): a for a in abnormal_host_time(con, warm)}
     strag_sync = set()
     stall_ns = 0  # the analysed steps' launch idle in a one-time launch stall (findings.sql launch_stall)
+    alloc = _allocator_words(con)  # the allocator fix that fits: warm, or caching back on
     for r in rows:
         if r["kind"] == "straggler" and r["cause"] == "more compute":
             _compute_straggler(con, r, steps)
@@ -436,13 +465,17 @@ def build(con) -> tuple[list[dict], list[dict]]:
             if r["cause"] == "launch" and not _launch_real(con, n, r["rank"], r["step"]):
                 continue
             chk = _check(rep, replace(_HOST_SCENARIO[r["cause"]], host_ranks=[r["rank"]]), n, [r["step"]])
-            _set_fix(r, r["cause"], stack, chk)
+            words, kw = alloc if r["cause"] == "allocator" else (r["cause"], {})
+            _set_fix(r, words, stack, chk, **kw)
         elif r["kind"] == "step_outlier" and r["class"] == "host" and (r["rank"], r["step"]) in abnormal:
             chk = _check(rep, Scenario(remove_host_stall=[r["rank"]]), n, [r["step"]])
             cause = r["cause"] or ""
             what = {"no_op": "no traced op: a sleep, I/O, the GIL", "data_loading": "data loading"}.get(cause, cause)
-            _set_fix(r, cause if cause in ("allocator", "jit_compile", "cpu_op", "data_loading") else "stall", stack, chk,
-                     rank=r["rank"], what=what)
+            if cause == "allocator":
+                _set_fix(r, alloc[0], stack, chk, **alloc[1])
+            else:  # the host's other causes: their own words
+                _set_fix(r, cause if cause in ("jit_compile", "cpu_op", "data_loading") else "stall", stack, chk,
+                         rank=r["rank"], what=what)
         elif r["kind"] == "straggler" and r["cause"] == "sync" and r["evidence"]:
             strag_sync.add(r["rank"])
             chk = _check(rep, Scenario(no_host_syncs=True, host_ranks=[r["rank"]]), n)
@@ -458,16 +491,18 @@ def build(con) -> tuple[list[dict], list[dict]]:
         elif r["kind"] == "dominant" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
             chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
             if r["cause"] != "launch" or _launch_real(con, n, stall_ns=stall_ns):
-                _set_fix(r, r["cause"], stack, chk)
+                words, kw = alloc if r["cause"] == "allocator" else (r["cause"], {})
+            _set_fix(r, words, stack, chk, **kw)
         elif r["kind"] == "dominant" and r["class"] == "communication":
             _set_fix(r, "communication", stack, _check(rep, Scenario(overlap_comm=True), n))
         elif r["kind"] == "launch_names" and _launch_real(con, n, stall_ns=stall_ns):
             shape = launch_shape(con, n)
             chk = _check(rep, Scenario(no_launch_overhead=True), n)
-            if shape["copies_ns"] >= 0.5 * (r["value_ns"] or 0) and shape["syncs"] >= 1 and \
-                    (r["evidence_ns"] or 0) < 0.5 * (r["value_ns"] or 0):
+            if (shape["copies_ns"] >= 0.5 * (r["value_ns"] or 0) and shape["syncs"] >= 1 and
+                    (r["evidence_ns"] or 0) < 0.5 * (r["value_ns"] or 0)) or shape["alloc_ns"] >= 0.5 * (r["value_ns"] or 0):
                 # mostly before memsets and copies (fusion does not remove it) in a step that blocks
-                # (no CUDA graph): no launch fix fits; the sentence says why, the replay is kept
+                # (no CUDA graph), or mostly inside allocator calls: no launch fix fits; the sentence
+                # says why, the replay is kept
                 r["scenario"], r["gain_ns"] = chk["scenario"], chk["gain_ns"]
                 r["steps_affected"], r["recover_ns"] = chk["steps_affected"], chk["recover_ns"]
             else:
@@ -531,7 +566,21 @@ def launch_shape(con, n: int) -> dict:
         WHERE o.step IN {_STEPS_SQL}""").fetchone()
     syncs = con.execute(f"""SELECT count(*) / greatest(1, (SELECT count(DISTINCT rank) FROM launch_overhead))::DOUBLE / {max(n, 1)}
                             FROM sync WHERE reason = 'synchronize' AND step IN {_STEPS_SQL}""").fetchone()[0] or 0
-    out = {"copies_ns": int(copies or 0), "syncs": round(syncs, 1), "outlier": None}
+    # the part of that idle spent inside allocator calls on the rank (the idle ends at the op's start:
+    # [start - exposed, start]); allocator time, which fusion does not remove (TraceLens' MI300X DDP
+    # ResNet-18, caching off: 522.0 of 528.6 ms of one kernel name's launch idle inside hipFree / hipMalloc)
+    alloc, alloc_name = con.execute(f"""
+        WITH o AS (SELECT o.rank, g.start_ns - o.exposed_ns AS a, g.start_ns AS b FROM launch_overhead o
+                   JOIN gpu_ops g USING (op_id)
+                   SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
+                   WHERE o.step IN {_STEPS_SQL} AND o.exposed_ns > 0),
+        m AS (SELECT rank, start_ns, end_ns, regexp_replace(name, '_v[0-9]+$', '') AS name FROM host_ops
+              WHERE kind IN ('cuda_runtime', 'cuda_driver') AND regexp_matches(name, '{_ALLOCATOR_CALLS}'))
+        SELECT coalesce(sum(least(m.end_ns, o.b) - greatest(m.start_ns, o.a)), 0),
+               arg_max(m.name, least(m.end_ns, o.b) - greatest(m.start_ns, o.a))
+        FROM o JOIN m ON m.rank = o.rank AND m.end_ns > o.a AND m.start_ns < o.b""").fetchone()
+    out = {"copies_ns": int(copies or 0), "syncs": round(syncs, 1), "outlier": None, "alloc_ns": int(alloc or 0),
+           "alloc_name": alloc_name}
     if outlier:
         name, ns = outlier.split(chr(0))
         out["outlier"] = (name, int(ns), float(ratio))
