@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sqlite3
 import statistics
 import sys
 from pathlib import Path
