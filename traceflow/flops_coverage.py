@@ -19,7 +19,9 @@ def why_no_flops(con) -> str:
     ops = {fmt: n for fmt, (_, n) in seen.items()}
     why = []
     if have.get("kineto-json") is False:
-        why.append("the PyTorch profiler traces have no input shapes (record_shapes=True records them)")
+        # a file holding no CPU op at all (TraceFuse's NCCL-only output) lacks more than shapes
+        why.append("the PyTorch profiler traces have no input shapes (record_shapes=True records them)"
+                   if ops.get("kineto-json") else "the PyTorch profiler traces hold no CPU ops (events filtered out)")
     if have.get("nsys-sqlite") is False:
         why.append("the Nsight Systems traces' emit_nvtx ranges carry no sizes (emit_nvtx(record_shapes=True) "
                    "records them)" if ops.get("nsys-sqlite") else

@@ -25,7 +25,8 @@ from .claims import stall_words
 from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
-READS = frozenset({"findings", "findings_steps", "gpu_sharing", "launch_overhead", "launch_overhead_summary", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"findings", "findings_steps", "gpu_sharing", "host_ops", "launch_overhead", "launch_overhead_summary", "ranges",
+                   "collective_waits", "critical_path", "gpu_ops", "step_breakdown", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
@@ -230,8 +231,8 @@ def _step_outlier(r: dict, con) -> str:
 @sentence("straggler")
 def _straggler(r: dict, con) -> str:
     s = (f"Rank {r['rank']} was the last to start {r['n']} collectives, {_ms(r['value_ns'])} per step later than the "
-         f"next rank (median over the steps; the other ranks: {_ms(r['baseline_ns'])}), {_ms(r['cost_ns'])} over the "
-         f"steps analysed")
+         f"next rank (summed over the collectives of a step it started last, median over the steps; the other ranks: "
+         f"{_ms(r['baseline_ns'])}), {_ms(r['cost_ns'])} over the steps analysed")
     if r["evidence"]:
         s += (f": it makes {r['per_step']:g} more blocking call{'' if r['per_step'] == 1 else 's'} per step than the "
               f"other ranks ({r['evidence']}), so it launches its next work late")
@@ -247,7 +248,17 @@ def _straggler(r: dict, con) -> str:
               "of it per step), so no host call held it back: the GPU work before them ends late")
     if r["peer_wait_ns"] and r["peers"]:
         s += f"; {_ranks(r['peers'])} waited {_ms(r['peer_wait_ns'])} in total for it"
+    if not r.get("fix") and "--no-stragglers" in (r.get("scenario") or ""):
+        return s + _no_pace(r) + "."
     return s + _fix_clause(r, _advice("host", "sync") if r["evidence"] else "") + "."
+
+
+def _no_pace(r: dict) -> str:
+    """A straggler with no fix: what the replay without its lateness gains (claims.py)."""
+    if r.get("recover_ns"):
+        return f"; without that lateness the what-if replay gains {_ms(r['recover_ns'])} over the capture"
+    return ("; without that lateness the what-if replay gains nothing above noise (`traceflow whatif DB --no-stragglers`):"
+            " it sets no step's pace")
 
 
 _BOUND = {"compute": "Compute-bound", "communication": "Communication-bound", "memory copies": "Copy-bound",
@@ -284,11 +295,29 @@ _HOST_PART = {"no_op": "in no traced op", "cpu_op": "framework CPU work in ops",
               "cuda_other": "other CUDA calls", "data_loading": "data loading", "unattributed": "outside the steps' host ranges"}
 
 
+# The host time on the analysed steps' critical paths that lies inside a range or op of that name on
+# the same rank and thread, per step: the most of a host cause's path time the name can hold.
+# Parameter: the name twice.
+_NAME_ON_PATH_SQL = """
+    WITH p AS (SELECT rank, tid, start_ns, end_ns FROM critical_path WHERE kind IN ('host_cpu', 'host_sync', 'launch')
+               AND step IN (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)),
+    iv AS (SELECT rank, tid, start_ns, end_ns FROM host_ops WHERE name = ?
+           UNION ALL SELECT rank, tid, start_ns, end_ns FROM ranges WHERE name = ?)
+    SELECT coalesce(sum(least(p.end_ns, iv.end_ns) - greatest(p.start_ns, iv.start_ns)), 0)
+           / (SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup)
+    FROM p JOIN iv ON iv.rank = p.rank AND iv.tid = p.tid AND iv.end_ns > p.start_ns AND iv.start_ns < p.end_ns"""
+
+
 def host_split(con, total_ns) -> list[tuple[str, float, str | None]]:
     """(cause, ns per step, the range or op holding most of it) for each host cause holding at least 5 %
-    of the host class's path time, at most three, where two or more do; else [] (the row's cause says it)."""
+    of the host class's path time, at most three, where two or more do; else [] (the row's cause says it).
+    A name is given only where the path's host time inside it is at least half the cause's time per
+    step (amd-hpc merged_all_events: "20.5 ms framework CPU work in ops (Optimizer.step#Adam.step)" and
+    "9.2 ms inside Optimizer.step#Adam.step", a range open 2.4-3.0 ms a step on each rank)."""
     rows = [(c, ns, top) for c, ns, top in con.execute(_HOST_SPLIT_SQL).fetchall()
             if ns and total_ns and ns >= 0.05 * total_ns]
+    rows = [(c, ns, top if top and (con.execute(_NAME_ON_PATH_SQL, [top, top]).fetchone()[0] or 0) >= 0.5 * ns else None)
+            for c, ns, top in rows]
     return rows[:3] if len(rows) > 1 else []
 
 
@@ -506,7 +535,27 @@ def _launch_names(r: dict, con) -> str:
 def _exposed_comm(r: dict, con) -> str:
     # a share of the steps' GPU windows (wall), not of the GPU's busy time (param-dlrm8: 41 % of the
     # windows, 84 % of the busy time)
-    return f"Communication not hidden by compute takes {r['share_pct']:.0f}% of the steps' GPU window (wall time)."
+    s = f"Communication not hidden by compute takes {r['share_pct']:.0f}% of the steps' GPU window (wall time)"
+    wait = min(r["value_ns"] or 0, con.execute(_EXPOSED_WAIT_SQL).fetchone()[0] or 0)
+    if wait >= 0.25 * (r["value_ns"] or 0) and wait > 0:
+        s += f"; {_ms(wait)} of it is ranks waiting inside collectives for the last rank to start them, not transfer"
+    return s + "."
+
+
+# The waiting part of the collectives (collective_waits: from a rank's start until the last rank
+# started) on no compute kernel of the rank, over the steps exposed_comm counts: exposed communication
+# that is a wait for a late rank (amd-hpc merged_all_events: 118 of 122 ms on ranks 0-2 waiting for
+# rank 3, "22 % of the GPU window" said as communication cost)
+_EXPOSED_WAIT_SQL = """
+    WITH c AS (SELECT rank, start_ns, end_ns FROM gpu_ops WHERE kind = 'kernel' AND category = 'compute' AND end_ns > start_ns),
+    o AS (SELECT *, max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev FROM c),
+    g AS (SELECT *, sum(CASE WHEN prev IS NULL OR start_ns > prev THEN 1 ELSE 0 END)
+                    OVER (PARTITION BY rank ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS k FROM o),
+    isl AS (SELECT rank, min(start_ns) AS a, max(end_ns) AS b FROM g GROUP BY rank, k),
+    w AS (SELECT rank, start_ns AS a, least(last_start_ns, end_ns) AS b FROM collective_waits
+          WHERE step IN (SELECT step FROM step_breakdown WHERE part = 'step') AND rank <> last_rank AND last_start_ns > start_ns)
+    SELECT sum(b - a) - coalesce((SELECT sum(least(i.b, x.b) - greatest(i.a, x.a)) FROM w x JOIN isl i
+                                  ON i.rank = x.rank AND i.b > x.a AND i.a < x.b), 0) FROM w"""
 
 
 @sentence("mfu")
@@ -551,7 +600,19 @@ def _fix_clause(r: dict, default: str) -> str:
 def _extra_sync(r: dict, con) -> str:
     return (f"Rank {r['rank']} blocks {_ms(r['value_ns'])} per step in {r['evidence']}, {r['per_step']:g} more call"
             f"{'' if r['per_step'] == 1 else 's'} per step than its peers (who block {_ms(r['baseline_ns'])})"
-            + _fix_clause(r, "") + ".")
+            + _waited(r) + _fix_clause(r, "") + ".")
+
+
+def _waited(r: dict) -> str:
+    """Where removing the extra calls recovers under half the time they block beyond the peers', that
+    time is mostly the wait for work already queued (amd-hpc merged_all_events rank 0: 7.4 ms more a
+    step in two .item(), waiting for an all-reduce that waits for rank 3; the replay gains 0.5 ms)."""
+    extra = (r["value_ns"] or 0) - (r["baseline_ns"] or 0)
+    recovered = (r.get("recover_ns") or 0) / max(1, r.get("n") or 1)
+    if not r.get("fix") or extra <= 0 or recovered >= 0.5 * extra:
+        return ""
+    return (f"; most of that blocking is a wait for GPU work already queued, which stays: removing the calls "
+            f"recovers {_ms(r['recover_ns'])} over the capture")
 
 
 @sentence("host_syncs")
@@ -679,14 +740,16 @@ def _short(r: dict) -> str:
              f"on the critical path (other steps: {_ms(r['baseline_ns'])})")
     elif k == "straggler":
         s = (f"Rank {r['rank']} started {r['n']} collectives last, {_ms(r['value_ns'])}/step behind the next rank "
-             f"(other ranks: {_ms(r['baseline_ns'])})")
+             f"in all (other ranks: {_ms(r['baseline_ns'])})")
+        if not r.get("fix") and "--no-stragglers" in (r.get("scenario") or "") and not r.get("recover_ns"):
+            s += "; the replay without it gains nothing: it sets no step's pace"
         if r["evidence"]:
             s += f"; {r['per_step']:g} more {r['evidence']} per step than its peers"
         elif r["cause"] == "gpu behind":
             s += f"; its GPU busy with its own earlier work (idle {_ms(r['evidence_ns'])}/step of it)"
     elif k == "extra_sync":
         s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
-             f"than its peers, who block {_ms(r['baseline_ns'])})")
+             f"than its peers, who block {_ms(r['baseline_ns'])})" + ("; mostly a wait that stays" if _waited(r) else ""))
     elif k == "host_syncs":
         s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
             f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else
