@@ -257,10 +257,8 @@ def test_a_fused_ddp_job_names_no_range_that_cannot_hold_the_time_and_quotes_the
     adam = [e["dur"] * 1000 for e in ev if e.get("name") == "Optimizer.step#Adam.step"]
     assert adam and max(adam) < 3.5e6  # the range never lasts 3.5 ms
     host = next(r for r in f["findings"] if r["kind"] == "dominant" and r["class"] == "host")
-    for part in host.get("sentence", "").split(", "):
-        m = re.match(r"\(?([\d,.]+) ms .*(Optimizer\.step#Adam\.step)", part)
-        assert not m or float(m.group(1).replace(",", "")) * 1e6 <= 0.5 * 4 * max(adam), part
-    assert "Adam.step" not in host["sentence"], host["sentence"]
+    for text in [host["sentence"], *f["lines"], f["headline"]]:  # no host part is given to the range
+        assert not re.search(r"ms (framework CPU work in ops \(|inside |in )Optimizer\.step#Adam\.step", text), text
     note = f.get("whatif_note")
     if note:  # a caveat quotes the table's largest gain, never a smaller one
         m = re.search(r"largest gain on one step is (.+?), ([\d.]+) ms on step", note)
