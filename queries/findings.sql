@@ -256,10 +256,13 @@ WITH st AS (
     -- stall in a later step (a kernel first launched there) went unsaid. Over half of the launch idle
     -- still decides: the nsys graphs fixture's injected launch loop in step 4 holds a 5.4 ms
     -- cudaLaunchKernel beside 9.4 ms of other launch idle, no one-time stall.
-    SELECT arg_max(l.api_name, l.api_ns) AS name, max(l.api_ns) AS api_ns, count(*) AS n, sum(l.exposed_ns) AS exposed,
-           list(DISTINCT l.step ORDER BY l.step) AS steps
+    -- The call named is the one whose op ended the most idle, and only stalled calls that ended some
+    -- count: rocprof v1's vector add named a 275 ms hipMemcpyWithStream (runtime initialisation, before
+    -- the GPU window, no idle) over the 9.4 ms hipLaunchKernel that held all 9.4 ms of idle.
+    SELECT arg_max(l.api_name, l.exposed_ns) AS name, arg_max(l.api_ns, l.exposed_ns) AS api_ns, count(*) AS n,
+           sum(l.exposed_ns) AS exposed, list(DISTINCT l.step ORDER BY l.step) AS steps
     FROM launch_overhead l
-    WHERE l.step IN (SELECT step FROM st) AND l.stall
+    WHERE l.step IN (SELECT step FROM st) AND l.stall AND l.exposed_ns > 0
     HAVING count(*) > 0
        AND sum(l.exposed_ns) > 0.5 * (SELECT sum(exposed_ns) FROM launch_overhead WHERE step IN (SELECT step FROM st))
 ), lb AS (
@@ -337,7 +340,7 @@ SELECT 2 AS priority, 'dominant' AS kind, d.class, CASE WHEN k.n IS NOT NULL THE
        CASE WHEN k.n IS NOT NULL THEN k.exposed / (SELECT n FROM ref) ELSE x.cause_ns END AS evidence_ns,
        x.bytes / (SELECT n FROM ref) AS bytes,
        CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch in '
-            || len(k.steps) || ' step(s), the longest ' || round(k.api_ns / 1e3) || ' us' END AS note,
+            || len(k.steps) || ' step(s), the one ending the most idle ' || round(k.api_ns / 1e3) || ' us' END AS note,
        k.steps
 FROM dominant d JOIN dominant_detail x USING (class)
 LEFT JOIN launch_stall k ON d.class = 'host' AND x.cause = 'launch'

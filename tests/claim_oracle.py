@@ -641,9 +641,9 @@ def _launch_bound_steps(job: Job, r: dict):
 
 def _launch_stall(job: Job, r: dict):
     """A launch stall (a dominant host row whose note says so): the launch calls over 50x their rank's
-    median launch call in the analysed steps, from the raw Kineto files: the longest one's name is
-    the row's, every step holding one is in its steps, and the idle those calls' ops ended, per
-    analysed step, is its evidence_ns (1 % or 2 us)."""
+    median launch call in the analysed steps whose ops ended some GPU idle, from the raw Kineto files:
+    the name of the one ending the most idle is the row's, every step holding one is in its steps,
+    and the idle those calls' ops ended, per analysed step, is its evidence_ns (1 % or 2 us)."""
     paths = sorted(set(job.paths.values()))
     if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
         return None, "nsys (launch calls not re-read) or a fused file"
@@ -651,14 +651,15 @@ def _launch_stall(job: Job, r: dict):
     for p in paths:
         ls = kineto_launches(Path(p))
         med = statistics.median(o["call_ns"] for o in ls) if ls else 0
-        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] in job.steps]
+        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] in job.steps and o["exposed"] > 0]
     if not stalled:
-        return False, "no launch call over 50x its rank's median in the analysed steps of the raw files"
-    top = max(stalled, key=lambda o: o["call_ns"])
+        return False, "no launch call over 50x its rank's median, ending some idle, in the analysed steps of the raw files"
+    top = max(stalled, key=lambda o: o["exposed"])
     idle = sum(o["exposed"] for o in stalled) / len(job.steps)
     steps = sorted({o["step"] for o in stalled})
     return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle) and list(r.get("steps") or []) == steps, (
-        f"{len(stalled)} stalled launch call(s) in steps {steps}, the longest {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
+        f"{len(stalled)} stalled launch call(s) in steps {steps}, the one ending the most idle {top['call']} of "
+        f"{top['call_ns'] / 1e3:.0f} us; "
         f"{idle / 1e6:.3f} ms of idle per analysed step ended by their ops, from the raw files")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sqlite3
 import statistics
 import sys
 from pathlib import Path
@@ -266,7 +267,7 @@ def test_a_fused_ddp_job_names_no_range_that_cannot_hold_the_time_and_quotes_the
     extra = next((r for r in f["findings"] if r["kind"] == "extra_sync" and r["rank"] == 0), None)
     if extra is not None and extra.get("fix"):
         assert (extra["recover_ns"] or 0) < 0.5 * (extra["value_ns"] - extra["baseline_ns"])
-        assert "a wait for GPU work already queued" in extra["sentence"]
+        assert "a wait for GPU work already queued" in extra["sentence"] and "would stay" in extra["sentence"]
     # M3: "Communication not hidden by compute takes 22%" is mostly ranks 0-2 waiting for rank 3
     comm = next(r for r in f["findings"] if r["kind"] == "exposed_comm")
     m = re.search(r"; ([\d,.]+) ms of it is ranks waiting inside collectives", comm["sentence"])
@@ -318,3 +319,30 @@ def test_a_file_of_collectives_only_is_told_it_holds_no_cpu_ops(tmp_path_factory
     assert not [e for e in _fused_events(path) if e.get("cat") == "cpu_op"]
     empty = next(r for r in f["findings"] if r["kind"] == "mfu_empty")
     assert "hold no CPU ops" in empty["sentence"] and "record_shapes" not in empty["sentence"]
+
+
+def test_the_stall_named_is_the_call_that_held_the_idle(tmp_path_factory):
+    """Read 18 W7 (rocm-blogs' rocprof v1 --hip-trace of a PyTorch vector add): "a one-time stall in
+    hipMemcpyWithStream" named the longest stalled call, a 275 ms copy of the runtime's start-up that
+    ends before the GPU window, over the 9.4 ms hipLaunchKernel whose kernel's idle it was. From the raw
+    HIP and OPS tables: the launch call ending the most GPU idle is named, with its duration."""
+    path = WILD / "rocm-blogs" / "roc-profiling_HIP_trace_results.db"
+    db, f = _job(path, tmp_path_factory)
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        calls = {i: (n, a, b) for i, n, a, b in c.execute('select "Index", Name, BeginNs, EndNs from HIP')}
+        ops = sorted(c.execute('select BeginNs, EndNs, "Index" from OPS').fetchall())
+    finally:
+        c.close()
+    # each op's idle before it (from the previous op's end, or its call's start if later), by its call
+    held: dict = {}
+    prev_end = None
+    for a, b, i in ops:
+        _, s, _ = calls[i]
+        held[i] = max(0, a - max(s, prev_end or s))
+        prev_end = b if prev_end is None else max(prev_end, b)
+    top = max(held, key=held.get)
+    row = next(r for r in f["findings"] if r["kind"] == "dominant" and (r["note"] or "").startswith("launch stall"))
+    assert row["evidence"] == calls[top][0] == "hipLaunchKernel"
+    assert f"{round((calls[top][2] - calls[top][1]) / 1e3):.1f} us" in row["note"], (row["note"], calls[top])
+    assert f["headline"].startswith("Top problem: a one-time stall in hipLaunchKernel")

@@ -640,7 +640,7 @@ def _blocking_copies(con, rep: _Replays, n: int, st: dict[int, str], covered: se
     aten::copy_ block 345.6 ms, the replay gains 24.8 ms)."""
     row = con.execute(f"""
         SELECT name, count(*) / count(DISTINCT rank) / {n}, sum(blocked_ns) / count(DISTINCT rank) / {n},
-               list(DISTINCT rank ORDER BY rank), count(DISTINCT step), mode(regexp_extract(gpu_op, '(HtoD|DtoH|DtoD|HtoH)'))
+               list(DISTINCT rank ORDER BY rank), count(DISTINCT step), arg_max(regexp_extract(gpu_op, '(HtoD|DtoH|DtoD|HtoH)'), blocked_ns)
         FROM sync WHERE reason = 'sync memcpy' AND step IN {_STEPS_SQL}
         GROUP BY name ORDER BY 3 DESC, name LIMIT 1""").fetchone()
     if not row or not row[0] or row[4] < n or set(row[3]) & covered:
