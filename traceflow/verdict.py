@@ -479,7 +479,8 @@ def _launch_bound_steps(r: dict, con) -> str:
 
 @sentence("launch_names")
 def _launch_names(r: dict, con) -> str:
-    kinds = dict(con.execute("""SELECT kind IN ('memset', 'memcpy'), count(DISTINCT name) FROM launch_overhead o
+    kinds = dict(con.execute("""SELECT kind IN ('memset', 'memcpy') OR regexp_matches(name, '^__amd_rocclr_(copy|fill)(Buffer|Image)'),
+                                       count(DISTINCT name) FROM launch_overhead o
                                 SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
                                 GROUP BY ALL""").fetchall())
     names = (f"{r['n']} GPU op names ({kinds.get(False, 0)} kernel name{'s' if kinds.get(False, 0) != 1 else ''}, "
@@ -502,6 +503,10 @@ def _launch_names(r: dict, con) -> str:
         if not r["fix"] and r.get("scenario") and shape["alloc_ns"] >= 0.5 * r["value_ns"]:
             return s + (f", and no launch fix fits: {_ms(shape['alloc_ns'])} of it lies inside allocator calls "
                         f"({shape['alloc_name']}), allocator time that fusion or graphs do not remove{one}.")
+        if not r["fix"] and r.get("scenario") and shape["syncs"] < 1 and shape["copies_ns"] >= 0.5 * r["value_ns"] \
+                and _row_stack(r, con) == "jax":
+            return s + (f", and no launch fix fits: {_ms(shape['copies_ns'])} of it is before copies to the device "
+                        f"(jax.device_put, outside the jitted step), which neither fusion nor command buffers take{one}.")
         if not r["fix"] and r.get("scenario") and shape["syncs"] >= 1 and shape["copies_ns"] >= 0.5 * r["value_ns"]:
             return s + (f", and no launch fix fits: {copies}, and a CUDA graph cannot capture a step making "
                         f"{shape['syncs']:g} blocking calls per rank and step{one}.")
