@@ -370,3 +370,27 @@ def test_a_jax_jobs_launch_idle_before_its_input_copies_gets_no_launch_fix(tmp_p
     assert copies >= 0.5 * total and f"{copies / 1e6:.1f} ms of it is before copies" in launch["sentence"]
     assert f["headline"].startswith("No change the what-if replay confirms; host-bound")
     assert not [w for w in _PYTORCH_WORDS if w in " ".join(f["sentences"])]
+
+
+def test_launches_without_a_kernel_in_the_trace_are_said(tmp_path_factory):
+    """Read 18 M16 (rocprof-unified-viewer's llama.cpp decode, rocprofv3 kernel + HIP API CSVs sampled
+    apart): "89% of the critical path is GPU idle with nothing else on the path" where 178 of the
+    window's hipLaunchKernel calls have no kernel in the kernel trace. Counted from the raw CSVs."""
+    import csv
+    path = WILD / "rocprof-unified-viewer" / "decode_kernel_trace.csv"
+    api = path.with_name("decode_hip_api_trace.csv")
+    if not api.exists():
+        pytest.skip(f"{api} not found")
+    db, f = _job(path, tmp_path_factory)
+    kernels = list(csv.DictReader(path.open()))
+    calls = list(csv.DictReader(api.open()))
+    lo = min(int(k["Start_Timestamp"]) for k in kernels)
+    hi = max(int(k["End_Timestamp"]) for k in kernels)
+    have = {k["Correlation_Id"] for k in kernels}
+    launches = [c for c in calls if re.search(r"(?i)launchkernel|graphlaunch|launchcooperative", c["Function"])
+                and lo <= int(c["Start_Timestamp"]) < hi]
+    unlinked = [c for c in launches if c["Correlation_Id"] not in have]
+    row = next(r for r in f["findings"] if r["kind"] == "unrecorded_work")
+    assert row["n"] == len(unlinked) == 178, (row["n"], len(unlinked), len(launches))
+    assert abs(row["share_pct"] - 100.0 * len(unlinked) / len(launches)) <= 1.0
+    assert any(x.startswith(f"{len(unlinked)} launch calls in the analysed steps") for x in f["caveats"]), f["caveats"]

@@ -421,6 +421,13 @@ def _partial_capture(r: dict, con) -> str:
     return f"No cross-rank claim (stragglers, peer waits) is made: {r['note']}."
 
 
+@sentence("unrecorded_work")
+def _unrecorded_work(r: dict, con) -> str:
+    # findings.sql unlinked: the kernel trace does not cover the API trace (two rocprofv3 CSVs sampled apart)
+    return (f"{r['n']:,} launch calls in the analysed steps ({_pct(r['share_pct'])} of them) have no GPU op in the trace: "
+            "the GPU idle and \"nothing else on the path\" may be GPU work the trace did not record.")
+
+
 @sentence("coverage")
 def _coverage(r: dict, con) -> str:
     before = r["evidence_ns"] or 0
@@ -703,7 +710,8 @@ def _fix_sentence(con, out: dict):
     out["sentences"].append(out["whatif_note"])
 
 
-_CAVEATS = ("shared_gpu", "sharing", "partial_capture", "coverage", "cannot_answer", "yardstick", "bound_withheld")
+_CAVEATS = ("shared_gpu", "sharing", "partial_capture", "coverage", "cannot_answer", "yardstick", "bound_withheld",
+            "unrecorded_work")
 HEADLINE_MAX, LINE_MAX, LINES_MAX = 200, 300, 5
 
 
@@ -820,7 +828,7 @@ def _short_form(out: dict):
     if bounds:
         caveats.append(_fit("Bounds, not fixes: " + "; ".join(
             f"{b['evidence'].split(' (')[0]} would gain {_ms(b['gain_ns'])} on step {b['step']}" for b in bounds), LINE_MAX))
-    caveats += [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "bound_withheld"]
+    caveats += [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] in ("bound_withheld", "unrecorded_work")]
     if out.get("whatif_note"):
         caveats.append(_fit(out["whatif_note"], LINE_MAX))
     out["caveats"] = caveats
