@@ -335,6 +335,8 @@ def _exposed_comm(job: Job, r: dict):
     """Communication (NCCL kernels) not overlapped by compute (every other kernel) in the step
     windows, as a share of the windows' wall time, all ranks and steps together. Tolerance: 0.5
     percentage point (the figure is rounded to 0.01; Kineto's microsecond timestamps)."""
+    if len(set(job.paths.values())) != len(job.paths):
+        return None, "a fused file (several ranks in one file): not split by rank here"
     exposed = wall = 0
     for rank, d in job.ranks.items():
         comm = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and g["name"].lower().startswith("nccl")]
@@ -566,9 +568,12 @@ def _launch_names(job: Job, r: dict):
     if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
         return None, "nsys (CPU ops from NVTX nesting) or a fused file: not read here"
     names, exposed, gpu, queued = set(), 0, 0, 0
+    launches = {p: kineto_launches(Path(p)) for p in paths}
+    if not any(launches.values()):  # XLA's trace viewer JSON links no launch call to its kernel
+        return None, "no launch call linked to a GPU op (correlation id) in the raw files"
     for p in paths:
         per: dict = {}
-        for o in kineto_launches(Path(p)):
+        for o in launches[p]:
             x = per.setdefault(o["name"], [0, 0, 0])
             x[0], x[1], x[2] = x[0] + o["exposed"], x[1] + o["gpu_ns"], x[2] + o["queued"]
         for name, (e, g, q) in per.items():
