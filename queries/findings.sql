@@ -6,8 +6,8 @@
 --     dominant cause of the typical step, then smaller faults | 3 a caveat on the
 --     figures (shared GPUs, coverage, what the trace cannot give) | 4 a note (launch-bound kernels, exposed
 --     communication, MFU)
--- @column kind            VARCHAR    text          step_outlier | straggler | extra_sync | pageable_copy | dominant | shared_gpu | sharing | partial_capture |
---     coverage | cannot_answer | yardstick | launch_bound_steps |
+-- @column kind            VARCHAR    text          step_outlier | straggler | extra_sync | host_syncs | pageable_copy | dominant | shared_gpu | sharing |
+--     partial_capture | coverage | cannot_answer | unrecorded_work | yardstick | bound_withheld | launch_bound_steps |
 --     launch_names | exposed_comm | mfu | mfu_empty
 -- @column rank            INTEGER    rank          the rank it concerns (NULL: every rank)
 -- @column step            INTEGER    key           the step it concerns (NULL: every analysed step)
@@ -43,13 +43,14 @@
 -- @column peer_wait_ns    BIGINT     figure:ns     their wait in those collectives in total (ns)
 -- @column n               BIGINT     figure:count  a count: collectives started last (straggler), ranks sharing one GPU, kernel
 --     names, launch-bound steps, ops with known FLOPs (mfu_empty), GPU ops a figure is
---     missing for (cannot_answer; NULL for a figure of the whole rank)
+--     missing for (cannot_answer; NULL for a figure of the whole rank), launch calls with no GPU op
+--     in the trace (unrecorded_work; share_pct: of the launch calls in the analysed steps)
 -- @column per_step        DOUBLE     figure:count straggler: how many more blocking calls (evidence) it makes per step than the
 --     median other rank
 -- @column bytes           BIGINT     figure:bytes  dominant memory copies: bytes copied per step on the path
 -- @column ranks           INTEGER[]  key           ranks concerned (shared_gpu: the ranks on one GPU; cannot_answer: the ranks giving one
 --     reason)
--- @column steps           INTEGER[]  key           steps concerned (launch_bound_steps)
+-- @column steps           INTEGER[]  key           steps concerned (launch_bound_steps; dominant with a launch stall: the steps holding one)
 -- @column note            VARCHAR    text          a short qualifier: how a shared GPU was identified, the MFU lower bound, why a
 --     figure cannot be given (cannot_answer); for a host step_outlier, the blocking
 --     calls the rank made in that step beyond its usual count (sync_extra) that returned
@@ -75,7 +76,7 @@
 -- @column wall_ns  BIGINT   figure:ns     the step's window across ranks, last end - first start (ns)
 -- @column warmup   BOOLEAN  flag          a warm-up first step: over 1.5 × the median, when there are three steps or more
 -- scope: job
--- requires: cannot_answer, collective_waits, gpu_devices, gpu_sharing, partial_capture, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
+-- requires: cannot_answer, collective_waits, gpu_devices, gpu_sharing, host_ops, partial_capture, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -252,11 +253,17 @@ WITH st AS (
     -- over half the analysed steps' launch idle; graphs or fusion remove none of it (hta mi250_minitoy
     -- ROCm 6.2: one hipLaunchKernel of 6,543 us in ProfilerStep#1, the others 3.7-12.7 us, 6.6 ms of
     -- the 7.1 ms launch idle)
-    SELECT arg_max(l.api_name, l.api_ns) AS name, max(l.api_ns) AS api_ns, count(*) AS n, sum(l.exposed_ns) AS exposed
+    -- Every analysed step holding one is named (steps): only the first analysed step was searched, so a
+    -- stall in a later step (a kernel first launched there) went unsaid. Over half of the launch idle
+    -- still decides: the nsys graphs fixture's injected launch loop in step 4 holds a 5.4 ms
+    -- cudaLaunchKernel beside 9.4 ms of other launch idle, no one-time stall.
+    -- The call named is the one whose op ended the most idle, and only stalled calls that ended some
+    -- count: rocprof v1's vector add named a 275 ms hipMemcpyWithStream (runtime initialisation, before
+    -- the GPU window, no idle) over the 9.4 ms hipLaunchKernel that held all 9.4 ms of idle.
+    SELECT arg_max(l.api_name, l.exposed_ns) AS name, arg_max(l.api_ns, l.exposed_ns) AS api_ns, count(*) AS n,
+           sum(l.exposed_ns) AS exposed, list(DISTINCT l.step ORDER BY l.step) AS steps
     FROM launch_overhead l
-    -- (in the first analysed step only: the nsys graphs fixture's injected launch loop in step 4 holds a
-    -- 5.4 ms cudaLaunchKernel too, beside 3.2 ms of recurring launch idle in the loop)
-    WHERE l.step = (SELECT min(step) FROM st) AND l.stall
+    WHERE l.step IN (SELECT step FROM st) AND l.stall AND l.exposed_ns > 0
     HAVING count(*) > 0
        AND sum(l.exposed_ns) > 0.5 * (SELECT sum(exposed_ns) FROM launch_overhead WHERE step IN (SELECT step FROM st))
 ), lb AS (
@@ -274,6 +281,19 @@ WITH st AS (
     FROM cannot_answer c LEFT JOIN (SELECT rank, count(*) AS n FROM gpu_ops GROUP BY rank) o USING (rank)
     WHERE c.n_ops IS NULL OR c.n_ops >= 0.1 * o.n
     GROUP BY c.figure, c.reason
+), unlinked AS (
+    -- launch calls inside the analysed steps' GPU windows whose GPU op the trace does not hold: the
+    -- kernel trace does not cover the API trace, and GPU idle may be work it did not record
+    -- (rocprof-unified-viewer's llama.cpp decode CSVs: 178 of 180 hipLaunchKernel without a kernel,
+    -- "89 % of the path is GPU idle with nothing else on it")
+    SELECT count(*) AS launches,
+           count(*) FILTER (WHERE h.correlation_id IS NULL OR NOT EXISTS
+               (SELECT 1 FROM gpu_ops g WHERE g.rank = h.rank AND g.correlation_id = h.correlation_id)) AS n,
+           list(DISTINCT h.rank ORDER BY h.rank) AS ranks
+    FROM host_ops h JOIN (SELECT rank, min(start_ns) AS a, max(end_ns) AS b FROM step_windows
+                          WHERE step IN (SELECT step FROM st) GROUP BY rank) w
+      ON w.rank = h.rank AND h.start_ns >= w.a AND h.start_ns < w.b
+    WHERE h.kind IN ('cuda_runtime', 'cuda_driver') AND regexp_matches(h.name, '(?i)launchkernel|graphlaunch|launchcooperative')
 ), mfu_step AS (
     -- the median step by time among those with an MFU
     SELECT step, median(mfu_pct) AS mfu_pct, median(known_pct) AS known_pct, median(wall_ns) AS wall
@@ -333,8 +353,9 @@ SELECT 2 AS priority, 'dominant' AS kind, d.class, CASE WHEN k.n IS NOT NULL THE
        round(d.high_pct, 2) AS high_pct, coalesce(k.name, x.top_name) AS evidence,
        CASE WHEN k.n IS NOT NULL THEN k.exposed / (SELECT n FROM ref) ELSE x.cause_ns END AS evidence_ns,
        x.bytes / (SELECT n FROM ref) AS bytes,
-       CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch, the longest '
-            || round(k.api_ns / 1e3) || ' us' END AS note
+       CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch in '
+            || len(k.steps) || ' step(s), the one ending the most idle ' || round(k.api_ns / 1e3) || ' us' END AS note,
+       k.steps
 FROM dominant d JOIN dominant_detail x USING (class)
 LEFT JOIN launch_stall k ON d.class = 'host' AND x.cause = 'launch'
 WHERE d.ns = (SELECT max(ns) FROM dominant)
@@ -356,6 +377,9 @@ SELECT 3 AS priority, 'coverage' AS kind, rank, before_ns + after_ns AS value_ns
        before_ns AS evidence_ns FROM cov
 UNION ALL BY NAME
 SELECT 3 AS priority, 'cannot_answer' AS kind, figure AS evidence, reason AS note, ranks, n, share_pct FROM cannot
+UNION ALL BY NAME
+SELECT 3 AS priority, 'unrecorded_work' AS kind, n, round(100.0 * n / launches, 1) AS share_pct, ranks
+FROM unlinked WHERE n >= 10 AND n >= 0.1 * launches
 UNION ALL BY NAME
 SELECT 4 AS priority, 'launch_bound_steps' AS kind, 'host' AS class, 'launch' AS cause, pct AS share_pct,
        len(steps) AS n, steps FROM lb WHERE len(steps) > 0

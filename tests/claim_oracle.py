@@ -101,9 +101,34 @@ def nsys(path: Path) -> dict:
         c.close()
 
 
+def rpd(path: Path) -> dict:
+    """rocmProfileData's .rpd (plain or gzipped SQLite): the HIP calls (rocpd_api, each its own
+    correlation: its id), the GPU ops they launched (rocpd_api_ops), no step ranges, no device id."""
+    import rocm_raw
+    c = rocm_raw._open(path)
+    try:
+        strings = dict(c.execute("select id, string from rocpd_string"))
+        launch: dict[int, int] = {}
+        for api, op in c.execute("select api_id, op_id from rocpd_api_ops"):
+            launch[op] = min(api, launch.get(op, api))
+        gpu = [{"start": a, "end": b, "name": strings[d] if strings[t] in rocm_raw.RPD_KERNEL else strings[t], "corr": launch.get(i),
+                "pageable": False, "stream": None, "kernel": strings[t] in rocm_raw.RPD_KERNEL, "device": None}
+               for i, a, b, d, t in c.execute('select id, start, "end", description_id, opType_id from rocpd_op')
+               if strings[t] in rocm_raw.RPD_GPU]
+        calls = [{"start": a, "end": b, "name": strings[n], "corr": i}
+                 for i, a, b, n in c.execute('select id, start, "end", apiName_id from rocpd_api')]
+    finally:
+        c.close()
+    return {"gpu": gpu, "calls": calls, "steps": {}, "device": ("index", ()), "base": 0}
+
+
 def read(path: str) -> dict:
     p = Path(path)
-    return nsys(p) if p.suffix == ".sqlite" else kineto(p)
+    if p.suffix == ".sqlite":
+        return nsys(p)
+    if p.name.endswith((".rpd", ".rpd.gz")):
+        return rpd(p)
+    return kineto(p)
 
 
 class Job:
@@ -181,6 +206,9 @@ def _host_syncs(job: Job, r: dict):
 
 
 P2P = re.compile(r"(?i)sendrecv|send|recv")
+# communication kernels by their library's names, the oracle's own list: NCCL / RCCL, and DeepEP's
+# expert dispatch / combine between GPUs (DeepSeek's build: dpsk::ep::internode::combine)
+COMM = re.compile(r"(?i)^nccl|^rccl|(deep_ep|dpsk::ep)::(internode|intranode)(_ll)?::")
 
 
 def collectives(job: Job) -> list[list[dict]] | None:
@@ -307,6 +335,8 @@ def _exposed_comm(job: Job, r: dict):
     """Communication (NCCL kernels) not overlapped by compute (every other kernel) in the step
     windows, as a share of the windows' wall time, all ranks and steps together. Tolerance: 0.5
     percentage point (the figure is rounded to 0.01; Kineto's microsecond timestamps)."""
+    if len(set(job.paths.values())) != len(job.paths):
+        return None, "a fused file (several ranks in one file): not split by rank here"
     exposed = wall = 0
     for rank, d in job.ranks.items():
         comm = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and g["name"].lower().startswith("nccl")]
@@ -417,6 +447,7 @@ FLOP_OP = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|addmv|
                      r"cudnn_convolution\w*|conv\w*|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
                      r"|attention|flash_attn")
 SHAPED = re.compile(r"(?i)^aten::(mm|addmm|bmm|baddbmm|matmul|_scaled_mm|convolution|_convolution|cudnn_convolution|"
+                    r"convolution_backward|miopen_convolution|"
                     r"_scaled_dot_product_(flash|efficient|cudnn)_attention(_backward)?|_flash_attention_(forward|backward)|"
                     r"_efficient_attention_(forward|backward)|_cudnn_attention_(forward|backward))$")
 
@@ -525,7 +556,7 @@ def kineto_launches(path: Path) -> list[dict]:
         exposed = 0 if gap is None else max(0, a - max(issue, gap))
         queued = 0 if gap is None else max(0, a - max(c[1], issue, gap))
         out.append({"name": str(ev[i].get("name")), "gpu_ns": b - a, "exposed": exposed, "queued": queued,
-                    "call": c[3], "call_ns": c[1] - c[0], "step": step})
+                    "call": c[3], "call_ns": c[1] - c[0], "step": step, "start": a, "issue": issue, "call_end": c[1]})
     return out
 
 
@@ -537,9 +568,12 @@ def _launch_names(job: Job, r: dict):
     if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
         return None, "nsys (CPU ops from NVTX nesting) or a fused file: not read here"
     names, exposed, gpu, queued = set(), 0, 0, 0
+    launches = {p: kineto_launches(Path(p)) for p in paths}
+    if not any(launches.values()):  # XLA's trace viewer JSON links no launch call to its kernel
+        return None, "no launch call linked to a GPU op (correlation id) in the raw files"
     for p in paths:
         per: dict = {}
-        for o in kineto_launches(Path(p)):
+        for o in launches[p]:
             x = per.setdefault(o["name"], [0, 0, 0])
             x[0], x[1], x[2] = x[0] + o["exposed"], x[1] + o["gpu_ns"], x[2] + o["queued"]
         for name, (e, g, q) in per.items():
@@ -552,11 +586,69 @@ def _launch_names(job: Job, r: dict):
                 f"{gpu / 1e6:.3f} ms running, {queued / 1e6:.3f} ms after the calls returned, from the raw files")
 
 
+def launch_bound(job: Job, rank: int, share: float = 0.3) -> dict[int, tuple[int, int, int, int]]:
+    """Per analysed step of one rank (a Kineto file): (launch-exposed idle, idle after the launch calls
+    returned, the step's GPU window, compute time), own reading of docs/launch-overhead.md: each idle
+    gap inside the rank's step window (windows: from the previous step's end) is charged to the op
+    that ends it, from the later of the gap's start and the op's issue (its CPU op's start, else its
+    call's) to the op's start; a gap ended by an op whose call took over 50x the rank's median launch
+    call (a one-time stall) is left out. Compute: the union of the non-NCCL kernels in the window."""
+    d = job.ranks[rank]
+    ls = kineto_launches(Path(job.paths[rank]))
+    med = statistics.median(o["call_ns"] for o in ls) if ls else 0
+    by_start: dict[int, dict] = {}
+    for o in ls:  # the op ending a gap: of several starting at once, the earliest issued
+        if o["start"] not in by_start or o["issue"] < by_start[o["start"]]["issue"]:
+            by_start[o["start"]] = o
+    allv = intervals.union([(g["start"], g["end"]) for g in d["gpu"]])
+    comp = [(g["start"], g["end"]) for g in d["gpu"] if g["kernel"] and not g["name"].lower().startswith("nccl")]
+    out = {}
+    for step, (a, b) in windows(job, rank).items():
+        if step not in job.steps:
+            continue
+        busy = intervals.clip(allv, a, b)
+        exposed = queued = 0
+        t = a
+        for x, y in busy:
+            if x > t and (o := by_start.get(x)) is not None and o["issue"] < x and not o["call_ns"] > 50 * med:
+                exposed += x - max(t, o["issue"])
+                queued += max(0, x - max(t, o["issue"], o["call_end"]))
+            t = max(t, y)
+        out[step] = (exposed, queued, b - a, intervals.measure(intervals.clip(comp, a, b)))
+    return out
+
+
+def _launch_bound_steps(job: Job, r: dict):
+    """Launch-bound steps: a rank's step whose launch-exposed idle is at least 30 % of its GPU window
+    and more than its compute (launch_bound), from the raw Kineto files: the steps named are those,
+    the share is the largest such step's (within 1 point), and the share of their launch idle that
+    came after the calls returned, where the sentence states it (within 2 points)."""
+    paths = sorted(set(job.paths.values()))
+    if any(str(p).endswith((".sqlite", ".rpd", ".rpd.gz")) for p in paths) or len(paths) != len(job.paths):
+        return None, "nsys or rpd (launch calls not re-read) or a fused file"
+    bound, exp, que = {}, 0, 0
+    for rank in job.ranks:
+        for step, (e, q, wall, compute) in launch_bound(job, rank).items():
+            if wall and e >= 0.3 * wall and e > compute:
+                bound[step] = max(bound.get(step, 0.0), 100.0 * e / wall)
+    steps = sorted(bound)
+    for rank in job.ranks:
+        for step, (e, q, _, _) in launch_bound(job, rank).items():
+            if step in steps:
+                exp, que = exp + e, que + q
+    ok = list(r["steps"] or []) == steps and bool(steps) and abs(r["share_pct"] - max(bound.values())) <= 1.0
+    said = re.search(r"but (\d+(?:\.\d)?)% of that idle came after", r.get("sentence") or "")
+    if said and exp:
+        ok = ok and abs(float(said.group(1)) - 100.0 * que / exp) <= 2.0
+    return ok, (f"launch-bound steps {steps}, the most launch-exposed {max(bound.values(), default=0):.2f}% of its window; "
+                f"{100.0 * que / exp if exp else 0:.1f}% of their launch idle after the calls returned, from the raw files")
+
+
 def _launch_stall(job: Job, r: dict):
-    """A one-time launch stall (a dominant host row whose note says so): the launch calls over 50x
-    their rank's median launch call in the first analysed step, from the raw Kineto files: the
-    longest one's name is the row's, and the idle those calls' ops ended, per analysed step, is its
-    evidence_ns (1 % or 2 us)."""
+    """A launch stall (a dominant host row whose note says so): the launch calls over 50x their rank's
+    median launch call in the analysed steps whose ops ended some GPU idle, from the raw Kineto files:
+    the name of the one ending the most idle is the row's, every step holding one is in its steps,
+    and the idle those calls' ops ended, per analysed step, is its evidence_ns (1 % or 2 us)."""
     paths = sorted(set(job.paths.values()))
     if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
         return None, "nsys (launch calls not re-read) or a fused file"
@@ -564,13 +656,15 @@ def _launch_stall(job: Job, r: dict):
     for p in paths:
         ls = kineto_launches(Path(p))
         med = statistics.median(o["call_ns"] for o in ls) if ls else 0
-        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] == min(job.steps)]
+        stalled += [o for o in ls if o["call_ns"] > 50 * med and o["step"] in job.steps and o["exposed"] > 0]
     if not stalled:
-        return False, "no launch call over 50x its rank's median in the first analysed step of the raw files"
-    top = max(stalled, key=lambda o: o["call_ns"])
+        return False, "no launch call over 50x its rank's median, ending some idle, in the analysed steps of the raw files"
+    top = max(stalled, key=lambda o: o["exposed"])
     idle = sum(o["exposed"] for o in stalled) / len(job.steps)
-    return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle), (
-        f"{len(stalled)} stalled launch call(s), the longest {top['call']} of {top['call_ns'] / 1e3:.0f} us; "
+    steps = sorted({o["step"] for o in stalled})
+    return r["evidence"] == top["call"] and _close(r["evidence_ns"], idle) and list(r.get("steps") or []) == steps, (
+        f"{len(stalled)} stalled launch call(s) in steps {steps}, the one ending the most idle {top['call']} of "
+        f"{top['call_ns'] / 1e3:.0f} us; "
         f"{idle / 1e6:.3f} ms of idle per analysed step ended by their ops, from the raw files")
 
 
@@ -588,7 +682,7 @@ def _dominant(job: Job, r: dict):
     for rank, d in job.ranks.items():
         where = job.launched_in(rank)
         for i, g in enumerate(d["gpu"]):
-            if g["kernel"] and where[i] in steps and g["name"].lower().startswith("nccl") == (r["class"] == "communication"):
+            if g["kernel"] and where[i] in steps and bool(COMM.search(g["name"])) == (r["class"] == "communication"):
                 per[g["name"]] = per.get(g["name"], 0) + g["end"] - g["start"]
     if not per:
         return None, "no kernel of that class launched in the analysed steps of the raw files"
@@ -612,6 +706,24 @@ def nsys_op_ranges(path: Path) -> tuple[int, int]:
     return len(ops), sum(1 for t in ops if "sizes" in t)
 
 
+def shapes_recorded(path: Path) -> int:
+    """Ops carrying operand shapes in a raw file: a Kineto / XLA JSON's events with an `Input Dims` (or
+    `input_shapes`) argument, an rpd's autograd records with non-empty `sizes`."""
+    if path.name.endswith((".rpd", ".rpd.gz")):
+        import rocm_raw
+        c = rocm_raw._open(path)
+        try:
+            if not c.execute("select count(*) from sqlite_master where name = 'ext_autogradapi'").fetchone()[0]:
+                return 0
+            return c.execute("select count(*) from ext_autogradapi where sizes != ''").fetchone()[0]
+        finally:
+            c.close()
+    raw = path.read_bytes()
+    d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return sum(1 for e in d.get("traceEvents", []) if isinstance(e, dict) and isinstance(e.get("args"), dict)
+               and (e["args"].get("Input Dims") or e["args"].get("input_shapes")))
+
+
 def _mfu_empty(job: Job, r: dict):
     """No op with known FLOPs, and why, from the raw files: a Kineto file with no FLOP-carrying op of
     known FLOPs (its `flops` argument, or shapes of an op of a formula), an nsys file with no PyTorch
@@ -620,7 +732,12 @@ def _mfu_empty(job: Job, r: dict):
         return None, "the device's peak is unknown: not a figure of the file"
     said = r.get("sentence") or ""
     for p in sorted(set(job.paths.values())):
-        if str(p).endswith(".sqlite"):
+        if "record no operand shapes" in said or str(p).endswith((".rpd", ".rpd.gz")):
+            # the reason said for a profiler of no shapes (XLA, ROCm rpd): none in the raw file
+            n = shapes_recorded(Path(p))
+            if n or "record no operand shapes" not in said:
+                return False, f"{p}: {n} ops with operand shapes in the raw file"
+        elif str(p).endswith(".sqlite"):
             ops, sized = nsys_op_ranges(Path(p))
             if sized or ("no PyTorch op ranges" in said) != (ops == 0):
                 return False, f"{p}: {ops} PyTorch op ranges, {sized} with sizes, in the raw file"
@@ -693,10 +810,27 @@ def _step_outlier(job: Job, r: dict):
         f"the longest GPU idle in the rank's step window: {longest / 1e6:.3f} ms from the raw files" + why
 
 
+def _bound_withheld(job: Job, r: dict):
+    """A scaling bound withheld because the host's time on the path ran while its GPU was busy: the
+    rank's GPU idle in its step window (the union of its GPU ops, own reading of the window), within
+    1 % or 20 us; and what the sentence infers from it: host time on the path beyond that idle cannot
+    have run while the GPU was idle (the row's busy part is at least host - idle). The host time on
+    the path is a figure of the path model (its repro is the database's)."""
+    w = windows(job, r["rank"]).get(r["step"])
+    if w is None:
+        return None, "no GPU op of that step in the raw files"
+    a, b = w
+    ops = [(g["start"], g["end"]) for g in job.ranks[r["rank"]]["gpu"]]
+    idle = (b - a) - intervals.measure(intervals.clip(ops, a, b))
+    ok = _close(r["evidence_ns"], idle, rel=0.01, absolute=20000) and _close(r["n"], b - a, rel=0.01, absolute=20000) \
+        and r["value_ns"] >= (r["baseline_ns"] or 0) - idle - 20000 and idle < 0.5 * (r["baseline_ns"] or 0)
+    return ok, f"rank {r['rank']}'s GPU idle {idle / 1e6:.3f} ms of its {(b - a) / 1e6:.3f} ms step {r['step']} window, from the raw files"
+
+
 ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "host_syncs": _host_syncs, "straggler": _straggler, "shared_gpu": _shared_gpu,
            "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
            "launch_names": _launch_names, "dominant": _dominant,
-           "mfu_empty": _mfu_empty}
+           "mfu_empty": _mfu_empty, "bound_withheld": _bound_withheld, "launch_bound_steps": _launch_bound_steps}
 
 
 def check(con, rows: list[dict], job: Job | None = None) -> list[tuple[dict, str, str]]:

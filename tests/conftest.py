@@ -182,6 +182,13 @@ SLOW_TESTS = {
     "test_xla_host_events_on_their_own_threads_are_traced_host_work": "the wild 8-GPU JAX trace ingested",
     "test_no_mfu_is_claimed_where_most_flop_time_has_unknown_flops": "a 2021 wild ResNet50 trace ingested, read raw",
     "test_the_replay_matches_collectives_as_collective_waits_does": "the HTA pair and the bundled job, every step replayed",
+    # session 17's read, its leftovers (tests/test_claims_read18.py): one real ingest each, 6-11 s
+    "test_blocking_read_backs_get_a_fix_or_no_quoted_gain": "the wild vLLM rpd ingested, read raw",
+    "test_a_scaling_bound_is_withheld_where_the_host_on_the_path_waits_on_a_busy_gpu": "the wild DeepSeek trace ingested",
+    "test_a_launch_stall_in_a_later_step_is_named": "the H100 nsys graphs job ingested",
+    "test_the_host_bound_headline_names_each_host_cause": "the fused HTA pair ingested, read raw",
+    "test_a_fused_ddp_job_names_no_range_that_cannot_hold_the_time_and_quotes_the_largest_gain": "a 4-rank fused AMD job ingested, 70 s",
+    "test_caching_off_is_told_to_turn_it_on_and_allocator_idle_gets_no_launch_fix": "a 3.4 s MI300X step ingested, 40 s",
     "test_rank_in_a_file_name_past_int32": "ingests nsys exports",
     "test_rank_from_file_order_warns_and_pattern_overrides": "three ingests of nsys exports",
     "test_trace_without_distributed_info_takes_rank_from_name": "rewrites traces",

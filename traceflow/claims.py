@@ -29,8 +29,8 @@ from . import sqlmodules
 from .duck import sql_string
 from .whatif import Scenario, StepGraph, abnormal_host_time, best_fixes
 
-READS = frozenset({"claims_whatif", "findings_steps", "gpu_ops", "gpu_sharing", "host_ops", "host_time", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
-                   "step_causes", "step_coverage", "stragglers", "sync", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"claims_whatif", "critical_path", "findings_steps", "gpu_islands", "gpu_ops", "gpu_sharing", "host_ops", "host_time", "launch_overhead", "launch_overhead_summary", "metadata", "mfu", "program_stack",
+                   "step_causes", "step_coverage", "step_windows", "stragglers", "sync", "sync_extra_peers", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # a replayed gain counts only above the replay's own error on that step, and at least 0.1 % of the
 # step (0.5 ms on the bundled ddp4 job's 531 ms steps, where rank 1's loss.item() gains 0.9-2.1 ms a step): the
@@ -58,6 +58,11 @@ def stacks(con) -> dict[int, str]:
     return out
 
 
+def stack_of(con, ranks=None) -> str:
+    """The program stack of these ranks (every rank: None), as the advice is worded for it."""
+    return _stack(stacks(con), ranks)
+
+
 def _stack(st: dict[int, str], ranks) -> str:
     found = {st.get(r, "pytorch") for r in (ranks or st.keys())}
     return found.pop() if len(found) == 1 else ("pytorch" if "pytorch" in found else "cuda")
@@ -69,12 +74,18 @@ _FIX = {
                                  "with non_blocking=True",
                       "cuda": "allocate the host buffer pinned (cudaMallocHost / cudaHostRegister) and copy with "
                               "cudaMemcpyAsync",
-                      "openacc": "pin the host memory (-gpu=pinned) and copy asynchronously (async clauses)"},
+                      "openacc": "pin the host memory (-gpu=pinned) and copy asynchronously (async clauses)",
+                      "jax": "put the data on the device once, ahead of the step (jax.device_put of the next batch "
+                             "while this one runs), not a host array into every step"},
     "extra sync": {"pytorch": "remove that blocking call ({name}: a .item(), .cpu() or torch.cuda.synchronize() "
                               "its peers do not make)",
                    "cuda": "remove that {name} (its peers do not make it)",
-                   "openacc": "remove that wait ({name}; its peers do not make it)"},
+                   "openacc": "remove that wait ({name}; its peers do not make it)",
+                   "jax": "remove that blocking call ({name}: a block_until_ready(), jax.device_get() or float() of a "
+                          "device array its peers do not make)"},
     "sync": {"pytorch": "remove the blocking calls from the step (.item(), .cpu(), torch.cuda.synchronize())",
+             "jax": "remove the blocking calls from the step (block_until_ready(), jax.device_get(), float() or "
+                    "np.asarray() of a device array)",
              "any": "remove the blocking synchronizations from the step (keep the host ahead of the GPU)"},
     "stall": {"any": "remove what rank {rank}'s host does there ({what}; py-spy or the NVTX ranges show it)"},
     # a stream sync right after each pageable host-to-device copy: PyTorch's blocking copy of a CPU tensor
@@ -82,54 +93,94 @@ _FIX = {
     "pageable sync": {"pytorch": "pin those host tensors and copy with non_blocking=True, or keep the values on the "
                                  "GPU: each blocking copy of a pageable tensor synchronizes the stream",
                       "cuda": "copy from pinned host memory (cudaMallocHost) with cudaMemcpyAsync and drop the "
-                              "{name} after each copy"},
+                              "{name} after each copy",
+                      "jax": "keep those values on the device (no float() or np.asarray() of a device array inside "
+                             "the step): each host read of one waits for the stream"},
+    # a blocking device-to-host copy each step (.item(), .cpu(), .tolist()): the host waits for the GPU
+    # to drain before it launches more
+    "read back": {"pytorch": "keep those values on the GPU, or copy them into a pinned buffer with non_blocking=True "
+                             "and read them after an event (torch.cuda.Event) once the next work is launched",
+                  "jax": "read device arrays back later (jax.device_get after the next step is dispatched)",
+                  "any": "copy into pinned host memory asynchronously and wait on an event only where the values "
+                         "are needed ({name} waits for the whole stream)"},
+    # a device free per tensor, every step: PyTorch's caching allocator off (TraceLens' MI300X DDP
+    # ResNet-18 "no memory pool": 1,360 hipFree a step, 3,346 ms); "keep it warm" does not fit
+    "allocator off": {"pytorch": "turn the caching allocator back on (unset PYTORCH_NO_CUDA_MEMORY_CACHING; ROCm: "
+                                 "PYTORCH_NO_HIP_MEMORY_CACHING) and call no torch.cuda.empty_cache() in the loop: "
+                                 "{frees:,.0f} {name} calls per step free memory tensor by tensor",
+                      "any": "allocate the buffers once, before the loop: {frees:,.0f} {name} calls per step free "
+                             "device memory one buffer at a time"},
     "allocator": {"pytorch": "keep the caching allocator warm (no empty_cache, stable shapes, "
                              "expandable_segments)",
+                  "jax": "let XLA preallocate its memory pool (XLA_PYTHON_CLIENT_PREALLOCATE, on by default) and keep "
+                         "shapes stable",
                   "any": "allocate the buffers once, before the loop (no malloc / free per step)"},
     "jit_compile": {"any": "warm up before the measured steps and cache the compiled kernels (a JIT compile or "
                            "module load is a one-off)"},
     "launch stall": {"any": "warm up: run a step before profiling (or profile a later step) and load the GPU code "
-                            "eagerly (CUDA_MODULE_LOADING=EAGER; ROCm: HIP_ENABLE_DEFERRED_LOADING=0): a one-time "
-                            "stall in {name} (lazy module / code-object load) that graphs or fusion do not remove"},
+                            "eagerly (CUDA_MODULE_LOADING=EAGER; ROCm: HIP_ENABLE_DEFERRED_LOADING=0): {what} "
+                            "(lazy module / code-object load) that graphs or fusion do not remove"},
     "launch": {"pytorch": "capture the step in a CUDA graph (torch.cuda.CUDAGraph) or fuse kernels (torch.compile)",
                "cuda": "capture the launches in a CUDA graph or fuse the kernels",
                "openacc": "fuse the loops (fewer, larger kernels) and launch asynchronously",
+               "jax": "jit the whole step as one function (XLA fuses more and launches fewer kernels) and let XLA "
+                      "replay it as a command buffer (a CUDA / HIP graph: --xla_gpu_enable_command_buffer)",
                "any": "fuse kernels or capture the launches in a CUDA graph"},
     # a CUDA graph cannot capture a step that blocks on the host (stream syncs): fusion only
     "launch fuse": {"pytorch": "fuse kernels (torch.compile) to launch fewer; a CUDA graph cannot capture the step "
                                "while it makes {syncs:g} blocking calls per step",
+                    "jax": "jit larger functions so XLA fuses more kernels; a command buffer (graph) cannot "
+                           "capture the step while it makes {syncs:g} blocking calls per step",
                     "any": "fuse kernels to launch fewer; a CUDA graph cannot capture the step while it makes "
                            "{syncs:g} blocking calls per step"},
     "cpu_op": {"pytorch": "cut the framework work between launches (CUDA graphs, torch.compile, fewer and larger ops)",
+               "jax": "cut the dispatch work between launches: jit the whole step as one function, static shapes (no "
+                      "retracing)",
                "any": "cut the host work between launches (fewer, larger kernels; a CUDA graph)"},
     "data_loading": {"pytorch": "more DataLoader workers, pinned memory and prefetching",
+                     "jax": "prefetch the next batches to the device while the step runs (a prefetching iterator)",
                      "any": "load the next batch ahead of time (a loader thread, double buffering)"},
     "communication": {"pytorch": "overlap communication with compute (DDP bucketing, FSDP prefetch)",
+                      "jax": "overlap the collectives with compute (XLA's async collectives, latency-hiding scheduler)",
                       "any": "overlap the collectives with compute (a stream of their own, issued earlier)"},
 }
 
 
 # The same fixes in a few words, for the headline (<= 200 characters in all)
 _FIX_SHORT = {
-    "pageable copy": {"pytorch": "pin the buffer + non_blocking=True", "any": "pinned host buffer + cudaMemcpyAsync"},
+    "pageable copy": {"pytorch": "pin the buffer + non_blocking=True", "jax": "device_put ahead of the step",
+                      "any": "pinned host buffer + cudaMemcpyAsync"},
     "extra sync": {"any": "remove that {name}"},
     "sync": {"any": "remove the blocking calls"},
     "stall": {"any": "remove that host stall"},
-    "pageable sync": {"pytorch": "pinned tensors + non_blocking=True", "any": "pinned copies without a sync each"},
-    "allocator": {"pytorch": "keep the caching allocator warm", "any": "preallocate the buffers"},
+    "pageable sync": {"pytorch": "pinned tensors + non_blocking=True", "jax": "no host reads of device arrays in the step",
+                      "any": "pinned copies without a sync each"},
+    "read back": {"pytorch": "non-blocking copies to pinned memory, read later", "any": "asynchronous read-backs"},
+    "allocator off": {"pytorch": "caching allocator back on", "any": "allocate once, before the loop"},
+    "allocator": {"pytorch": "keep the caching allocator warm", "jax": "XLA's preallocated pool, stable shapes",
+                  "any": "preallocate the buffers"},
     "jit_compile": {"any": "warm up / cache the compiled kernels"},
     "launch stall": {"any": "warm up before profiling; eager module loading"},
-    "launch": {"any": "CUDA graphs / kernel fusion"},
-    "launch fuse": {"any": "kernel fusion (no CUDA graph: the step blocks)"},
-    "cpu_op": {"pytorch": "CUDA graphs / torch.compile", "any": "fewer, larger kernels"},
+    "launch": {"jax": "one jitted step, XLA command buffers", "any": "CUDA graphs / kernel fusion"},
+    "launch fuse": {"jax": "larger jitted functions (no graph: the step blocks)", "any": "kernel fusion (no CUDA graph: the step blocks)"},
+    "cpu_op": {"pytorch": "CUDA graphs / torch.compile", "jax": "one jitted step, static shapes", "any": "fewer, larger kernels"},
     "data_loading": {"any": "load batches ahead"},
     "communication": {"any": "overlap communication with compute"},
 }
 
 
+# A HIP C++ program gets the CUDA C words in HIP's names
+_HIP_NAMES = (("cudaMallocHost", "hipHostMalloc"), ("cudaHostRegister", "hipHostRegister"),
+              ("cudaMemcpyAsync", "hipMemcpyAsync"), ("CUDA graph", "HIP graph"))
+
+
 def fix_words(cause: str, stack: str, short: bool = False, **kw) -> str:
     by = (_FIX_SHORT if short else _FIX)[cause]
-    return (by.get(stack) or by.get("any") or by.get("cuda") or "").format(**kw)
+    words = by.get(stack) or (by.get("cuda") if stack == "hip" else None) or by.get("any") or by.get("cuda") or ""
+    if stack == "hip":
+        for a, b in _HIP_NAMES:
+            words = words.replace(a, b)
+    return words.format(**kw)
 
 
 class _Replays:
@@ -261,6 +312,26 @@ def _figure(r: dict) -> tuple[float | None, str | None, float | None]:
     if k == "mfu":
         return r["share_pct"], "%", None
     return None, None, None
+
+
+# Device frees per step at which the allocator is freeing tensor by tensor: a caching allocator in
+# steady state frees nothing (0 on the bundled jobs); with caching off, one per tensor (1,360 hipFree
+# a step on TraceLens' MI300X DDP ResNet-18)
+ALLOCATOR_OFF_FREES = 100
+# device allocator calls (host_time.sql's allocator cause, device memory only)
+_ALLOCATOR_CALLS = "(?i)^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync)(_v[0-9]+)?$|^cuMem(Alloc|Free)|^hipMem(Alloc|Free)|^hipExtMalloc"
+
+
+def _allocator_words(con) -> tuple[str, dict]:
+    """The allocator fix that fits: with a device free per tensor every step (caching off, or emptied),
+    turning caching back on; else keeping the caching allocator warm. (cause, its words' arguments)"""
+    row = con.execute("""
+        SELECT arg_max(name, n), max(n / greatest(1, (SELECT count(DISTINCT step) FROM tf_internal.step_windows)))
+        FROM (SELECT rank, regexp_replace(name, '_v[0-9]+$', '') AS name, count(*) AS n FROM host_ops
+              WHERE regexp_matches(name, '(?i)^(cudaFree|hipFree|cuMemFree|hipMemFree)(_v[0-9]+)?$') GROUP BY ALL)""").fetchone()
+    if row and row[1] and row[1] >= ALLOCATOR_OFF_FREES:
+        return "allocator off", {"frees": row[1], "name": row[0]}
+    return "allocator", {}
 
 
 # Findings of other causes that the fix of one of these scenarios would make (host_time causes)
@@ -413,6 +484,7 @@ def _claim_rows(con, rows: list[dict], rep: _Replays, steps: list[int], warm, ta
     abnormal = {(a[0], a[1]): a for a in abnormal_host_time(con, warm)}
     strag_sync = set()
     stall_ns = 0  # the analysed steps' launch idle in a one-time launch stall (findings.sql launch_stall)
+    alloc = _allocator_words(con)  # the allocator fix that fits: warm, or caching back on
     for r in rows:
         if r["kind"] == "straggler" and r["cause"] == "more compute":
             _compute_straggler(con, r, steps)
@@ -426,37 +498,53 @@ def _claim_rows(con, rows: list[dict], rep: _Replays, steps: list[int], warm, ta
             if r["cause"] == "launch" and not _launch_real(con, n, r["rank"], r["step"]):
                 continue
             chk = _check(rep, replace(_HOST_SCENARIO[r["cause"]], host_ranks=[r["rank"]]), n, [r["step"]])
-            _set_fix(r, r["cause"], stack, chk)
+            words, kw = alloc if r["cause"] == "allocator" else (r["cause"], {})
+            _set_fix(r, words, stack, chk, **kw)
         elif r["kind"] == "step_outlier" and r["class"] == "host" and (r["rank"], r["step"]) in abnormal:
             chk = _check(rep, Scenario(remove_host_stall=[r["rank"]]), n, [r["step"]])
             cause = r["cause"] or ""
             what = {"no_op": "no traced op: a sleep, I/O, the GIL", "data_loading": "data loading"}.get(cause, cause)
-            _set_fix(r, cause if cause in ("allocator", "jit_compile", "cpu_op", "data_loading") else "stall", stack, chk,
-                     rank=r["rank"], what=what)
+            if cause == "allocator":
+                _set_fix(r, alloc[0], stack, chk, **alloc[1])
+            else:  # the host's other causes: their own words
+                _set_fix(r, cause if cause in ("jit_compile", "cpu_op", "data_loading") else "stall", stack, chk,
+                         rank=r["rank"], what=what)
         elif r["kind"] == "straggler" and r["cause"] == "sync" and r["evidence"]:
             strag_sync.add(r["rank"])
             chk = _check(rep, Scenario(no_host_syncs=True, host_ranks=[r["rank"]]), n)
             _set_fix(r, "extra sync", stack, chk, name=r["evidence"])
+        elif r["kind"] == "straggler":
+            # no fix to name: what taking its lateness away would gain, so that the sentence says where
+            # it sets no step's pace (amd-hpc merged_all_events rank 3: 11.6 ms/step of lateness, the
+            # replay gains 0.0 ms: every rank's host takes as long)
+            chk = _check(rep, Scenario(no_stragglers=True), n)
+            r["scenario"], r["gain_ns"] = chk["scenario"], chk["gain_ns"]
+            r["steps_affected"], r["recover_ns"] = chk["steps_affected"], chk["recover_ns"]
         elif r["kind"] == "dominant" and r["class"] == "host" and (r["note"] or "").startswith("launch stall"):
             # findings.sql launch_stall: a one-time stall inside launch calls, told apart from recurring
             # launch overhead (the launch_names row holds the rest); its replay shortens the stalled calls
             # to the rank's median call (the fix: a warm-up or eager loading), not every launch: "no launch
             # overhead" gained 0.6 ms on hta's mi250_minitoy, whose 6.5 ms stall it leaves in place
             stall_ns = (r["evidence_ns"] or 0) * n
-            _set_fix(r, "launch stall", stack, _check(rep, Scenario(no_launch_stall=True), n), name=r["evidence"])
+            _set_fix(r, "launch stall", stack, _check(rep, Scenario(no_launch_stall=True), n), name=r["evidence"],
+                     what=stall_words(r.get("steps"), r["evidence"]))
         elif r["kind"] == "dominant" and r["class"] == "host" and r["cause"] in _HOST_SCENARIO:
             chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
             if r["cause"] != "launch" or _launch_real(con, n, stall_ns=stall_ns):
-                _set_fix(r, r["cause"], stack, chk)
+                words, kw = alloc if r["cause"] == "allocator" else (r["cause"], {})
+            _set_fix(r, words, stack, chk, **kw)
         elif r["kind"] == "dominant" and r["class"] == "communication":
             _set_fix(r, "communication", stack, _check(rep, Scenario(overlap_comm=True), n))
         elif r["kind"] == "launch_names" and _launch_real(con, n, stall_ns=stall_ns):
             shape = launch_shape(con, n)
             chk = _check(rep, Scenario(no_launch_overhead=True), n)
-            if shape["copies_ns"] >= 0.5 * (r["value_ns"] or 0) and shape["syncs"] >= 1 and \
-                    (r["evidence_ns"] or 0) < 0.5 * (r["value_ns"] or 0):
+            # a JAX program's copies (device_put of the inputs) lie outside any jitted function: neither
+            # XLA's fusion nor its command buffers take them
+            if (shape["copies_ns"] >= 0.5 * (r["value_ns"] or 0) and (shape["syncs"] >= 1 or stack == "jax") and
+                    (r["evidence_ns"] or 0) < 0.5 * (r["value_ns"] or 0)) or shape["alloc_ns"] >= 0.5 * (r["value_ns"] or 0):
                 # mostly before memsets and copies (fusion does not remove it) in a step that blocks
-                # (no CUDA graph): no launch fix fits; the sentence says why, the replay is kept
+                # (no CUDA graph), or mostly inside allocator calls: no launch fix fits; the sentence
+                # says why, the replay is kept
                 r["scenario"], r["gain_ns"] = chk["scenario"], chk["gain_ns"]
                 r["steps_affected"], r["recover_ns"] = chk["steps_affected"], chk["recover_ns"]
             else:
@@ -473,10 +561,20 @@ def _claim_rows(con, rows: list[dict], rep: _Replays, steps: list[int], warm, ta
         if chk["recover_ns"] > 0 and x["ns"] - (x["base"] or 0) >= 0.5 * chk["gain_ns"]:
             _set_fix(row, "extra sync", _stack(st, [x["rank"]]), chk, name=x["name"])
             rows.append(row)
-    rows.extend(_host_syncs(con, rep, n, st, strag_sync | {r["rank"] for r in rows if r["kind"] == "extra_sync"}))
+    covered = strag_sync | {r["rank"] for r in rows if r["kind"] == "extra_sync"}
+    rows.extend(_host_syncs(con, rep, n, st, covered) or _blocking_copies(con, rep, n, st, covered))
     rows.extend(_pageable(con, rep, n, st))
-    rows.extend(_yardsticks(table))
+    rows.extend(_yardsticks(con, table))
     return _rank(rows), table
+
+
+def stall_words(steps, name: str) -> str:
+    """A launch stall by the analysed steps holding one (findings.sql launch_stall): every step named,
+    not only the first."""
+    steps = list(steps or [])
+    if len(steps) <= 1:
+        return f"a one-time stall in {name}" + (f" (step {steps[0]})" if steps else "")
+    return f"stalls in {name} in {len(steps)} steps ({', '.join(map(str, steps))})"
 
 
 def _launch_real(con, n: int, rank: int | None = None, step: int | None = None, stall_ns: float = 0) -> bool:
@@ -495,6 +593,11 @@ def _launch_real(con, n: int, rank: int | None = None, step: int | None = None, 
     return bool(exposed) and (queued or 0) < 0.5 * exposed and per_step >= 0.02 * (median or 0)
 
 
+# ROCm's copy and fill blit kernels (hipMemcpy*Async / hipMemset run as kernels): copies, not compute
+# (JAX GEMM on MI300X: 0.475 of 0.732 ms of launch idle before __amd_rocclr_copyBuffer.kd, device_put)
+_BLIT = r"^__amd_rocclr_(copy|fill)(Buffer|Image)"
+
+
 def launch_shape(con, n: int) -> dict:
     """What the launch-bound names' idle precedes in the analysed steps (copies_ns: memsets and copies,
     which no fusion removes; nsys-ai mfu_2gpu_after: 21.0 of 28.6 ms), its largest single launch where
@@ -503,14 +606,28 @@ def launch_shape(con, n: int) -> dict:
     cannot capture a step that makes them)."""
     copies, outlier, ratio = con.execute(f"""
         WITH o AS (SELECT o.*, median(api_ns) OVER (PARTITION BY api_name) AS med FROM launch_overhead o)
-        SELECT coalesce(sum(exposed_ns) FILTER (WHERE kind IN ('memset', 'memcpy')), 0),
+        SELECT coalesce(sum(exposed_ns) FILTER (WHERE kind IN ('memset', 'memcpy') OR regexp_matches(name, '{_BLIT}')), 0),
                arg_max(api_name || chr(0) || exposed_ns::VARCHAR, exposed_ns) FILTER (WHERE api_ns > 50 * med),
                arg_max(api_ns / nullif(med, 0), exposed_ns) FILTER (WHERE api_ns > 50 * med)
         FROM o SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
         WHERE o.step IN {_STEPS_SQL}""").fetchone()
     syncs = con.execute(f"""SELECT count(*) / greatest(1, (SELECT count(DISTINCT rank) FROM launch_overhead))::DOUBLE / {max(n, 1)}
                             FROM sync WHERE reason = 'synchronize' AND step IN {_STEPS_SQL}""").fetchone()[0] or 0
-    out = {"copies_ns": int(copies or 0), "syncs": round(syncs, 1), "outlier": None}
+    # the part of that idle spent inside allocator calls on the rank (the idle ends at the op's start:
+    # [start - exposed, start]); allocator time, which fusion does not remove (TraceLens' MI300X DDP
+    # ResNet-18, caching off: 522.0 of 528.6 ms of one kernel name's launch idle inside hipFree / hipMalloc)
+    alloc, alloc_name = con.execute(f"""
+        WITH o AS (SELECT o.rank, g.start_ns - o.exposed_ns AS a, g.start_ns AS b FROM launch_overhead o
+                   JOIN gpu_ops g USING (op_id)
+                   SEMI JOIN launch_overhead_summary s ON s.rank = o.rank AND s.name = o.name AND s.launch_bound
+                   WHERE o.step IN {_STEPS_SQL} AND o.exposed_ns > 0),
+        m AS (SELECT rank, start_ns, end_ns, regexp_replace(name, '_v[0-9]+$', '') AS name FROM host_ops
+              WHERE kind IN ('cuda_runtime', 'cuda_driver') AND regexp_matches(name, '{_ALLOCATOR_CALLS}'))
+        SELECT coalesce(sum(least(m.end_ns, o.b) - greatest(m.start_ns, o.a)), 0),
+               arg_max(m.name, least(m.end_ns, o.b) - greatest(m.start_ns, o.a))
+        FROM o JOIN m ON m.rank = o.rank AND m.end_ns > o.a AND m.start_ns < o.b""").fetchone()
+    out = {"copies_ns": int(copies or 0), "syncs": round(syncs, 1), "outlier": None, "alloc_ns": int(alloc or 0),
+           "alloc_name": alloc_name}
     if outlier:
         name, ns = outlier.split(chr(0))
         out["outlier"] = (name, int(ns), float(ratio))
@@ -555,6 +672,32 @@ def _host_syncs(con, rep: _Replays, n: int, st: dict[int, str], covered: set) ->
     return [r]
 
 
+def _blocking_copies(con, rep: _Replays, n: int, st: dict[int, str], covered: set) -> list[dict]:
+    """Blocking copy calls (sync.reason 'sync memcpy': cudaMemcpy, hipMemcpyWithStream) every analysed
+    step, whose wait for the GPU the replay without syncs removes: the call blocking longest, per rank
+    and step, and the direction of its copy. Without this row the what-if table's "no host syncs" gain
+    was quoted with no fix (rocmprofiledata mytrace.rpd, vLLM: 22 hipMemcpyWithStream DtoH reads in
+    aten::copy_ block 345.6 ms, the replay gains 24.8 ms)."""
+    row = con.execute(f"""
+        SELECT name, count(*) / count(DISTINCT rank) / {n}, sum(blocked_ns) / count(DISTINCT rank) / {n},
+               list(DISTINCT rank ORDER BY rank), count(DISTINCT step), arg_max(regexp_extract(gpu_op, '(HtoD|DtoH|DtoD|HtoH)'), blocked_ns)
+        FROM sync WHERE reason = 'sync memcpy' AND step IN {_STEPS_SQL}
+        GROUP BY name ORDER BY 3 DESC, name LIMIT 1""").fetchone()
+    if not row or not row[0] or row[4] < n or set(row[3]) & covered:
+        return []
+    name, per_step, ns, ranks, _, direction = row
+    r = _new_row("host_syncs", cls="host", cause="sync", value_ns=ns, evidence=name, per_step=round(per_step, 2), ranks=ranks)
+    r["activity"] = f"{direction} copy" if direction else None  # the copies they wait for, said with the calls
+    r["repro_sql"] = (f"SELECT sum(blocked_ns) / count(DISTINCT rank) / (SELECT count(*) FROM {_STEPS_SQL})::DOUBLE AS figure "
+                      f"FROM sync WHERE name = {sql_string(name)} AND step IN {_STEPS_SQL}")
+    chk = _check(rep, Scenario(no_host_syncs=True), n)
+    # the replay removes every blocking call: it is these calls' gain only where they block at least half as long
+    if chk["recover_ns"] <= 0 or ns < 0.5 * chk["gain_ns"]:
+        return []
+    _set_fix(r, "read back" if direction == "DtoH" else "pageable copy", _stack(st, ranks), chk, name=name)
+    return [r]
+
+
 def _pageable(con, rep: _Replays, n: int, st: dict[int, str]) -> list[dict]:
     """A pageable copy every step: pinned, it runs at least twice as fast (the staging copy through a
     pinned bounce buffer goes; 6.4 GB/s pageable on the launch_bound H100 job) and its call returns at
@@ -576,12 +719,53 @@ def _pageable(con, rep: _Replays, n: int, st: dict[int, str]) -> list[dict]:
     return [r]
 
 
-def _yardsticks(table: list[dict]) -> list[dict]:
+# Host time on a step's critical path while the same rank's GPU was busy, per rank: the host waiting on
+# running GPU work by a means the trace does not record as a sync (polling a counter the GPU writes,
+# DeepEP's dispatch: 24.8 of the 25.0 ms of host time on deepseek train.json's path, its GPU idle
+# 0.5 ms of 129.0 ms; a thread whose events were filtered out: 262 of 540 ms on the fused HTA pair).
+# The replay holds that host time fixed, so a bound on faster kernels or copies (compute x0.5 "2.5 ms")
+# is not one. Parameter: the step.
+_HOST_WHILE_BUSY_SQL = """
+    WITH h AS (SELECT rank, start_ns, end_ns FROM critical_path WHERE step = ? AND kind = 'host_cpu'),
+    w AS (SELECT rank, min(start_ns) AS a, max(end_ns) AS b FROM tf_internal.step_windows WHERE step = ? GROUP BY rank),
+    hb AS (SELECT h.rank, sum(h.end_ns - h.start_ns) AS host_ns,
+                  sum((SELECT coalesce(sum(least(g.end_ns, h.end_ns) - greatest(g.start_ns, h.start_ns)), 0)
+                       FROM tf_internal.gpu_islands g WHERE g.rank = h.rank AND g.end_ns > h.start_ns AND g.start_ns < h.end_ns)) AS busy_ns
+           FROM h GROUP BY h.rank)
+    SELECT hb.rank, hb.host_ns, hb.busy_ns, w.b - w.a AS wall_ns,
+           (w.b - w.a) - (SELECT coalesce(sum(least(g.end_ns, w.b) - greatest(g.start_ns, w.a)), 0)
+                          FROM tf_internal.gpu_islands g WHERE g.rank = w.rank AND g.end_ns > w.a AND g.start_ns < w.b) AS idle_ns
+    FROM hb JOIN w USING (rank) ORDER BY hb.busy_ns DESC, hb.rank LIMIT 1"""
+
+
+def _host_while_busy(con, step: int) -> tuple | None:
+    """(rank, host ns on the path, of it while its GPU was busy, the rank's step window, its GPU idle in
+    it) for the rank holding the most such time in the step, where it is material (over 1 ms and 5 % of
+    the window) and the GPU idled under half the path's host time: a scaling bound's replay cannot be
+    trusted there. A host-bound step's GPU runs its little work beside the host's (JAX conv on MI300X:
+    4.2 of 27.3 ms, the GPU idle 23.4 ms): work off the path, no hidden wait."""
+    row = con.execute(_HOST_WHILE_BUSY_SQL, [step, step]).fetchone()
+    if not row or not row[2] or not row[3] or row[2] < max(1e6, 0.05 * row[3]) or row[4] >= 0.5 * row[1]:
+        return None
+    return row
+
+
+def _yardsticks(con, table: list[dict]) -> list[dict]:
     """The replay's bounds (compute or copies twice as fast, no stragglers): what the step would gain,
-    shown apart, never as the fix."""
+    shown apart, never as the fix. A bound on faster GPU work is withheld, with why, where the host's
+    time on the path ran while its GPU was busy (_host_while_busy)."""
     out = []
     for f in table:
         if (f.get("reference") or f["scenario"].startswith("no stragglers")) and f["gain_ns"] > 0:
+            busy = _host_while_busy(con, f["step"]) if f.get("reference") else None
+            if busy:
+                rank, host, during, wall, idle = busy
+                r = _new_row("bound_withheld", rank=rank, step=f["step"], value_ns=during, baseline_ns=host,
+                             evidence=f["scenario"])
+                r["priority"], r["evidence_ns"], r["n"] = 3, idle, wall  # n: the rank's step window (ns)
+                r["figure"], r["unit"] = during, "ns"
+                out.append(r)
+                continue
             r = _new_row("yardstick", evidence=f["scenario"], value_ns=f["gain_ns"], step=f["step"], share_pct=f["gain_pct"])
             r["yardstick"], r["priority"] = True, 3  # a caveat on the fixes, not a finding
             r["gain_ns"] = f["gain_ns"]

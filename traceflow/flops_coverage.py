@@ -5,6 +5,10 @@ from __future__ import annotations
 READS = frozenset({"host_ops", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 
+_PROFILER = {"xla": "XLA (JAX) profiler", "rpd": "ROCm (rpd)", "rocprof": "ROCm profiler", "autograd": "legacy autograd profiler",
+             "perfetto": "Perfetto"}
+
+
 def why_no_flops(con) -> str:
     """Why no op has known FLOPs, per profiler: what the traces lack, and how to record it."""
     # per profiler: whether any CPU op has recorded arguments, and how many CPU ops there are
@@ -15,12 +19,20 @@ def why_no_flops(con) -> str:
     ops = {fmt: n for fmt, (_, n) in seen.items()}
     why = []
     if have.get("kineto-json") is False:
-        why.append("the PyTorch profiler traces have no input shapes (record_shapes=True records them)")
+        # a file holding no CPU op at all (TraceFuse's NCCL-only output) lacks more than shapes
+        why.append("the PyTorch profiler traces have no input shapes (record_shapes=True records them)"
+                   if ops.get("kineto-json") else "the PyTorch profiler traces hold no CPU ops (events filtered out)")
     if have.get("nsys-sqlite") is False:
         why.append("the Nsight Systems traces' emit_nvtx ranges carry no sizes (emit_nvtx(record_shapes=True) "
                    "records them)" if ops.get("nsys-sqlite") else
                    "the Nsight Systems traces have no PyTorch op ranges (record under "
                    "torch.autograd.profiler.emit_nvtx(record_shapes=True))")
+    # any other profiler whose ops record no operand shapes: that is the reason, not a missing FLOP
+    # formula (JAX's conv on MI300X, an XLA `cudnn-conv` op; vLLM's aten::_scaled_mm in a ROCm rpd file)
+    for fmt in sorted(f for f, args in have.items() if args is False and f not in ("kineto-json", "nsys-sqlite")):
+        label = _PROFILER.get(fmt.split("-")[0], fmt)
+        why.append(f"the {label} traces record no operand shapes for their ops" if ops.get(fmt) else
+                   f"the {label} traces record no CPU ops, nor operand shapes")
     # "because", not a colon: the verdict puts this after its own "MFU and the roofline are empty: "
     return "no op in the traces has known FLOPs, because " + ("; and ".join(why) if why else
         "no op that launched GPU work is of a kind with a FLOP formula (docs/roofline.md)")
