@@ -44,7 +44,8 @@
 -- @column n               BIGINT     figure:count  a count: collectives started last (straggler), ranks sharing one GPU, kernel
 --     names, launch-bound steps, ops with known FLOPs (mfu_empty), GPU ops a figure is
 --     missing for (cannot_answer; NULL for a figure of the whole rank), launch calls with no GPU op
---     in the trace (unrecorded_work; share_pct: of the launch calls in the analysed steps)
+--     in the trace (unrecorded_work, cause 'launches without GPU ops'; share_pct: of the ranks' launch
+--     calls; 0 for cause 'communication kernels only')
 -- @column per_step        DOUBLE     figure:count straggler: how many more blocking calls (evidence) it makes per step than the
 --     median other rank
 -- @column bytes           BIGINT     figure:bytes  dominant memory copies: bytes copied per step on the path
@@ -76,7 +77,7 @@
 -- @column wall_ns  BIGINT   figure:ns     the step's window across ranks, last end - first start (ns)
 -- @column warmup   BOOLEAN  flag          a warm-up first step: over 1.5 × the median, when there are three steps or more
 -- scope: job
--- requires: cannot_answer, collective_waits, gpu_devices, gpu_sharing, host_ops, partial_capture, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra
+-- requires: cannot_answer, collective_waits, gpu_devices, gpu_sharing, partial_capture, gpu_ops, idle_gaps, launch_bound_steps, launch_overhead, launch_overhead_summary, mfu, op_work, step_breakdown, step_coverage, step_causes, step_windows, stragglers, sync, sync_extra, unrecorded_work
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -282,18 +283,9 @@ WITH st AS (
     WHERE c.n_ops IS NULL OR c.n_ops >= 0.1 * o.n
     GROUP BY c.figure, c.reason
 ), unlinked AS (
-    -- launch calls inside the analysed steps' GPU windows whose GPU op the trace does not hold: the
-    -- kernel trace does not cover the API trace, and GPU idle may be work it did not record
-    -- (rocprof-unified-viewer's llama.cpp decode CSVs: 178 of 180 hipLaunchKernel without a kernel,
-    -- "89 % of the path is GPU idle with nothing else on it")
-    SELECT count(*) AS launches,
-           count(*) FILTER (WHERE h.correlation_id IS NULL OR NOT EXISTS
-               (SELECT 1 FROM gpu_ops g WHERE g.rank = h.rank AND g.correlation_id = h.correlation_id)) AS n,
-           list(DISTINCT h.rank ORDER BY h.rank) AS ranks
-    FROM host_ops h JOIN (SELECT rank, min(start_ns) AS a, max(end_ns) AS b FROM step_windows
-                          WHERE step IN (SELECT step FROM st) GROUP BY rank) w
-      ON w.rank = h.rank AND h.start_ns >= w.a AND h.start_ns < w.b
-    WHERE h.kind IN ('cuda_runtime', 'cuda_driver') AND regexp_matches(h.name, '(?i)launchkernel|graphlaunch|launchcooperative')
+    -- the ranks whose trace leaves GPU work out (unrecorded_work.sql: the rule's one place), a row per reason
+    SELECT reason, sum(launches) AS launches, sum(unlinked) AS n, list(rank ORDER BY rank) AS ranks
+    FROM tf_internal.unrecorded_work GROUP BY reason
 ), mfu_step AS (
     -- the median step by time among those with an MFU
     SELECT step, median(mfu_pct) AS mfu_pct, median(known_pct) AS known_pct, median(wall_ns) AS wall
@@ -378,8 +370,9 @@ SELECT 3 AS priority, 'coverage' AS kind, rank, before_ns + after_ns AS value_ns
 UNION ALL BY NAME
 SELECT 3 AS priority, 'cannot_answer' AS kind, figure AS evidence, reason AS note, ranks, n, share_pct FROM cannot
 UNION ALL BY NAME
-SELECT 3 AS priority, 'unrecorded_work' AS kind, n, round(100.0 * n / launches, 1) AS share_pct, ranks
-FROM unlinked WHERE n >= 10 AND n >= 0.1 * launches
+SELECT 3 AS priority, 'unrecorded_work' AS kind, reason AS cause, n,
+       CASE WHEN launches > 0 THEN round(100.0 * n / launches, 1) END AS share_pct, ranks
+FROM unlinked
 UNION ALL BY NAME
 SELECT 4 AS priority, 'launch_bound_steps' AS kind, 'host' AS class, 'launch' AS cause, pct AS share_pct,
        len(steps) AS n, steps FROM lb WHERE len(steps) > 0

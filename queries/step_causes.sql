@@ -22,8 +22,8 @@
 --     sync | allocator | cuda_other | data_loading | cpu_op | no_op, or unattributed where
 --     they fall outside the rank's steps; a sync segment that is an async copy staged
 --     through pageable memory is that copy's cause (`HtoD pageable`, sync.cause: pin it);
---     missing peer (peer wait); nothing recorded (idle), or unrecorded work (idle on a rank whose
---     trace holds launch calls without their GPU op: at least 10, a tenth of its launch calls)
+--     missing peer (peer wait); nothing recorded (idle), or unrecorded work (idle on a rank of
+--     unrecorded_work: its trace leaves GPU work out)
 -- @column path_ns       BIGINT   figure:ns     time on the step's critical path (ns)
 -- @column segments      BIGINT   figure:count  how many path segments; a collective's stretch beside compute is a segment of
 --     compute too (its name NULL: the kernels beside it are not on the path)
@@ -36,7 +36,7 @@
 --
 -- step_causes shows first: step, rank, class, cause, path_ns, share_pct, top_name, segments
 -- scope: job
--- requires: critical_path, exposed_comm_segments, gpu_ops, host_ops, host_time_spans, sync
+-- requires: critical_path, exposed_comm_segments, gpu_ops, host_ops, host_time_spans, sync, unrecorded_work
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.
 CREATE SCHEMA IF NOT EXISTS tf_internal;
 SET search_path = 'main,tf_internal';
@@ -76,14 +76,6 @@ WITH seg AS (
 ), copies AS (
     SELECT op_id, kind, copy_kind, bytes, name ILIKE '%pageable%' AS pageable, name ILIKE '%pinned%' AS pinned
     FROM gpu_ops WHERE kind IN ('memcpy', 'memset', 'um_migration') AND op_id IN (SELECT op_id FROM seg WHERE kind = 'gpu_memory')
-), unrecorded AS (
-    -- ranks whose kernel trace does not cover their API trace: the GPU idle there may be work the
-    -- trace did not record (rocprof-unified-viewer's llama.cpp decode CSVs: 178 of 180 hipLaunchKernel
-    -- calls have no kernel, and 89 % of the path was "GPU idle with nothing else on the path")
-    SELECT h.rank FROM host_ops h
-    WHERE h.kind IN ('cuda_runtime', 'cuda_driver') AND regexp_matches(h.name, '(?i)launchkernel|graphlaunch|launchcooperative')
-    GROUP BY h.rank
-    HAVING count(*) FILTER (WHERE h.op_id NOT IN (SELECT launch_op_id FROM gpu_ops WHERE launch_op_id IS NOT NULL)) >= greatest(10, 0.1 * count(*))
 ), named AS (
     SELECT s.step, s.rank, s.dur_ns, s.name,
            CASE s.kind WHEN 'gpu_compute' THEN 'compute'
@@ -99,7 +91,7 @@ WITH seg AS (
                 WHEN s.kind = 'host_sync' OR s.op_id IN (SELECT op_id FROM sync)
                      THEN coalesce((SELECT y.cause FROM sync y WHERE y.op_id = s.op_id), 'sync')
                 WHEN s.kind = 'peer_wait' THEN 'missing peer'
-                WHEN s.kind = 'idle' AND s.rank IN (SELECT rank FROM unrecorded) THEN 'unrecorded work'
+                WHEN s.kind = 'idle' AND s.rank IN (SELECT rank FROM tf_internal.unrecorded_work) THEN 'unrecorded work'
                 ELSE 'nothing recorded' END AS cause,
            CASE WHEN s.kind = 'gpu_memory' THEN m.bytes END AS bytes
     FROM seg s LEFT JOIN copies m ON m.op_id = s.op_id LEFT JOIN calls h ON h.op_id = s.op_id

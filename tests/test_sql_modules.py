@@ -142,6 +142,7 @@ def test_the_per_rank_lists_follow_from_the_declarations():
     sharded.update({t: ("main", "trace_id") for t in ("memory_segments", "memory_snapshot_blocks", "memory_snapshot_history")})
     # since: host_time made a rank step (issue 44: at 4,096 ranks the client ran out of memory in it)
     sharded.update({"host_time": ("main", "rank"), "host_time_spans": ("tf_internal", "rank")})
+    sharded["unrecorded_work"] = ("tf_internal", "rank")  # a trace leaving GPU work out: one rank's rule
     times = {"gpu_ops": ("start_ns", "end_ns", "api_start_ns", "api_end_ns", "issue_start_ns"),
              "host_ops": ("start_ns", "end_ns"), "ranges": ("start_ns", "end_ns"), "steps": ("start_ns", "end_ns"),
              "step_windows": ("start_ns", "end_ns", "first_op_ns", "last_op_end_ns"), "gpu_state": ("start_ns", "end_ns"),
@@ -166,4 +167,4 @@ def test_the_per_rank_lists_follow_from_the_declarations():
     # the hand lists they replace (derive.PER_RANK, rank_tables.PER_RANK_PACKS and WORKER_HELPERS at e07745c)
     assert scoped == {"comm_kernels", "steps", "gpu_ops", "step_windows", "gpu_state", "gpu_islands", "idle_gaps",
                       "launch_overhead", "op_flops", "op_work", "step_breakdown", "sync", "cp_graph", "exposed_comm",
-                      "kernels", "launch_bound_steps", "mfu", "roofline", "op_classes", "op_work_kernels", "host_time"}
+                      "kernels", "launch_bound_steps", "mfu", "roofline", "op_classes", "op_work_kernels", "host_time", "unrecorded_work"}

@@ -195,7 +195,7 @@ def _what(cls: str | None, cause: str | None, stack: str = "pytorch") -> str:
     if cls == "memory copies":
         return f"{cause} memory copies" if cause and cause != "memset" else "memsets"
     if cls == "idle" and cause == "unrecorded work":  # step_causes.sql: launch calls without their GPU op
-        return "GPU idle that may be GPU work the trace did not record (launch calls with no GPU op in it)"
+        return "GPU idle that may be GPU work the trace did not record"
     return {"compute": "GPU compute", "communication": "communication (collective kernels not hidden by compute)",
             "peer wait": "waiting for a peer whose trace is missing", "idle": "GPU idle with nothing else on the path"
             }.get(cls or "", cls or "?")
@@ -425,8 +425,12 @@ def _partial_capture(r: dict, con) -> str:
 
 @sentence("unrecorded_work")
 def _unrecorded_work(r: dict, con) -> str:
-    # findings.sql unlinked: the kernel trace does not cover the API trace (two rocprofv3 CSVs sampled apart)
-    return (f"{r['n']:,} launch calls in the analysed steps ({_pct(r['share_pct'])} of them) have no GPU op in the trace: "
+    # unrecorded_work.sql: the kernel trace does not cover the API trace (two rocprofv3 CSVs sampled
+    # apart), or the trace holds only the collectives (a filtered capture)
+    if r.get("cause") == "communication kernels only":
+        return (f"The trace of {_ranks(r['ranks'])} holds only communication kernels and no host call (a filtered "
+                "capture): the GPU idle between them may be compute the trace left out, and no host cause can be named.")
+    return (f"{r['n']:,} launch calls ({_pct(r['share_pct'])} of them) have no GPU op in the trace: "
             "the GPU idle and \"nothing else on the path\" may be GPU work the trace did not record.")
 
 
