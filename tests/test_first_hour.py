@@ -419,3 +419,13 @@ def test_the_last_internal_errors_of_the_first_hour_are_one_line(demo_db, tmp_pa
         r = run_cli("ingest", *JOB[:1], "-o", out, flag, "1e-300")
         assert r.returncode == 2 and r.stderr.startswith(f"traceflow: error: {flag} must be a number from 0.001"), r.stderr
         assert not out.exists()
+
+
+def test_traceflow_report_stays_the_function_after_its_pages_are_imported(demo_db, tmp_path):
+    """`traceflow.report(db, out)` twice: the page package was `traceflow.report` too, and its first
+    import replaced the function with the package ("'module' object is not callable" on the second
+    call, and in any process that had imported a page module)."""
+    import traceflow
+    first = traceflow.report(demo_db, str(tmp_path / "a.html"))
+    second = traceflow.report(demo_db, str(tmp_path / "b.html"))
+    assert callable(traceflow.report) and Path(first).stat().st_size > 0 and Path(second).stat().st_size > 0

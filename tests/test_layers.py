@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("derive", ("derive", "hardware", "invariants")),  # derived tables, clock alignment, device peaks, absurd input
     ("analyses", ("graph", "packs", "critical_path", "whatif", "claims", "verdict", "flops_coverage", "hang", "memory")),  # the SQL packs and the Python analyses
     ("ingest", ("pipeline", "rank_task", "cluster", "recipes")),  # runs read -> load -> derive -> analyses
-    ("outputs", ("report", "perfetto", "perfetto_packets", "compare", "gate", "scaling_study")),  # pages and traces written
+    ("outputs", ("pages", "perfetto", "perfetto_packets", "compare", "gate", "scaling_study")),  # pages and traces written
     ("job", ("job", "postmortem", "traceflow")),   # the public surface: traceflow.open(...) -> Job
     ("cli", ("cli", "terminal", "__main__", "mcp_server")),  # the command: one call into the Job per command; the MCP server beside it
 ]
@@ -227,7 +227,7 @@ def test_the_checker_sees_what_it_must(tmp_path):
 # tools, the terminal's lines): each declares the tables it reads in one module-level constant,
 # `READS = frozenset({...})`, checked against the tables its SQL strings read (sqlmodules.referenced).
 TABLE_READERS = ("whatif", "verdict", "claims", "hang", "memory", "flops_coverage", "perfetto", "job", "terminal",
-                 "report/html", "report/hang", "report/memory", "report/roofline")
+                 "pages/html", "pages/hang", "pages/memory", "pages/roofline")
 # What DuckDB keeps about itself (information_schema.tables ...) and duckdb_*() functions: not our tables
 _CATALOG = re.compile(r"\binformation_schema\.\w+|\bduckdb_\w+\(\)", re.I)
 _SQLISH = re.compile(r"\b(?:SELECT|FROM|JOIN)\b")

@@ -208,6 +208,6 @@ def test_short_names_are_distinct_and_one_function(job):
     assert len({short_name(n) for n in names}) < len(names)  # the plain shortening collides on this job
     for full, s in short.items():
         assert len(s) <= 120 and s.split("<")[0] == short_name(full).split("<")[0], (s, full[:100])
-    import traceflow.report.blocks as blocks
+    import traceflow.pages.blocks as blocks
     import traceflow.terminal as terminal
     assert blocks.short_names is short_names and terminal.short_names is short_names

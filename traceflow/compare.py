@@ -44,7 +44,7 @@ class Diff(DiffView):
         return g
 
     def write_html(self, output: str = "diff.html", force: bool = False) -> str:
-        from .report.diff_page import write
+        from .pages.diff_page import write
         return write(self, output, force=force)
 
 

@@ -360,7 +360,7 @@ class Job:
 
     def write_report(self, output: str = "report.html", force: bool = False) -> str:
         """The post-mortem HTML page: one self-contained file that opens offline."""
-        from .report.html import write_report
+        from .pages.html import write_report
         return write_report(self.view(), output, force=force)
 
     def write_perfetto(self, output: str = "job.perfetto-trace", ranks: list[int] | None = None,

@@ -30,7 +30,7 @@ class Scaling(ScalingView):
         return {"mode": self.mode, "warnings": self.warnings, "sentences": self.sentences, "runs": self.table.to_dicts()}
 
     def write_html(self, output: str = "scaling.html", force: bool = False) -> str:
-        from .report.scaling_page import write
+        from .pages.scaling_page import write
         return write(self, output, force=force)
 
 

@@ -1,6 +1,6 @@
 """What the outputs draw from: read-only views of a job, a diff and a scaling study.
 
-The pages and traces (report/, perfetto.py, gate.py) are written from these, never from the `Job`,
+The pages and traces (pages/, perfetto.py, gate.py) are written from these, never from the `Job`,
 the `Diff` or the `Scaling` that make them: those objects call into the outputs (job.write_report,
 diff.write_html), so an output that imported them back, even for a type hint, closed a circle of
 imports (tests/test_layers.py counts type-only imports). A leaf: it imports nothing of traceflow.
