@@ -127,7 +127,7 @@ SELECT v.rank, v.name, coalesce(n.cause, 'sync') AS cause, v.steps,
        (SELECT count(*) FROM grid g WHERE g.rank = v.rank AND g.name = v.name AND g.n > v.peers_per_step) AS steps_with,
        v.per_step, v.peers_per_step, v.blocked_ns, v.peers_blocked_ns,
        -- the other ranks, for the rows kept only
-       list_filter((SELECT m.ranks FROM middle m WHERE m.name = v.name), x -> x <> v.rank) AS peers
+       list_filter((SELECT m.ranks FROM middle m WHERE m.name = v.name), lambda x: x <> v.rank) AS peers
 FROM vs v LEFT JOIN names n USING (rank, name)
 WHERE v.per_step - v.peers_per_step >= 1
 ORDER BY v.blocked_ns - v.peers_blocked_ns DESC, v.rank, v.name;

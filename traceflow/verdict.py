@@ -689,8 +689,11 @@ def _fix_sentence(con, out: dict):
     top = next((r for r in out["findings"] if r.get("fix")), None)
     if top:
         out["sentences"].append(f"Worth the most over the capture: {top['fix']} ({_gain_words(top)}).")
+    # a row whose gain is mostly the stall above (whatif._same_fault_after_stall; its share: ddp4's
+    # "no host syncs", 15.3 of 17.2 ms from rank 3's stalled step) says so itself; one whose gain is
+    # mostly elsewhere (amd-hpc's "no launch overhead", 2.7 of 8.3 ms) competes on its whole gain
     table = [f for f in out["fixes"] if not f.get("reference") and not f["scenario"].startswith("no stragglers")
-             and f["gain_pct"] >= 2]
+             and f["gain_pct"] >= 2 and not (f.get("same_fault") and (f.get("fault") or {}).get("share", 0) >= 0.5)]
     if not table:
         return
     # the largest gain, not the table's first row: best_fixes puts a host stall ahead of a fix that

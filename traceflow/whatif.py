@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .duck import arrow_table
 from .errors import UsageError
 
 READS = frozenset({"collective_waits", "cp_gpu_preds", "cp_host_nodes", "gpu_ops", "host_time", "host_time_spans", "launch_overhead",
@@ -67,7 +68,7 @@ class StepGraph:
     their launching threads that can move them."""
 
     def __init__(self, con, step: int):
-        g = con.execute("""
+        g = arrow_table(con, """
             SELECT g.op_id, g.rank, g.start_ns, g.end_ns, g.name,
                    CASE g.category WHEN 'communication' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END AS kind,
                    coalesce(g.api_start_ns, -1) AS api, coalesce(g.launch_tid, -1) AS tid,
@@ -77,7 +78,7 @@ class StepGraph:
             -- (queries/collective_waits.sql: point-to-point pairs that cannot be one transfer and ranks
             -- of unnamed communicators that cannot be told apart are left out): one definition
             LEFT JOIN collective_waits c USING (op_id)
-            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step]).to_arrow_table()
+            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step])  # DuckDB 2 warned for a prepared result's Arrow
         if not g.num_rows:
             raise UsageError(f"step {step} has no GPU ops")
         self.step, self.con = step, con
