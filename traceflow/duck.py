@@ -62,11 +62,16 @@ NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensio
                  "allow_community_extensions": False, "allow_persistent_secrets": False}
 
 
+# DuckDB 2 refuses the `x -> ...` lambda that 1.5 only deprecated (an ingest failed for every user
+# whose pip took 2.0.1: sync_extra.sql had one): refused on 1.5 too, so that the suite finds one.
+SYNTAX = {"lambda_syntax": "DISABLE_SINGLE_ARROW"}
+
+
 def connect(database: str | PathLike = ":memory:", read_only: bool = False, config: dict | None = None):
     """`duckdb.connect` with NO_EXTENSIONS (and `config`): the one way traceflow opens DuckDB; a signal
     interrupts its queries (interrupts.watch)."""
     import duckdb
-    con = duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **(config or {})})
+    con = duckdb.connect(str(database), read_only=read_only, config={**NO_EXTENSIONS, **SYNTAX, **(config or {})})
     WATCHED.add(con)  # Ctrl-C and SIGTERM stop its queries at once (interrupts._interrupter)
     return con
 
