@@ -532,7 +532,7 @@ def _claim_rows(con, rows: list[dict], rep: _Replays, steps: list[int], warm, ta
             chk = _check(rep, _HOST_SCENARIO[r["cause"]], n)
             if r["cause"] != "launch" or _launch_real(con, n, stall_ns=stall_ns):
                 words, kw = alloc if r["cause"] == "allocator" else (r["cause"], {})
-            _set_fix(r, words, stack, chk, **kw)
+                _set_fix(r, words, stack, chk, **kw)
         elif r["kind"] == "dominant" and r["class"] == "communication":
             _set_fix(r, "communication", stack, _check(rep, Scenario(overlap_comm=True), n))
         elif r["kind"] == "launch_names" and _launch_real(con, n, stall_ns=stall_ns):
