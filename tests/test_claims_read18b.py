@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WILD
+from intervals import union
 
 import traceflow
 
@@ -26,16 +27,6 @@ def _job(rels: tuple[str, ...], tmp_path_factory) -> tuple[str, dict]:
         with traceflow.open(db) as j:
             _DBS[rels] = (db, j.findings())
     return _DBS[rels]
-
-
-def _union(iv: list[tuple[int, int]]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
 
 
 XLA_A, XLA_G = "xla/jax08_attention.tw003.trace.json.gz", "xla/jax08_gemm.tw003.trace.json.gz"
@@ -100,8 +91,8 @@ def test_idle_with_nothing_on_the_issuing_thread_is_no_traced_op(tmp_path_factor
     python thread or of the Host Threads covers."""
     db, f = _job((XLA_A,), tmp_path_factory)
     ev, threads, procs = _xla_threads(WILD / XLA_A)
-    gpu = _union([(e["ts"], e["ts"] + e["dur"]) for e in ev if threads.get((e["pid"], e["tid"]), "").startswith("Stream")])
-    host = _union([(e["ts"], e["ts"] + e["dur"]) for e in ev if "/host:CPU" in procs.get(e["pid"], "")
+    gpu = union([(e["ts"], e["ts"] + e["dur"]) for e in ev if threads.get((e["pid"], e["tid"]), "").startswith("Stream")])
+    host = union([(e["ts"], e["ts"] + e["dur"]) for e in ev if "/host:CPU" in procs.get(e["pid"], "")
                    and (threads.get((e["pid"], e["tid"])) == "python" or threads.get((e["pid"], e["tid"]), "").startswith("Host Threads"))])
     bare = 0.0
     for (_, a), (b, _) in zip(gpu, gpu[1:]):
