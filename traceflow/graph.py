@@ -118,7 +118,7 @@ def _clock_align(r: Run):
     gpu_sharing.detect(con)
     r.sharing_recorded = True
     con.execute("CREATE OR REPLACE TEMP TABLE tf_offsets_before AS SELECT DISTINCT rank, clock_offset_ns FROM traces")
-    notes, moved = clock.align(con, mode=r.options.align, shift_tables=False)
+    notes, moved = clock.align(con, mode=r.options.align)
     r.warnings.extend(notes)
     if moved:
         con.execute("""INSERT INTO clock_shifts SELECT DISTINCT t.rank, t.clock_offset_ns - b.clock_offset_ns
@@ -259,12 +259,11 @@ def shifted() -> tuple[str, ...]:
 
 
 def time_columns() -> dict[str, tuple[str, ...]]:
-    """{table: its time columns} of the per-rank tables (role time: ns on the rank's clock)."""
-    from .rank_tables import TIMES
-    out = dict(TIMES)
-    # the collectives are the job's (matched across ranks) but stay on the ranks' clocks until shifted
-    out.setdefault("collectives", sqlmodules.module("derive", "collectives").tables["collectives"].roles("time"))
-    return out
+    """{table: its columns of role `time`} of every declared table: ns on a rank's clock, which the
+    clock shift moves in the tables made before it (shifted(); tests/test_graph.py holds the two
+    equal). A job table of ranks' rows (collectives: matched across ranks) is on their clocks too;
+    `time:unaligned` columns (a snapshot's history, a Flight Recorder dump's calls) are not moved."""
+    return {t: cols for t, d in declared_tables().items() if (cols := d.roles("time"))}
 
 
 # ---- the SQL modules --------------------------------------------------------------------------------

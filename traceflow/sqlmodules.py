@@ -70,10 +70,12 @@ def names(group: str) -> list[str]:
     return sorted(p.stem for p in folder(group).glob("*.sql"))
 
 # The roles a column may have (docs/architecture.md): `time` is ns since the epoch on the rank's
-# clock (clock alignment shifts it; a cluster's shard views add the rank's offset); `id:<table>` an
-# op id of gpu_ops / host_ops (a cluster's shard views add the trace's base); `key` any other
-# identifier (step, seq, stream, pg, a list of ranks); `figure:<unit>` a measured number.
-ROLES = ("rank", "trace", "time", "id:gpu_ops", "id:host_ops", "key", "text", "flag")
+# clock (clock alignment shifts it; a cluster's shard views add the rank's offset); `time:unaligned`
+# ns since the epoch left on the clock that recorded it (a memory snapshot's history, a Flight
+# Recorder dump's calls): neither road shifts it; `id:<table>` an op id of gpu_ops / host_ops (a
+# cluster's shard views add the trace's base); `key` any other identifier (step, seq, stream, pg, a
+# list of ranks); `figure:<unit>` a measured number.
+ROLES = ("rank", "trace", "time", "time:unaligned", "id:gpu_ops", "id:host_ops", "key", "text", "flag")
 UNITS = ("ns", "us", "ms", "s", "bytes", "count", "percent", "fraction", "flop", "tflops", "gbps", "ratio",
          "mixed")  # mixed: the unit another column of the row names (findings.figure, in `unit`)
 SCOPES = ("rank", "job")
