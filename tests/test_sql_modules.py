@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from traceflow import graph, packs, schema, sqlmodules
+from traceflow import graph, packs, sqlmodules
 from traceflow.sqlmodules import creates, creates_public, referenced, requires
 
 ROOT = Path(__file__).resolve().parent.parent
