@@ -219,9 +219,10 @@ def creates(sql: str) -> set[str]:
     return set(_CREATES.findall(_code(sql)))
 
 
-def creates_public(sql: str) -> list[str]:
-    """Tables and views the file creates outside schema tf_internal, in file order."""
-    return re.findall(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)\s+(?:main\.)?(\w+)\b(?!\.)", _code(sql), re.I)
+def creates_public(sql: str, views: bool = True) -> list[str]:
+    """Tables (and views, unless `views` is False) the file creates outside schema tf_internal, in file order."""
+    kinds = "TABLE|VIEW" if views else "TABLE"
+    return re.findall(rf"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:{kinds})\s+(?:main\.)?(\w+)\b(?!\.)", _code(sql), re.I)
 
 
 def requires(sql: str) -> set[str] | None:
