@@ -30,7 +30,6 @@ module that does the work), the order computed from all declarations, the split 
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -282,14 +281,10 @@ def _phase_of(group: str, name: str) -> tuple:
     return CRITICAL_PATH if name in CRITICAL_PATH_MODULES else ANALYSES
 
 
-_TEMP = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+TABLE\s+(\w+)", re.I)
-
-
 def sql_step(group: str, name: str) -> Step:
     """An SQL module as a step: its declaration (sqlmodules.module), less the temp tables it makes
     for itself (each module drops its own: they are no table of the database)."""
-    text = sqlmodules.text(group, name)
-    temp = set(_TEMP.findall(text))
+    temp = {t for t, (schema, _) in sqlmodules.created(sqlmodules.text(group, name)).items() if schema == "temp"}
     m = sqlmodules.module(group, name)
     scope, reads, creates = m.scope, frozenset(m.reads), tuple(m.creates)
     return Step(group, name, scope, reads, tuple(t for t in creates if t not in temp), None, _phase_of(group, name),

@@ -38,8 +38,6 @@ def _declared() -> tuple[dict, dict, dict]:
     trace or, lacking both, a GPU op's id); their times are the columns of role `time`, their ids
     those of role `id:gpu_ops` / `id:host_ops`. tests/test_sql_modules.py holds them equal to the
     lists they replace (main at e07745c)."""
-    import re
-
     from . import schema, sqlmodules
     tables: dict[str, tuple[str, sqlmodules.TableDecl]] = {t: ("main", d) for t, d in schema.declared().items()
                                                                if t in schema.PER_RANK}
@@ -47,12 +45,12 @@ def _declared() -> tuple[dict, dict, dict]:
         for mod in sqlmodules.modules(group):
             if mod.scope != "rank":
                 continue
-            sql = sqlmodules.text(group, mod.name)
+            made = sqlmodules.created(sqlmodules.text(group, mod.name))
             for t, decl in mod.tables.items():
-                if re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:\w+\.)?{t}\b", sql, re.I):
+                sch, kind = made[t]
+                if kind == "view":
                     continue  # a view is made again over the shards
-                internal = re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+tf_internal\.{t}\b", sql, re.I)
-                tables[t] = ("tf_internal" if internal else "main", decl)
+                tables[t] = (sch, decl)
     times: dict[str, tuple[str, ...]] = {}
     ids: dict[str, dict[str, str]] = {}
     sharded: dict[str, tuple[str, str]] = {}

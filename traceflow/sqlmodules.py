@@ -219,10 +219,22 @@ def creates(sql: str) -> set[str]:
     return set(_CREATES.findall(_code(sql)))
 
 
+_CREATED = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?(TABLE|VIEW)\s+(?:(tf_internal|main)\.)?(\w+)\b(?!\.)",
+                      re.I)
+
+
+def created(sql: str) -> dict[str, tuple[str, str]]:
+    """{name: (schema, kind)} of each table and view the file's statements create, in file order:
+    schema `main`, `tf_internal` or `temp`, kind `table` or `view` (a name created twice: its first)."""
+    out: dict[str, tuple[str, str]] = {}
+    for temp, kind, schema, name in _CREATED.findall(_code(sql)):
+        out.setdefault(name, ("temp" if temp else (schema or "main").lower(), kind.lower()))
+    return out
+
+
 def creates_public(sql: str, views: bool = True) -> list[str]:
-    """Tables (and views, unless `views` is False) the file creates outside schema tf_internal, in file order."""
-    kinds = "TABLE|VIEW" if views else "TABLE"
-    return re.findall(rf"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:{kinds})\s+(?:main\.)?(\w+)\b(?!\.)", _code(sql), re.I)
+    """Tables (and views, unless `views` is False) the file creates in schema main, in file order."""
+    return [t for t, (schema, kind) in created(sql).items() if schema == "main" and (views or kind == "table")]
 
 
 def requires(sql: str) -> set[str] | None:
