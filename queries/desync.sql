@@ -41,6 +41,9 @@
 -- @column last_created_ns  BIGINT   time          when it enqueued that collective (ns since epoch)
 -- desync shows first: pg, seq, op, kind, ranks, expected, got, waiting, no_dump
 -- desync_ranks shows first: pg, rank, state, last_enqueued, last_completed, op, frame
+-- desync sorts by: created_ns, pg, seq, kind
+-- desync_ranks sorts by: pg, rank
+-- (`traceflow query` shows the desync where it stopped first)
 -- @table desync_members: the members of each process group: pg_config's ranks where a dump states them, else the ranks that dumped it.
 -- @column pg       VARCHAR  key           the process group's name ('0': the default group)
 -- @column pg_desc  VARCHAR  key           its description (default_pg, ...)

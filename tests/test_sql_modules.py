@@ -115,6 +115,23 @@ def test_every_module_declares_scope_reads_and_each_column():
                 assert set(d.shows_first) <= {c.name for c in d.columns}, (t, d.shows_first)
 
 
+def test_the_order_of_a_packs_rows_is_declared_in_its_header():
+    """`traceflow query`'s ORDER BY of a pack (packs.default_order) is its header's `-- <table> sorts
+    by:` line, equal to the hand list it replaced (packs.DEFAULT_ORDER at 3692f2c); a deeper line goes
+    on with it (host_time's). tests/test_terminal.py runs every pack's query with it."""
+    declared = {t: packs.default_order(t) for t in packs.public_tables() if packs.default_order(t)}
+    assert declared == {
+        "idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank",
+        "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC",
+        "desync": "created_ns, pg, seq, kind", "desync_ranks": "pg, rank",
+        "host_time": "rank, step, list_position(['jit_compile', 'launch', 'sync', 'allocator', 'cuda_other', "
+                     "'data_loading', 'cpu_op', 'no_op'], cause)"}
+    assert not hasattr(packs, "DEFAULT_ORDER")
+    from traceflow.sqlmodules import parse_header
+    decl = parse_header("-- @table t: a table\n-- @column a BIGINT key a\n-- t sorts by: a DESC,\n--     b\n-- prose\n")[2]
+    assert decl["t"].sorts_by == "a DESC, b"
+
+
 def test_a_malformed_declaration_names_its_file_and_line():
     from traceflow.sqlmodules import parse_header
     with pytest.raises(ValueError, match=r"x\.sql:2: `-- @column name TYPE role doc`"):

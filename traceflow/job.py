@@ -143,7 +143,7 @@ class Job:
             raise UsageError(f"no query pack named {pack!r}; `traceflow query DB --list` lists them")
         cols = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
         where = _filters(rank, step, cols)
-        order = packs.DEFAULT_ORDER.get(table)
+        order = packs.default_order(table)
         return f"SELECT * FROM {table}{where}" + (f" ORDER BY {order}" if order else "")
 
     def query(self, pack: str, rank: int | None = None, step: int | None = None) -> pl.DataFrame:

@@ -94,6 +94,7 @@ class TableDecl:
     doc: str
     columns: tuple[Column, ...]
     shows_first: tuple[str, ...] = ()  # the columns a narrow terminal keeps, in order (the rest follow)
+    sorts_by: str = ""  # the ORDER BY a pack's rows come in (`traceflow query`), '' for none
 
     def roles(self, role: str) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns if c.role == role)
@@ -119,9 +120,10 @@ class Header(NamedTuple):
 
 
 # The one parser of a header: each line a declaration (`-- @table`, `-- @column`, `-- scope:`,
-# `-- requires:`, `-- rewrites:`, `-- <table> shows first:`), or a deeper-indented line going on with the doc above.
+# `-- requires:`, `-- rewrites:`, `-- <table> shows first:`, `-- <table> sorts by:`), or a
+# deeper-indented line going on with the declaration above.
 _DECL = re.compile(r"^-- (?:@(?P<kw>table|column) +(?P<name>\w+)(?P<rest>.*)|(?P<key>scope|requires|rewrites): *(?P<value>.*)"
-                   r"|(?P<shows>\w+) shows first: *(?P<cols>.*))$|^-- {2,}(?P<more>\S.*)$")
+                   r"|(?P<shows>\w+) shows first: *(?P<cols>.*)|(?P<sorts>\w+) sorts by: *(?P<order>.*))$|^-- {2,}(?P<more>\S.*)$")
 
 
 def valid_role(role: str) -> bool:
@@ -140,6 +142,7 @@ def parse_header(sql: str, where: str = "<sql>") -> Header:
     rewrites: tuple[str, ...] = ()
     tables: dict[str, list] = {}  # table -> [[[name, type, role, doc], ...], its doc]
     shows: dict[str, tuple[str, ...]] = {}
+    sorts: dict[str, list[str]] = {}  # table -> [its ORDER BY] (a deeper line goes on with it)
     last: list | None = None  # the declaration ([..., doc]) a deeper line continues
     for no, line in enumerate(sql.splitlines(), 1):
         m = _DECL.match(line.rstrip())
@@ -169,10 +172,12 @@ def parse_header(sql: str, where: str = "<sql>") -> Header:
             reads = set(_names(m["value"]))
         elif m["key"] == "rewrites":
             rewrites = tuple(_names(m["value"]))
+        elif m["sorts"]:
+            last = sorts[m["sorts"]] = [m["order"].strip()]
         else:
             shows[m["shows"]] = tuple(_names(m["cols"]))
-    decls = {t: TableDecl(doc=doc, columns=tuple(Column(*c) for c in cols), shows_first=shows.get(t, ()))
-             for t, (cols, doc) in tables.items()}
+    decls = {t: TableDecl(doc=doc, columns=tuple(Column(*c) for c in cols), shows_first=shows.get(t, ()),
+                          sorts_by=sorts.get(t, [""])[0]) for t, (cols, doc) in tables.items()}
     return Header(scope, reads, decls, rewrites)
 
 
