@@ -40,6 +40,8 @@ def test_comparisons_run_in_an_order_that_satisfies_the_declarations():
         assert requires(sql) <= have, (name, requires(sql) - have)
         have |= creates(sql)
     assert set(COMPARISONS) == set(sqlmodules.names("diff"))
+    from traceflow.cli import main  # `diff --table` offers each comparison (the command keeps its imports light: a list of its own)
+    assert tuple(next(p for p in main.commands["diff"].params if p.name == "which").type.choices) == COMPARISONS
     assert requires(sqlmodules.text("scaling", "run_summary")) <= database
     assert requires(sqlmodules.text("scaling", "scaling")) == {"runs"}  # filled by run_summary, once per run
 
