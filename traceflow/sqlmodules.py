@@ -12,6 +12,7 @@ by one parser (`module(group, name)`; the format: docs/architecture.md, "SQL mod
     -- @column cause     VARCHAR  text       why the GPU sat idle:
     --     'host_late' | 'launch_latency' | 'dependency'   (deeper lines: the doc goes on)
     -- idle_gaps shows first: rank, step, dur_ns, cause
+    -- idle_gaps sorts by: dur_ns DESC, rank, start_ns
     -- scope: rank
     -- requires: gpu_islands, gpu_ops, host_ops, ranges, step_windows
 
