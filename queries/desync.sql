@@ -25,7 +25,7 @@
 -- @column fault_frame           VARCHAR    text          where the ranks at fault last called into the group: the innermost frame outside
 --     PyTorch of their latest entry in it (file:line function)
 -- @column wait_frame            VARCHAR    text          where the waiting ranks called this seq (the frame most of them share)
--- @column created_ns            BIGINT     time          when the first rank enqueued this seq (ns since epoch): when the waiting began
+-- @column created_ns            BIGINT     time:unaligned when the first rank enqueued this seq (ns since epoch): when the waiting began
 --
 -- @table desync_ranks: per process group and member rank, where it stood.
 -- @column pg               VARCHAR  key           the process group's name ('0': the default group)
@@ -38,9 +38,12 @@
 --     waiting (enqueued a collective it never completed) | idle (all it enqueued completed)
 -- @column op               VARCHAR  text          the op of its last enqueued collective
 -- @column frame            VARCHAR  text          where it called that collective: file:line function
--- @column last_created_ns  BIGINT   time          when it enqueued that collective (ns since epoch)
+-- @column last_created_ns  BIGINT   time:unaligned when it enqueued that collective (ns since epoch)
 -- desync shows first: pg, seq, op, kind, ranks, expected, got, waiting, no_dump
 -- desync_ranks shows first: pg, rank, state, last_enqueued, last_completed, op, frame
+-- desync sorts by: created_ns, pg, seq, kind
+-- desync_ranks sorts by: pg, rank
+-- (`traceflow query` shows the desync where it stopped first)
 -- @table desync_members: the members of each process group: pg_config's ranks where a dump states them, else the ranks that dumped it.
 -- @column pg       VARCHAR  key           the process group's name ('0': the default group)
 -- @column pg_desc  VARCHAR  key           its description (default_pg, ...)
@@ -61,7 +64,7 @@
 -- @column op          VARCHAR  text          the op most ranks called as this seq (on a tie: the first by name)
 -- @column sizes       VARCHAR  text          the input sizes as recorded (and ' -> ' the output sizes where they differ)
 -- @column dtypes      VARCHAR  text          the input dtypes as recorded
--- @column created_ns  BIGINT   time          when this rank enqueued it (ns since epoch)
+-- @column created_ns  BIGINT   time:unaligned when this rank enqueued it (ns since epoch)
 -- @column user_frame  VARCHAR  text          the innermost frame outside PyTorch of its stack (file:line function)
 -- @column state       VARCHAR  text          the entry's state as recorded: scheduled | started | completed
 -- @column open        BOOLEAN  flag          the rank enqueued it and never completed it: it waited in it
@@ -77,7 +80,7 @@
 -- @column got         VARCHAR    text          what the ranks at fault called instead (NULL for missing); JSON text for sizes
 -- @column waiting     INTEGER[]  key           ranks that enqueued this seq and never completed it: they waited in it; a list
 -- @column wait_frame  VARCHAR    text          where the waiting ranks called this seq (the frame most of them share)
--- @column created_ns  BIGINT     time          when the first rank enqueued this seq (ns since epoch): when the waiting began
+-- @column created_ns  BIGINT     time:unaligned when the first rank enqueued this seq (ns since epoch): when the waiting began
 -- scope: job
 -- requires: fr_entries, fr_groups, fr_dumps
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.

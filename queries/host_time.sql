@@ -49,6 +49,9 @@
 -- @column cause       VARCHAR  text          one of the eight causes above
 -- @column gpu_busy    BOOLEAN  flag          the rank's GPU ran something all along the stretch
 -- @column range_name  VARCHAR  text          no_op stretches: the innermost named host range around the stretch's start, else NULL
+-- host_time sorts by: rank, step, list_position(['jit_compile', 'launch', 'sync', 'allocator', 'cuda_other', 'data_loading',
+--     'cpu_op', 'no_op'], cause)
+-- (the order the table is stored in, below: on a cluster it is a view over the shards, in no set order)
 -- scope: rank
 -- (each rank's rows from its own ops, ranges, steps and GPU islands: differences and comparisons of one
 -- rank's times, unchanged when clock alignment moves them all; at 256 ranks on a cluster's client it

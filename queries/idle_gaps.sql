@@ -44,6 +44,8 @@
 -- Few rows probe the as-of join below: keep DuckDB's ASOF join instead of its nested-loop plan.
 -- idle_gaps shows first: rank, step, dur_ns, cause, host_activity, next_op, start_ns
 -- idle_gaps_summary shows first: rank, step, cause, n_gaps, total_ns, max_ns
+-- idle_gaps sorts by: dur_ns DESC, rank, start_ns
+-- idle_gaps_summary sorts by: rank, step, total_ns DESC
 -- scope: rank
 -- requires: gpu_islands, gpu_ops, host_ops, ranges, step_windows
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.

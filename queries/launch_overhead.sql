@@ -59,6 +59,8 @@
 -- @column total_api_ns             BIGINT   figure:ns     sum of api_ns (ns)
 -- launch_overhead shows first: rank, step, name, exposed_ns, gpu_ns, api_ns, queue_ns, latency_ns, dispatch_ns
 -- launch_overhead_summary shows first: rank, name, count, total_exposed_ns, total_gpu_ns, launch_bound, mean_api_ns, mean_queue_ns
+-- launch_overhead sorts by: exposed_ns DESC NULLS LAST, rank
+-- launch_overhead_summary sorts by: rank, total_exposed_ns DESC
 -- scope: rank
 -- requires: gpu_islands, gpu_ops, traces
 -- Helper tables live in schema tf_internal (out of a user's way in `.tables`); names resolve through the search path.

@@ -132,6 +132,26 @@ def test_every_table_holds_the_declared_columns_in_order_with_their_types(demo_d
     assert set(have) - set(declared) == set()
 
 
+def test_describe_takes_each_unit_from_the_declaration_not_the_comment(demo_db):
+    """Job.describe (the MCP describe_table) gives a column the unit its declared role gives: a count
+    named without a suffix has one (step_breakdown.n_ops), a time its ns, a key or a text none, even
+    where the comment says '(ns' (the old reading of a comment's words for a unit matched nothing:
+    its pattern held a backspace)."""
+    import traceflow
+    job = traceflow.open(demo_db)
+    units = {t: {c["column"]: c["unit"] for c in job.describe(t)["columns"]} for t in ("step_breakdown", "idle_gaps", "mfu", "traces")}
+    assert units["step_breakdown"]["n_ops"] == "count" and units["step_breakdown"]["idle_pct"] == "percent"
+    assert units["idle_gaps"]["start_ns"] == units["idle_gaps"]["dur_ns"] == "ns" and units["idle_gaps"]["rank"] is None
+    assert units["mfu"]["peak_tflops"] == "tflops" and units["mfu"]["flops"] == "flop"
+    # traces.clock_offset_ns is declared figure:ns; hostname a text whose name says nothing
+    assert units["traces"]["clock_offset_ns"] == "ns" and units["traces"]["hostname"] is None
+    declared = _declared()
+    for t, cols in units.items():
+        roles = {c.name: c.role for c in declared[t].columns}
+        for c, unit in cols.items():
+            assert (unit is None) == (not roles[c].startswith(("time", "figure:")) or roles[c] == "figure:mixed"), (t, c, unit)
+
+
 def test_time_columns_hold_epoch_ns_inside_the_traces_and_ids_name_ops(demo_db):
     """A column of role `time` holds ns since the epoch within the job's traced span (a duration or a
     relative time fails); one of role id:gpu_ops / id:host_ops holds op_ids of that table."""
@@ -146,7 +166,7 @@ def test_time_columns_hold_epoch_ns_inside_the_traces_and_ids_name_ops(demo_db):
         if not con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = ?", [t]).fetchone()[0]:
             continue
         for c in decl.columns:
-            if c.role == "time":
+            if c.role in ("time", "time:unaligned"):  # either clock: ns since the epoch
                 out = con.execute(f'SELECT count(*) FROM {t} WHERE "{c.name}" NOT BETWEEN ? AND ?', [lo - 10**9, hi + 10**9]).fetchone()[0]
                 assert out == 0, (t, c.name, out)
                 times += 1

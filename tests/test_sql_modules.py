@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from traceflow import graph, packs, schema, sqlmodules
+from traceflow import graph, packs, sqlmodules
 from traceflow.sqlmodules import creates, creates_public, referenced, requires
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +40,8 @@ def test_comparisons_run_in_an_order_that_satisfies_the_declarations():
         assert requires(sql) <= have, (name, requires(sql) - have)
         have |= creates(sql)
     assert set(COMPARISONS) == set(sqlmodules.names("diff"))
+    from traceflow.cli import main  # `diff --table` offers each comparison (the command keeps its imports light: a list of its own)
+    assert tuple(next(p for p in main.commands["diff"].params if p.name == "which").type.choices) == COMPARISONS
     assert requires(sqlmodules.text("scaling", "run_summary")) <= database
     assert requires(sqlmodules.text("scaling", "scaling")) == {"runs"}  # filled by run_summary, once per run
 
@@ -115,6 +117,23 @@ def test_every_module_declares_scope_reads_and_each_column():
                 assert set(d.shows_first) <= {c.name for c in d.columns}, (t, d.shows_first)
 
 
+def test_the_order_of_a_packs_rows_is_declared_in_its_header():
+    """`traceflow query`'s ORDER BY of a pack (packs.default_order) is its header's `-- <table> sorts
+    by:` line, equal to the hand list it replaced (packs.DEFAULT_ORDER at 3692f2c); a deeper line goes
+    on with it (host_time's). tests/test_terminal.py runs every pack's query with it."""
+    declared = {t: packs.default_order(t) for t in packs.public_tables() if packs.default_order(t)}
+    assert declared == {
+        "idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank",
+        "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC",
+        "desync": "created_ns, pg, seq, kind", "desync_ranks": "pg, rank",
+        "host_time": "rank, step, list_position(['jit_compile', 'launch', 'sync', 'allocator', 'cuda_other', "
+                     "'data_loading', 'cpu_op', 'no_op'], cause)"}
+    assert not hasattr(packs, "DEFAULT_ORDER")
+    from traceflow.sqlmodules import parse_header
+    decl = parse_header("-- @table t: a table\n-- @column a BIGINT key a\n-- t sorts by: a DESC,\n--     b\n-- prose\n")[2]
+    assert decl["t"].sorts_by == "a DESC, b"
+
+
 def test_a_malformed_declaration_names_its_file_and_line():
     from traceflow.sqlmodules import parse_header
     with pytest.raises(ValueError, match=r"x\.sql:2: `-- @column name TYPE role doc`"):
@@ -123,11 +142,33 @@ def test_a_malformed_declaration_names_its_file_and_line():
         parse_header("-- scope: ranks\n", "x.sql")
 
 
+def test_clock_alignment_moves_the_declared_rank_clock_times_on_both_roads():
+    """A column moves with its rank's clock on the local road (the shift: graph.time_columns() of the
+    tables graph.shifted()) and on a cluster's (the shard views add the offset to rank_tables.TIMES)
+    exactly when its declared role is `time`: no list of exceptions beside the declarations. A time
+    left on the clock that recorded it (role `time:unaligned`: a snapshot's history, a Flight
+    Recorder dump's calls) is moved by neither road."""
+    from traceflow import rank_tables
+    declared = graph.declared_tables()
+    rank_clock = {(t, c) for t, d in declared.items() for c in d.roles("time")}
+    unaligned = {(t, c) for t, d in declared.items() for c in d.roles("time:unaligned")}
+    local = {(t, c) for t, cols in graph.time_columns().items() if t in graph.shifted() for c in cols}
+    views = {(t, c) for t, cols in rank_tables.TIMES.items() for c in cols}
+    assert local and views and local | views <= rank_clock
+    assert not (local | views) & unaligned
+    # each road moves every rank-clock time of the tables it moves (a table is moved whole or not at all)
+    for moved in (local, views):
+        assert {(t, c) for t, c in rank_clock if t in {t for t, _ in moved}} == moved
+    assert {("memory_snapshot_history", "time_ns"), ("fr_entries", "created_ns")} <= unaligned
+    assert "memory_snapshot_history" in rank_tables.SHARDED and "memory_snapshot_history" not in rank_tables.TIMES
+
+
 def test_the_per_rank_lists_follow_from_the_declarations():
     """rank_tables' shard list, id columns and time columns, computed from `-- scope:` and the roles,
     equal the hand lists they replaced (main at e07745c, below); the one difference is
     memory_snapshot_history.time_ns, ns since the epoch that clock alignment does not shift on either
-    road (rank_tables.UNSHIFTED)."""
+    road: declared `time:unaligned`, so neither the views (TIMES) nor the shift (graph.time_columns)
+    moves it."""
     from traceflow import rank_tables
     sharded = {"gpu_ops": ("main", "trace_id"), "host_ops": ("main", "trace_id"), "ranges": ("main", "trace_id"),
                "steps": ("main", "rank"), "step_windows": ("tf_internal", "rank"),
@@ -161,8 +202,6 @@ def test_the_per_rank_lists_follow_from_the_declarations():
     assert sharded == rank_tables.SHARDED
     assert ids == rank_tables.IDS
     assert times == rank_tables.TIMES
-    assert rank_tables.UNSHIFTED == {"memory_snapshot_history": ("time_ns",)}
-    assert "time_ns" in schema.declared()["memory_snapshot_history"].roles("time")
     scoped = {n for g in ("derive", "queries") for n in sqlmodules.names(g) if sqlmodules.module(g, n).scope == "rank"}
     # the hand lists they replace (derive.PER_RANK, rank_tables.PER_RANK_PACKS and WORKER_HELPERS at e07745c)
     assert scoped == {"comm_kernels", "steps", "gpu_ops", "step_windows", "gpu_state", "gpu_islands", "idle_gaps",

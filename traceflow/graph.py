@@ -30,7 +30,6 @@ module that does the work), the order computed from all declarations, the split 
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,6 +68,7 @@ class Step:
     phase: tuple = DERIVE
     declared_in: str | None = None  # a Python step: the module whose DECLARED declares the tables it creates
     rewrites: tuple[str, ...] = ()  # tables others made that it UPDATEs or DELETEs from (a stage of STAGES)
+    internal: bool = False  # a Python step whose tables are its own helpers (tf_internal, TEMP), none for users
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -118,7 +118,7 @@ def _clock_align(r: Run):
     gpu_sharing.detect(con)
     r.sharing_recorded = True
     con.execute("CREATE OR REPLACE TEMP TABLE tf_offsets_before AS SELECT DISTINCT rank, clock_offset_ns FROM traces")
-    notes, moved = clock.align(con, mode=r.options.align, shift_tables=False)
+    notes, moved = clock.align(con, mode=r.options.align)
     r.warnings.extend(notes)
     if moved:
         con.execute("""INSERT INTO clock_shifts SELECT DISTINCT t.rank, t.clock_offset_ns - b.clock_offset_ns
@@ -187,16 +187,20 @@ def _comments(r: Run):
 def _documented(group: str, text: str) -> list[str]:
     """The public tables a module documents: the derived tables and views; the analyses' tables
     (their views, cp_edges, are for the walk's SQL, undocumented as before)."""
-    made = sqlmodules.creates_public(text)
-    if group == "queries":
-        tables = set(re.findall(r"CREATE OR REPLACE TABLE (\w+)", text))
-        made = [t for t in made if t in tables]
-    return made
+    return sqlmodules.creates_public(text, views=group != "queries")
 
 
 def _public(group: str) -> frozenset[str]:
     """The public tables a group's modules make."""
     return frozenset().union(*(sqlmodules.creates_public(sqlmodules.text(group, n)) for n in sqlmodules.names(group)))
+
+
+def public_tables() -> frozenset[str]:
+    """The tables (not views) an ingest leaves in schema main, for users, from the declarations: the
+    load's, those the SQL modules create outside tf_internal, and the Python steps' but for the steps
+    that keep theirs to themselves (`internal`)."""
+    sql = {t for s in steps() if s.run is None for t in sqlmodules.creates_public(sqlmodules.text(s.group, s.name), views=False)}
+    return loaded() | sql | {t for s in steps() if s.run is not None and not s.internal for t in s.creates}
 
 
 def _python_steps() -> list[Step]:
@@ -211,7 +215,8 @@ def _python_steps() -> list[Step]:
         Step("python", "drop_absurd", "rank", loaded, (), _drop_absurd, rewrites=("gpu_ops", "host_ops", "ranges")),
         Step("python", "host_clock", "rank", loaded, (), _host_clock,
              rewrites=("host_ops", "ranges", "traces", "memory_events")),  # traces: clock_align's offsets too
-        Step("python", "clock_align", "job", frozenset({"collectives", "gpu_ops", "traces"}), ("clock_shifts",), _clock_align),
+        Step("python", "clock_align", "job", frozenset({"collectives", "gpu_ops", "traces"}), ("clock_shifts",), _clock_align,
+             internal=True),
         # every per-rank table with times made before it (tests/test_graph.py: all of them, none after)
         Step("python", "clock_shift", "job", frozenset({"clock_shifts"}), (), _clock_shift,
              rewrites=("gpu_ops", "host_ops", "ranges", "memory_events", "steps", "step_windows", "collectives")),
@@ -221,11 +226,11 @@ def _python_steps() -> list[Step]:
         Step("python", "device_peaks", "rank", frozenset({"gpu_ops", "traces"}), ("device_peaks", "gpu_devices"), _peaks,
              declared_in="traceflow.hardware"),
         Step("python", "critical_path_walk", "job", frozenset(walk_reads), tuple(sorted(walk_creates)), _walk, CRITICAL_PATH,
-             declared_in="traceflow.critical_path.segments"),
+             declared_in="traceflow.critical_path.segments", internal=True),
         Step("python", "checks", "job", frozenset(check_reads()), (), _checks, CHECKS),
         # the claims replay each finding's fix over the analyses' tables
         Step("python", "claims", "job", analyses, ("claims_whatif",), _claims, CLAIMS, declared_in="traceflow.claims",
-             rewrites=("findings",)),
+             rewrites=("findings",), internal=True),
         # the format's row of tf_internal.metadata (made by the load, job_name.py: not created here)
         Step("python", "format_stamp", "job", frozenset(), (), _stamp, FINISH, declared_in="traceflow.db_format"),
         Step("python", "comments", "job", documented | loaded, (), _comments, FINISH),
@@ -259,12 +264,11 @@ def shifted() -> tuple[str, ...]:
 
 
 def time_columns() -> dict[str, tuple[str, ...]]:
-    """{table: its time columns} of the per-rank tables (role time: ns on the rank's clock)."""
-    from .rank_tables import TIMES
-    out = dict(TIMES)
-    # the collectives are the job's (matched across ranks) but stay on the ranks' clocks until shifted
-    out.setdefault("collectives", sqlmodules.module("derive", "collectives").tables["collectives"].roles("time"))
-    return out
+    """{table: its columns of role `time`} of every declared table: ns on a rank's clock, which the
+    clock shift moves in the tables made before it (shifted(); tests/test_graph.py holds the two
+    equal). A job table of ranks' rows (collectives: matched across ranks) is on their clocks too;
+    `time:unaligned` columns (a snapshot's history, a Flight Recorder dump's calls) are not moved."""
+    return {t: cols for t, d in declared_tables().items() if (cols := d.roles("time"))}
 
 
 # ---- the SQL modules --------------------------------------------------------------------------------
@@ -277,14 +281,10 @@ def _phase_of(group: str, name: str) -> tuple:
     return CRITICAL_PATH if name in CRITICAL_PATH_MODULES else ANALYSES
 
 
-_TEMP = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?TEMP(?:ORARY)?\s+TABLE\s+(\w+)", re.I)
-
-
 def sql_step(group: str, name: str) -> Step:
     """An SQL module as a step: its declaration (sqlmodules.module), less the temp tables it makes
     for itself (each module drops its own: they are no table of the database)."""
-    text = sqlmodules.text(group, name)
-    temp = set(_TEMP.findall(text))
+    temp = {t for t, (schema, _) in sqlmodules.created(sqlmodules.text(group, name)).items() if schema == "temp"}
     m = sqlmodules.module(group, name)
     scope, reads, creates = m.scope, frozenset(m.reads), tuple(m.creates)
     return Step(group, name, scope, reads, tuple(t for t in creates if t not in temp), None, _phase_of(group, name),

@@ -143,7 +143,7 @@ class Job:
             raise UsageError(f"no query pack named {pack!r}; `traceflow query DB --list` lists them")
         cols = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
         where = _filters(rank, step, cols)
-        order = packs.DEFAULT_ORDER.get(table)
+        order = packs.default_order(table)
         return f"SELECT * FROM {table}{where}" + (f" ORDER BY {order}" if order else "")
 
     def query(self, pack: str, rank: int | None = None, step: int | None = None) -> pl.DataFrame:
@@ -232,8 +232,8 @@ class Job:
         return out
 
     def describe(self, table: str | None = None) -> dict:
-        """A table or view: its meaning, and each column's type, unit and meaning (the COMMENT ONs the
-        packs' headers wrote, comments.py); without `table`, the tables with the first sentence of
+        """A table or view: its meaning, and each column's type, unit (its declared role) and meaning (the
+        COMMENT ONs the packs' headers wrote, comments.py); without `table`, the tables with the first sentence of
         each. Helper tables (schema tf_internal) are described too. A name the job lacks: UsageError."""
         listing = ("SELECT table_name, schema_name, comment FROM duckdb_tables() WHERE database_name = current_database() "
                    "UNION ALL SELECT view_name, schema_name, comment FROM duckdb_views() "
@@ -248,7 +248,9 @@ class Job:
         name, schema, comment = match[0]
         sql = ("SELECT column_name, data_type, comment FROM duckdb_columns() WHERE database_name = current_database() "
                f"AND schema_name = {_literal(schema)} AND table_name = {_literal(name)} ORDER BY column_index")
-        cols = [{"column": c, "type": t, "unit": _unit(c, m), "meaning": m} for c, t, m in self.con.execute(sql).fetchall()]
+        from .graph import declared_tables
+        roles = {c.name: c.role for c in d.columns} if (d := declared_tables().get(name)) else {}
+        cols = [{"column": c, "type": t, "unit": _unit(c, roles.get(c)), "meaning": m} for c, t, m in self.con.execute(sql).fetchall()]
         return {"table": name, "schema": schema, "meaning": comment, "sql": sql, "columns": cols}
 
     # The critical path's table on a terminal leaves out segments under this share of their step's
@@ -566,13 +568,14 @@ def _literal(v) -> str:
     return sql_string(str(v))
 
 
-def _unit(column: str, meaning: str | None) -> str | None:
-    """A column's unit: its name's suffix (_ns, _pct, bytes), else the unit its comment states first
-    in parentheses ("(ns, BIGINT)")."""
-    import re
+def _unit(column: str, role: str | None) -> str | None:
+    """A column's unit, as its table's declaration gives it (role figure:<unit>; a time: ns; None for
+    the other roles, and for `mixed`: the row names it); a column traceflow did not declare (a table
+    a user made): its name's suffix (_ns, _pct, bytes), never words parsed out of its comment."""
+    if role is not None:
+        return "ns" if role.startswith("time") else role[7:] if role.startswith("figure:") and role != "figure:mixed" else None
     for suffix, unit in (("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_pct", "percent"), ("bytes", "bytes"),
-                         ("_gbps", "GB/s"), ("_tflops", "TFLOP/s"), ("flops", "FLOP")):
+                         ("_gbps", "gbps"), ("_tflops", "tflops"), ("flops", "flop")):
         if column.endswith(suffix) or column == suffix.lstrip("_"):
             return unit
-    m = re.search(r"\((ns|us|ms|bytes|percent|%|GB/s|TFLOP/s)", meaning or "")
-    return m.group(1) if m else None
+    return None

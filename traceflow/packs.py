@@ -44,14 +44,14 @@ def table_of(pack: str) -> str | None:
     return table if table in public_tables() else None
 
 
-# How `traceflow query` sorts a pack's rows: a 40 ms gap must not hide under 2,500 gaps of 1 µs.
-# (A cluster job's per-rank packs are views over Parquet shards, whose rows come in no set order.)
-DEFAULT_ORDER = {"idle_gaps": "dur_ns DESC, rank, start_ns", "launch_overhead": "exposed_ns DESC NULLS LAST, rank",
-                 "idle_gaps_summary": "rank, step, total_ns DESC", "launch_overhead_summary": "rank, total_exposed_ns DESC",
-                 "desync": "created_ns, pg, seq, kind", "desync_ranks": "pg, rank",  # where it stopped first
-                 # the order queries/host_time.sql stores (a rank step since issue 44: a view on a cluster)
-                 "host_time": "rank, step, list_position(['jit_compile', 'launch', 'sync', 'allocator', 'cuda_other', "
-                              "'data_loading', 'cpu_op', 'no_op'], cause)"}
+def default_order(table: str) -> str | None:
+    """How `traceflow query` sorts a pack's rows (its file's `-- <table> sorts by:` line), or None:
+    a 40 ms gap must not hide under 2,500 gaps of 1 us (a cluster job's per-rank packs are views
+    over Parquet shards, whose rows come in no set order)."""
+    for f in run_order():
+        if (d := sqlmodules.module("queries", f).tables.get(table)) is not None:
+            return d.sorts_by or None
+    return None
 
 
 def pack_sql(name: str) -> str:

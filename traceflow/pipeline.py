@@ -199,7 +199,6 @@ def _load_into(con, traces, scratch, parts, result, options: Options):
     1.26 -> 1.22 s). More rows load on several connections at once, faster than on one (long4 nsys,
     3.1M rows, went 7.3 -> 8.0 s on one)."""
     t0 = time.perf_counter()
-    append, rank_pattern = options.append, options.rank_pattern
     if parts is not None:
         from . import shard_views
         from .derive import host_clock
@@ -207,13 +206,13 @@ def _load_into(con, traces, scratch, parts, result, options: Options):
         def as_views(loads):
             result.warnings.extend(host_clock.with_ranks(con, shard_views.create(con, parts, loads)))
             return shard_views.spans(loads)
-        _build(con, traces, result, append, rank_pattern, as_views)
+        _build(con, traces, result, options, as_views)
         result.timings["load"] = time.perf_counter() - t0
         return
     small = sum(sum(t.counts.values()) for t in traces) <= SMALL_LOAD_ROWS
     if small:
         con.execute("BEGIN TRANSACTION")
-    _build(con, traces, result, append, rank_pattern,
+    _build(con, traces, result, options,
            lambda loads: load_all(con, scratch, loads, 1 if small else workers(options.jobs, len(loads))), scratch)
     result.warnings.extend(cut_long_names(con))
     if small:
@@ -332,11 +331,12 @@ def _refuse_views(con, output):
                          "add to it; ingest all the rank files again")
 
 
-def _build(con, traces, result, append, rank_pattern, load, scratch=None):
+def _build(con, traces, result, options: Options, load, scratch=None):
     """The traces table, with ranks and ids; `load(loads)` then brings their rows in ((trace, trace_id,
     rank) each): into tables (load.load_all, which returns None), or as views over a cluster's shards
     (shard_views, which returns the traces' spans for the one-job check)."""
     from . import fr_load
+    append, rank_pattern = options.append, options.rank_pattern
     traces, dumps = fr_load.split(traces)
     existing, taken, next_id = set(), {}, 0
     if append and con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'traces'").fetchone()[0]:

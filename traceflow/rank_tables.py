@@ -16,13 +16,11 @@ SHARD_BITS = 20  # processes per file, at most (nsys exports hold one per proces
 # and column roles; schema.declared() for the loaded tables), computed on first use:
 #   SHARDED  table -> (its schema, the column that says whose rows: 'rank', 'trace_id', or 'op_id'
 #            where the table has neither, its rows the GPU ops' own)
-#   TIMES    table -> its columns of role `time` (ns since the epoch): the views add the rank's clock offset
+#   TIMES    table -> its columns of role `time` (ns since the epoch on the rank's clock): the views add
+#            the rank's clock offset (a column of role `time:unaligned`, a memory snapshot's history,
+#            stays on its own clock on both roads: the views leave it as the local shift does)
 #   IDS      table -> {column: "gpu_op_base" | "host_op_base"} for the columns of role id:gpu_ops /
 #            id:host_ops (stored from 1 within the process; the views add the base of the trace's ops)
-# Times clock alignment does not shift on either road (derive/clock.py shifts the times of gpu_ops,
-# host_ops, ranges and memory_events; the derived tables are derived again): a memory snapshot's
-# history stays on the snapshot's own clock, so the views must not shift it either.
-UNSHIFTED = {"memory_snapshot_history": ("time_ns",)}
 
 
 def __getattr__(name: str):
@@ -39,9 +37,7 @@ def _declared() -> tuple[dict, dict, dict]:
     and the tables (not views) a scope-rank module creates whose rows say whose they are (a rank, a
     trace or, lacking both, a GPU op's id); their times are the columns of role `time`, their ids
     those of role `id:gpu_ops` / `id:host_ops`. tests/test_sql_modules.py holds them equal to the
-    lists they replace (main at e07745c), UNSHIFTED aside."""
-    import re
-
+    lists they replace (main at e07745c)."""
     from . import schema, sqlmodules
     tables: dict[str, tuple[str, sqlmodules.TableDecl]] = {t: ("main", d) for t, d in schema.declared().items()
                                                                if t in schema.PER_RANK}
@@ -49,12 +45,12 @@ def _declared() -> tuple[dict, dict, dict]:
         for mod in sqlmodules.modules(group):
             if mod.scope != "rank":
                 continue
-            sql = sqlmodules.text(group, mod.name)
+            made = sqlmodules.created(sqlmodules.text(group, mod.name))
             for t, decl in mod.tables.items():
-                if re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:\w+\.)?{t}\b", sql, re.I):
+                sch, kind = made[t]
+                if kind == "view":
                     continue  # a view is made again over the shards
-                internal = re.search(rf"CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+tf_internal\.{t}\b", sql, re.I)
-                tables[t] = ("tf_internal" if internal else "main", decl)
+                tables[t] = (sch, decl)
     times: dict[str, tuple[str, ...]] = {}
     ids: dict[str, dict[str, str]] = {}
     sharded: dict[str, tuple[str, str]] = {}
@@ -66,7 +62,7 @@ def _declared() -> tuple[dict, dict, dict]:
         if not whose:
             continue  # a table of definitions (comm_kernels, op_classes): the client makes it too
         sharded[t] = (sch, whose[0])
-        if tm := tuple(c.name for c in cols if c.role == "time" and c.name not in UNSHIFTED.get(t, ())):
+        if tm := decl.roles("time"):
             times[t] = tm
         if idc := {c.name: c.role[3:-4] + "_op_base" for c in cols if c.role.startswith("id:")}:
             ids[t] = idc

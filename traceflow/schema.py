@@ -289,9 +289,9 @@ _ROLES = {
                        "n_blocks:figure:count largest_free_block:figure:bytes source_hash:text",
     "memory_snapshot_blocks": "trace_id:trace rank:rank device:key segment_address:key address:key size:figure:bytes "
                               "requested_size:figure:bytes state:text frames:text",
-    # time_ns: the snapshot's clock, which clock alignment does not shift today (rank_tables.TIMES leaves it out)
+    # time_ns: the snapshot's own clock, which clock alignment does not shift (on either road)
     "memory_snapshot_history": "trace_id:trace rank:rank device:key action:text addr:key size:figure:bytes stream:key "
-                               "time_ns:time frames:text",
+                               "time_ns:time:unaligned frames:text",
     # the job's tables: one row per rank file, or per Flight Recorder dump and what it holds
     "traces": "trace_id:trace rank:rank world_size:figure:count source_path:text source_format:text source_hash:text "
               "profiler_version:text hostname:text pid:key device_name:text clock_offset_ns:figure:ns clock_skew_ns:figure:ns "
@@ -299,10 +299,12 @@ _ROLES = {
               "rank_source:text warnings:text unread_device_work:text",
     "fr_dumps": "dump_id:key rank:rank world_size:figure:count source_path:text source_format:text source_hash:text "
                 "version:text rank_source:text n_entries:figure:count warnings:text",
-    # fr_entries.op_id: the recorder's own id, not an op of gpu_ops / host_ops
+    # fr_entries.op_id: the recorder's own id, not an op of gpu_ops / host_ops; its times stay on the
+    # dump's clock (clock alignment moves the traces' ranks, not the dumps')
     "fr_entries": "dump_id:key rank:rank pg:key pg_desc:key record_id:key seq:key collective_seq_id:key p2p_seq_id:key "
                   "op_id:key is_p2p:flag op:text profiling_name:text input_sizes:text output_sizes:text input_dtypes:text "
-                  "output_dtypes:text state:text retired:flag created_ns:time started_ns:time completed_ns:time "
+                  "output_dtypes:text state:text retired:flag created_ns:time:unaligned started_ns:time:unaligned "
+                  "completed_ns:time:unaligned "
                   "timeout_ms:figure:ms thread_name:text frames:text user_frame:text",
     "fr_groups": "dump_id:key rank:rank pg:key pg_desc:key ranks:text group_size:figure:count last_enqueued:key "
                  "last_started:key last_completed:key",

@@ -12,6 +12,7 @@ by one parser (`module(group, name)`; the format: docs/architecture.md, "SQL mod
     -- @column cause     VARCHAR  text       why the GPU sat idle:
     --     'host_late' | 'launch_latency' | 'dependency'   (deeper lines: the doc goes on)
     -- idle_gaps shows first: rank, step, dur_ns, cause
+    -- idle_gaps sorts by: dur_ns DESC, rank, start_ns
     -- scope: rank
     -- requires: gpu_islands, gpu_ops, host_ops, ranges, step_windows
 
@@ -70,10 +71,12 @@ def names(group: str) -> list[str]:
     return sorted(p.stem for p in folder(group).glob("*.sql"))
 
 # The roles a column may have (docs/architecture.md): `time` is ns since the epoch on the rank's
-# clock (clock alignment shifts it; a cluster's shard views add the rank's offset); `id:<table>` an
-# op id of gpu_ops / host_ops (a cluster's shard views add the trace's base); `key` any other
-# identifier (step, seq, stream, pg, a list of ranks); `figure:<unit>` a measured number.
-ROLES = ("rank", "trace", "time", "id:gpu_ops", "id:host_ops", "key", "text", "flag")
+# clock (clock alignment shifts it; a cluster's shard views add the rank's offset); `time:unaligned`
+# ns since the epoch left on the clock that recorded it (a memory snapshot's history, a Flight
+# Recorder dump's calls): neither road shifts it; `id:<table>` an op id of gpu_ops / host_ops (a
+# cluster's shard views add the trace's base); `key` any other identifier (step, seq, stream, pg, a
+# list of ranks); `figure:<unit>` a measured number.
+ROLES = ("rank", "trace", "time", "time:unaligned", "id:gpu_ops", "id:host_ops", "key", "text", "flag")
 UNITS = ("ns", "us", "ms", "s", "bytes", "count", "percent", "fraction", "flop", "tflops", "gbps", "ratio",
          "mixed")  # mixed: the unit another column of the row names (findings.figure, in `unit`)
 SCOPES = ("rank", "job")
@@ -92,6 +95,7 @@ class TableDecl:
     doc: str
     columns: tuple[Column, ...]
     shows_first: tuple[str, ...] = ()  # the columns a narrow terminal keeps, in order (the rest follow)
+    sorts_by: str = ""  # the ORDER BY a pack's rows come in (`traceflow query`), '' for none
 
     def roles(self, role: str) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns if c.role == role)
@@ -117,9 +121,10 @@ class Header(NamedTuple):
 
 
 # The one parser of a header: each line a declaration (`-- @table`, `-- @column`, `-- scope:`,
-# `-- requires:`, `-- rewrites:`, `-- <table> shows first:`), or a deeper-indented line going on with the doc above.
+# `-- requires:`, `-- rewrites:`, `-- <table> shows first:`, `-- <table> sorts by:`), or a
+# deeper-indented line going on with the declaration above.
 _DECL = re.compile(r"^-- (?:@(?P<kw>table|column) +(?P<name>\w+)(?P<rest>.*)|(?P<key>scope|requires|rewrites): *(?P<value>.*)"
-                   r"|(?P<shows>\w+) shows first: *(?P<cols>.*))$|^-- {2,}(?P<more>\S.*)$")
+                   r"|(?P<shows>\w+) shows first: *(?P<cols>.*)|(?P<sorts>\w+) sorts by: *(?P<order>.*))$|^-- {2,}(?P<more>\S.*)$")
 
 
 def valid_role(role: str) -> bool:
@@ -138,6 +143,7 @@ def parse_header(sql: str, where: str = "<sql>") -> Header:
     rewrites: tuple[str, ...] = ()
     tables: dict[str, list] = {}  # table -> [[[name, type, role, doc], ...], its doc]
     shows: dict[str, tuple[str, ...]] = {}
+    sorts: dict[str, list[str]] = {}  # table -> [its ORDER BY] (a deeper line goes on with it)
     last: list | None = None  # the declaration ([..., doc]) a deeper line continues
     for no, line in enumerate(sql.splitlines(), 1):
         m = _DECL.match(line.rstrip())
@@ -167,10 +173,12 @@ def parse_header(sql: str, where: str = "<sql>") -> Header:
             reads = set(_names(m["value"]))
         elif m["key"] == "rewrites":
             rewrites = tuple(_names(m["value"]))
+        elif m["sorts"]:
+            last = sorts[m["sorts"]] = [m["order"].strip()]
         else:
             shows[m["shows"]] = tuple(_names(m["cols"]))
-    decls = {t: TableDecl(doc=doc, columns=tuple(Column(*c) for c in cols), shows_first=shows.get(t, ()))
-             for t, (cols, doc) in tables.items()}
+    decls = {t: TableDecl(doc=doc, columns=tuple(Column(*c) for c in cols), shows_first=shows.get(t, ()),
+                          sorts_by=sorts.get(t, [""])[0]) for t, (cols, doc) in tables.items()}
     return Header(scope, reads, decls, rewrites)
 
 
@@ -217,9 +225,22 @@ def creates(sql: str) -> set[str]:
     return set(_CREATES.findall(_code(sql)))
 
 
-def creates_public(sql: str) -> list[str]:
-    """Tables and views the file creates outside schema tf_internal, in file order."""
-    return re.findall(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)\s+(?:main\.)?(\w+)\b(?!\.)", _code(sql), re.I)
+_CREATED = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?(TABLE|VIEW)\s+(?:(tf_internal|main)\.)?(\w+)\b(?!\.)",
+                      re.I)
+
+
+def created(sql: str) -> dict[str, tuple[str, str]]:
+    """{name: (schema, kind)} of each table and view the file's statements create, in file order:
+    schema `main`, `tf_internal` or `temp`, kind `table` or `view` (a name created twice: its first)."""
+    out: dict[str, tuple[str, str]] = {}
+    for temp, kind, schema, name in _CREATED.findall(_code(sql)):
+        out.setdefault(name, ("temp" if temp else (schema or "main").lower(), kind.lower()))
+    return out
+
+
+def creates_public(sql: str, views: bool = True) -> list[str]:
+    """Tables (and views, unless `views` is False) the file creates in schema main, in file order."""
+    return [t for t, (schema, kind) in created(sql).items() if schema == "main" and (views or kind == "table")]
 
 
 def requires(sql: str) -> set[str] | None:

@@ -28,8 +28,8 @@ measured again for the stored figures. Offsets are relative to the clock of the 
 spread; `--align off` changes nothing. Estimates, spreads and the reason are stored in `traces`
 (clock_skew_ns, clock_spread_ns, clock_note) whether or not they were applied.
 
-Size: the tests above, each with the measurement that set its threshold, and the move of every
-time column once an offset is applied.
+Size: the tests above, each with the measurement that set its threshold, and the offsets stored
+(the times move by the graph's clock shift, graph.py, from the declared `time` columns).
 """
 from __future__ import annotations
 
@@ -37,8 +37,6 @@ import math
 import warnings
 
 import numpy as np
-
-from ..rank_tables import TIMES
 
 MIN_COLLECTIVES = 8        # fewer matched collectives are too few for the sign test
 # Short captures: 6 collectives can never pass the sign test (p >= 0.03). A shift there shows as
@@ -51,9 +49,6 @@ MAGNITUDE_FACTOR = 5.0     # and the estimate this many spreads from zero
 SIGN_TEST_P = 0.01         # two-sided p-value under which the differences are not one clock's jitter
 NEGLIGIBLE_NS = 50_000     # shifts below this are within the precision of the collective ends
 NATURAL_FACTOR = 2.0       # a shift must exceed this many times the peers' median |offset|
-
-# the loaded tables' times (rank_tables.TIMES lists every per-rank table's; the derived ones are derived again)
-TIME_COLUMNS = {t: TIMES[t] for t in ("gpu_ops", "host_ops", "ranges", "memory_events")}
 
 _ENDS_SQL = """
 WITH m AS (SELECT comm, step, seq FROM collectives GROUP BY ALL HAVING count(DISTINCT rank) >= 2)
@@ -198,10 +193,10 @@ def clock_units(traces: list[tuple[int, str | None]], col: dict[int, int], mode:
     return units
 
 
-def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str], bool]:
-    """Estimates each rank's clock offset, stores it in `traces`, shifts the ranks found off
-    (`shift_tables`: their rows' times too; else only `traces.clock_offset_ns`, which a cluster's
-    views add). Returns the warnings for the user and whether any time was shifted."""
+def align(con, mode: str = "auto") -> tuple[list[str], bool]:
+    """Estimates each rank's clock offset and stores it in `traces.clock_offset_ns`; the times move
+    by the graph's clock shift (graph.py; a cluster's views add the offset themselves). Returns the
+    warnings for the user and whether a rank found off moved."""
     # Long because: one decision (estimate per host, choose, apply, warn) over shared per-host arrays.
     m, ranks, traces = end_matrix(con)
     if len(ranks) < 2 or not len(m):
@@ -268,9 +263,6 @@ def align(con, mode: str = "auto", shift_tables: bool = True) -> tuple[list[str]
                          None if u.spread is None else round(u.spread), note, rank])
             if round(off):
                 moved = True
-                for table, cols in TIME_COLUMNS.items() if shift_tables else ():
-                    sets = ", ".join(f"{c2} = {c2} + {round(off)}" for c2 in cols)
-                    con.execute(f"UPDATE {table} SET {sets} WHERE rank = ?", [rank])
         if applied:
             notes.append(f"{u.name}: clock {note}")
     if not any(u.applied for u in units) and mode == "auto":
