@@ -77,9 +77,19 @@ def nsys(path: Path) -> dict:
             for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
                 gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None, "kernel": False})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
+            # each call once: nsys 2022.2 stores a call twice, `cudaMemcpy` and inside it `cudaMemcpy_v3020`,
+            # one thread and correlation id (pipit's saxpy: 95 rows, 57 calls); the outer row is the call
+            tcol = "globalTid" if "globalTid" in {r[1] for r in c.execute("pragma table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")} else "NULL"
+            seen: dict = {}
+            for a, b, n, k, t in c.execute(f'select start, "end", nameId, correlationId, {tcol} from CUPTI_ACTIVITY_KIND_RUNTIME '
+                                           'order by "end" - start desc'):
                 nm = names.get(n, "")
-                calls.append({"start": a, "end": b, "name": nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm, "corr": k})
+                nm = nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm
+                if k is not None and any(o["name"] == nm and o["start"] <= a and b <= o["end"] for o in seen.get((t, k), ())):
+                    continue
+                seen.setdefault((t, k), []).append(call := {"start": a, "end": b, "name": nm, "corr": k})
+                calls.append(call)
+            calls.sort(key=lambda x: x["start"])
         if "NVTX_EVENTS" in tables:
             for a, b, t, tid in c.execute('select start, "end", text, textId from NVTX_EVENTS where "end" > start'):
                 text = t if t is not None else names.get(tid, "")
