@@ -128,7 +128,7 @@ def findings(con) -> dict:
     _fix_sentence(con, out)
     _short_form(out)
     for row in claimed:  # the folding's working keys: the rows stay the table's columns (+ sentence)
-        for k in ("turns", "short_sentence", "folded", "host_parts"):
+        for k in ("turns", "short_sentence", "folded", "host_parts", "copy_parts"):
             row.pop(k, None)
     return out
 
@@ -283,6 +283,23 @@ def _copy_split(con, total_ns) -> str | None:
     return " + ".join(f"{c} {_ms(ns)}" for c, ns in rows) if len(rows) > 1 else None
 
 
+# Pageable copy time of the analysed steps by direction, per step, as claims._pageable sums it: the
+# sentence named the longest copy's direction for both (GPUPuzzlers swimming_in_streams: "Memcpy DtoH
+# (Device -> Pageable) 242.5 ms" = HtoD 163.7 + DtoH 78.8 ms).
+_PAGEABLE_SPLIT_SQL = """SELECT coalesce(nullif(regexp_extract(name, '(HtoD|DtoH|DtoD|HtoH)'), ''), 'other') AS dir,
+                                sum(end_ns - start_ns) / (SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup) AS ns
+                         FROM gpu_ops WHERE name ILIKE '%pageable%'
+                         AND step IN (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)
+                         GROUP BY dir ORDER BY ns DESC, dir"""
+
+
+def _pageable_split(con, total_ns) -> str | None:
+    """The pageable copy time per step by direction ("HtoD 163.7 ms + DtoH 78.8 ms"), where a second
+    direction holds at least 5 % of it; else None (the longest copy's name says it)."""
+    rows = [(d, ns) for d, ns in con.execute(_PAGEABLE_SPLIT_SQL).fetchall() if ns and total_ns and ns >= 0.05 * total_ns]
+    return " + ".join(f"{d} {_ms(ns)}" for d, ns in rows) if len(rows) > 1 else None
+
+
 # Host time on the analysed steps' critical paths by cause, per step, with the range or op holding most
 # of each (step_causes.top_name): the dominant row names only its biggest cause, and the class's whole
 # time was given to it (fused hta trace_filter: "542.8 ms/step host time in no traced op" where no_op is
@@ -342,7 +359,7 @@ def _host_parts(parts, compact: bool = False) -> str:
 def _dominant(r: dict, con) -> str:
     what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'], _row_stack(r, con))}"
     if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
-        what = f"memory copies ({split})"
+        what, r["copy_parts"] = f"memory copies ({split})", split
     if r["class"] == "host" and (hs := host_split(con, r["value_ns"])):
         what, r["host_parts"] = f"host time ({_host_parts(hs)})", hs
     s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
@@ -649,7 +666,9 @@ def _host_syncs(r: dict, con) -> str:
 
 @sentence("pageable_copy")
 def _pageable_copy(r: dict, con) -> str:
-    return (f"Copies to or from pageable host memory ({short_name(r['evidence'])}) take {_ms(r['value_ns'])} of GPU time "
+    r["copy_parts"] = _pageable_split(con, r["value_ns"])  # both directions: each its own figure
+    what = f"({r['copy_parts']})" if r["copy_parts"] else f"({short_name(r['evidence'])})"
+    return (f"Copies to or from pageable host memory {what} take {_ms(r['value_ns'])} of GPU time "
             f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
             "waits while the driver stages them"
             + _fix_clause(r, "") + ".")
@@ -779,10 +798,15 @@ def _short(r: dict) -> str:
             f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else
             f", blocking {r['activity']} calls" if r["activity"] else "")
     elif k == "pageable_copy":
-        s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
+        s = (f"Pageable copies take {_ms(r['value_ns'])}/step ({r['copy_parts']}) of GPU time on {_ranks(r['ranks'])}"
+             if r.get("copy_parts") else
+             f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}")
     elif k == "dominant":
         s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
              f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
+        if r.get("copy_parts"):  # each copy cause its own figure (_copy_split)
+            s = (f"Copy-bound: {_pct(r['share_pct'])} of the critical path is memory copies, {_ms(r['value_ns'])}/step: "
+                 f"{r['copy_parts']}")
         if r["class"] == "host" and r.get("host_parts"):  # each host cause its own figure (host_split)
             s = (f"Host-bound: {_pct(r['share_pct'])} of the critical path is host time, {_ms(r['value_ns'])}/step: "
                  f"{_host_parts(r['host_parts'])}")
