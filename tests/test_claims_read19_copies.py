@@ -4,6 +4,7 @@ a plain reading of the raw file (sqlite3 / json / gzip). Each test skips with on
 file is absent."""
 from __future__ import annotations
 
+import collections
 import re
 import sqlite3
 
@@ -174,3 +175,53 @@ def test_the_copy_bound_line_names_each_copy_cause(tmp_path_factory):
     for c, ns in named:
         assert f"{c} {ns / 1e6:.1f} ms" in line and f"{c} {ns / 1e6:.1f} ms" in row["sentence"], (c, line)
     assert "is HtoD pageable memory copies" not in line
+
+
+def _dlrm8() -> tuple[str, ...]:
+    files = sorted(p.relative_to(WILD).as_posix() for p in (WILD / "param").glob("worker*_step_12*.pt.trace.json"))
+    if len(files) != 8:
+        pytest.skip(f"PARAM DLRM's 8 per-rank files not in the wild corpus at {WILD} (set TRACEFLOW_WILD)")
+    return tuple(files)
+
+
+def _raw_syncs(rel: str) -> tuple[int, collections.Counter]:
+    """(blocked ns, Counter of the direction of the pageable copy just before) of the cudaStreamSynchronize
+    calls inside a ProfilerStep range of one rank's file, in plain Python: the runtime call before each
+    on its thread, and the copy that call launched (correlation id)."""
+    import json
+    ev = json.loads((WILD / rel).read_bytes())["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep")]
+    copy = {e["args"].get("correlation"): e["name"] for e in ev if e.get("cat") == "gpu_memcpy"}
+    by_tid = collections.defaultdict(list)
+    for e in sorted((e for e in ev if e.get("cat") == "cuda_runtime"), key=lambda e: e["ts"]):
+        by_tid[e["tid"]].append(e)
+    ns, dirs = 0, collections.Counter()
+    for calls in by_tid.values():
+        for a, b in zip(calls, calls[1:]):
+            if b["name"] == "cudaStreamSynchronize" and any(s <= b["ts"] <= z for s, z in steps):
+                ns += round(b["dur"] * 1000)
+                c = copy.get(a["args"].get("correlation"), "")
+                if "Pageable" in c:
+                    dirs[re.search(r"HtoD|DtoH", c).group(0)] += 1
+    return ns, dirs
+
+
+def test_a_blocking_figure_over_ranks_gives_its_range_and_directions(tmp_path_factory):
+    """W8, W9: "Ranks 0–7 block 2.5 ms/step each in 10 cudaStreamSynchronize, 10 right after a pageable
+    Memcpy HtoD" — the ranks block 0.06-6.6 ms (2.5 is their mean) and 8 of the 10 follow an HtoD copy,
+    2 a DtoH one. The sentence and short line say the mean with the ranks' range and count the calls by
+    direction, as the raw files give them."""
+    rels = _dlrm8()
+    db, f = _job(rels, tmp_path_factory)
+    raw = [_raw_syncs(r) for r in rels]
+    lo, hi = min(ns for ns, _ in raw), max(ns for ns, _ in raw)
+    dirs = sum((d for _, d in raw), collections.Counter())
+    assert len({tuple(sorted(d.items())) for _, d in raw}) == 1  # every rank: the same calls a step
+    row = next(r for r in f["findings"] if r["kind"] == "host_syncs")
+    line = next(x for x in f["lines"] if "cudaStreamSynchronize" in x)
+    rng = f"({lo / 1e6:.1f} ms–{hi / 1e6:.1f} ms by rank)"
+    by_dir = ", ".join(f"{c // 8} {d}" for d, c in dirs.most_common())
+    assert hi > 10 * lo and "each" not in line.split("cudaStreamSynchronize")[0]
+    for text in (row["sentence"], line):
+        assert rng in text and f"({by_dir})" in text, (text, rng, by_dir)
+    assert by_dir == "8 HtoD, 2 DtoH"
