@@ -763,6 +763,12 @@ def _mfu_empty(job: Job, r: dict):
     if r["n"]:
         return None, "the device's peak is unknown: not a figure of the file"
     said = r.get("sentence") or ""
+    # no kernel in any raw file: the reason is that the GPU computed nothing, with its count of GPU ops
+    kernels = sum(g["kernel"] for d in job.ranks.values() for g in d["gpu"])
+    n_gpu = sum(len(d["gpu"]) for d in job.ranks.values())
+    if "the GPU ran no kernel" in said or (n_gpu and not kernels):
+        ok = n_gpu > 0 and not kernels and f"only {n_gpu:,} copies and memsets" in said
+        return ok, f"{kernels} kernels, {n_gpu} GPU ops in the raw files"
     for p in sorted(set(job.paths.values())):
         if "record no operand shapes" in said or str(p).endswith((".rpd", ".rpd.gz")):
             # the reason said for a profiler of no shapes (XLA, ROCm rpd): none in the raw file

@@ -225,3 +225,31 @@ def test_a_blocking_figure_over_ranks_gives_its_range_and_directions(tmp_path_fa
     for text in (row["sentence"], line):
         assert rng in text and f"({by_dir})" in text, (text, rng, by_dir)
     assert by_dir == "8 HtoD, 2 DtoH"
+
+
+@pytest.mark.parametrize("rel", ["gpupuzzlers/p2p_copy.json.gz", "gpupuzzlers/p2p_single_tensor.json.gz"])
+def test_a_program_that_only_copies_is_told_it_computed_nothing(rel, tmp_path_factory):
+    """M6: "MFU … empty … because the PyTorch profiler traces have no input shapes (record_shapes=True)"
+    for a program whose GPU only copied (GPU 0 to GPUs 1, 2, 4): with shapes there would still be no
+    FLOPs. Raw: no kernel event, N copies; the reason says so, and the claim oracle holds it to that
+    (the old reason reads wrong)."""
+    import gzip
+    import json
+    path = WILD / rel
+    if not path.exists():
+        pytest.skip(f"{rel} not in the wild corpus at {WILD} (set TRACEFLOW_WILD)")
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    assert not [e for e in ev if e.get("cat") == "kernel"]
+    n = sum(1 for e in ev if e.get("cat") in ("gpu_memcpy", "gpu_memset"))
+    db, f = _job((rel,), tmp_path_factory)
+    row = next(r for r in f["findings"] if r["kind"] == "mfu_empty")
+    assert f"the GPU ran no kernel, only {n:,} copies and memsets" in row["sentence"]
+    assert "record_shapes" not in row["sentence"]
+    old = dict(row, sentence="MFU and the roofline are empty: no op in the traces has known FLOPs, because the PyTorch "
+                             "profiler traces have no input shapes (record_shapes=True records them).")
+    con = duckdb.connect(db, read_only=True)
+    try:
+        got = [v for _, v, _ in claim_oracle.check(con, [row, old])]
+    finally:
+        con.close()
+    assert got == ["correct", "wrong"]
