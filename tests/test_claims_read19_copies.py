@@ -253,3 +253,20 @@ def test_a_program_that_only_copies_is_told_it_computed_nothing(rel, tmp_path_fa
     finally:
         con.close()
     assert got == ["correct", "wrong"]
+
+
+def test_a_python_function_is_named_whole_not_as_a_cpp_template(tmp_path_factory):
+    """M11 (headline): "2.9 ms in <…> (no op traced)": the host time inside `<built-in function sleep>`
+    (three ~1.06 ms time.sleep calls in the raw file) was shortened as if the name were a C++ template.
+    A Python function's name is printed whole (less an object's address), in the headline and the line."""
+    import gzip
+    import json
+    rel = "gpupuzzlers/cuda-queue-puzzlers.trace.json.gz"
+    if not (WILD / rel).exists():
+        pytest.skip(f"{rel} not in the wild corpus at {WILD} (set TRACEFLOW_WILD)")
+    ev = json.loads(gzip.decompress((WILD / rel).read_bytes()))["traceEvents"]
+    sleeps = [e for e in ev if e.get("cat") == "python_function" and e["name"] == "<built-in function sleep>"]
+    assert len(sleeps) == 3
+    _, f = _job((rel,), tmp_path_factory)
+    assert "in <built-in function sleep> (no op traced)" in f["headline"], f["headline"]
+    assert "<…>" not in f["headline"] and not any("<…>" in x for x in f["lines"])
