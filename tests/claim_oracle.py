@@ -28,7 +28,10 @@ STEP = re.compile(r"(?i)^\s*(?:profiler[\s_]*step|train(?:ing)?[\s_-]*step|globa
                   r"[\s_#:=-]*(\d+)\s*$")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
-PAGEABLE = 1  # CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE
+# an export without ENUM_CUDA_MEM_KIND (nsys 2022.2: pipit's saxpy) numbers memory kinds as Nsight Systems
+# does, 0 Pageable, 2 Device: its HtoD copies go from kind 0 to kind 2, which CUPTI's numbering (1 Pageable,
+# 2 Pinned, 3 Device) would make a copy to pinned host memory
+PAGEABLE = 0
 
 
 def _ns(v) -> int:
@@ -49,7 +52,8 @@ def kineto(path: Path) -> dict:
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         if cat in GPU_CATS:
             gpu.append({"start": a, "end": b, "name": name, "corr": args.get("correlation"), "device": args.get("device"),
-                        "pageable": "pageable" in name.lower(), "stream": args.get("stream"), "kernel": cat in ("kernel", "Kernel")})
+                        "pageable": "pageable" in name.lower(), "stream": args.get("stream"), "kernel": cat in ("kernel", "Kernel"),
+                        "dir": next((w for w in ("HtoD", "DtoH", "DtoD", "HtoH") if w in name), None)})
         elif cat in RUNTIME_CATS:
             calls.append({"start": a, "end": b, "name": name, "corr": args.get("correlation")})
         elif cat != "gpu_user_annotation" and (m := STEP.match(name)):
@@ -74,12 +78,27 @@ def nsys(path: Path) -> dict:
             # captures), not CUPTI's 1 Pageable, which read their pinned copies as pageable
             kinds = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEM_KIND") if "PAGEABLE" in str(n).upper()} \
                 if "ENUM_CUDA_MEM_KIND" in tables else {PAGEABLE}
-            for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
-                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None, "kernel": False})
+            # the direction: the export's enum where it has one, else CUPTI's numbering (1 HtoD, 2 DtoH, 8 DtoD, 9 HtoH)
+            ops = {i: str(n).upper() for i, n in c.execute("select id, name from ENUM_CUDA_MEMCPY_OPER")} \
+                if "ENUM_CUDA_MEMCPY_OPER" in tables else {1: "HTOD", 2: "DTOH", 8: "DTOD", 9: "HTOH"}
+            for a, b, k, s, d, op in c.execute('select start, "end", correlationId, srcKind, dstKind, copyKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
+                dr = next((w for w in ("HtoD", "DtoH", "DtoD", "HtoH") if w.upper() in ops.get(op, "")), None)
+                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None,
+                            "kernel": False, "dir": dr})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
+            # each call once: nsys 2022.2 stores a call twice, `cudaMemcpy` and inside it `cudaMemcpy_v3020`,
+            # one thread and correlation id (pipit's saxpy: 95 rows, 57 calls); the outer row is the call
+            tcol = "globalTid" if "globalTid" in {r[1] for r in c.execute("pragma table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")} else "NULL"
+            seen: dict = {}
+            for a, b, n, k, t in c.execute(f'select start, "end", nameId, correlationId, {tcol} from CUPTI_ACTIVITY_KIND_RUNTIME '
+                                           'order by "end" - start desc'):
                 nm = names.get(n, "")
-                calls.append({"start": a, "end": b, "name": nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm, "corr": k})
+                nm = nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm
+                if k is not None and any(o["name"] == nm and o["start"] <= a and b <= o["end"] for o in seen.get((t, k), ())):
+                    continue
+                seen.setdefault((t, k), []).append(call := {"start": a, "end": b, "name": nm, "corr": k})
+                calls.append(call)
+            calls.sort(key=lambda x: x["start"])
         if "NVTX_EVENTS" in tables:
             for a, b, t, tid in c.execute('select start, "end", text, textId from NVTX_EVENTS where "end" > start'):
                 text = t if t is not None else names.get(tid, "")
@@ -160,12 +179,25 @@ def _close(a, b, rel=0.01, absolute=2000.0) -> bool:
 
 
 def _pageable_copy(job: Job, r: dict):
-    steps, total = set(job.steps), 0
+    """The pageable copy time per analysed step, and where the sentence splits it by direction
+    ("(HtoD 163.7 ms + DtoH 78.8 ms)"), each direction's; a file with no step ranges is one step."""
+    steps, total, by_dir = set(job.steps), 0, {}
     for rank, d in job.ranks.items():
         where = job.launched_in(rank)
-        total += sum(g["end"] - g["start"] for i, g in enumerate(d["gpu"]) if g["pageable"] and where[i] in steps)
+        for i, g in enumerate(d["gpu"]):
+            if g["pageable"] and (where[i] in steps or not d["steps"]):
+                total += g["end"] - g["start"]
+                by_dir[g.get("dir") or "other"] = by_dir.get(g.get("dir") or "other", 0) + g["end"] - g["start"]
     want = total / len(job.steps)
-    return _close(r["value_ns"], want), f"pageable copy time per analysed step: {want / 1e6:.3f} ms from the raw files"
+    ok = _close(r["value_ns"], want)
+    said = re.findall(r"\b(HtoD|DtoH|DtoD|HtoH|other) ([\d,.]+) ms\b", r.get("sentence") or "")
+    for dr, ms in said:
+        ok = ok and _close(float(ms.replace(",", "")) * 1e6, by_dir.get(dr, 0) / len(job.steps), rel=0.01, absolute=60000)
+    # every direction holding 5 % of the time is said, where the sentence splits it
+    if said:
+        ok = ok and {dr for dr, _ in said} == {dr for dr, ns in by_dir.items() if ns >= 0.05 * total}
+    return ok, (f"pageable copy time per analysed step: {want / 1e6:.3f} ms from the raw files ("
+                + ", ".join(f"{k} {v / len(job.steps) / 1e6:.3f} ms" for k, v in sorted(by_dir.items())) + ")")
 
 
 def _sync_calls(job: Job, rank: int, name: str) -> tuple[float, float]:
@@ -731,6 +763,12 @@ def _mfu_empty(job: Job, r: dict):
     if r["n"]:
         return None, "the device's peak is unknown: not a figure of the file"
     said = r.get("sentence") or ""
+    # no kernel in any raw file: the reason is that the GPU computed nothing, with its count of GPU ops
+    kernels = sum(g["kernel"] for d in job.ranks.values() for g in d["gpu"])
+    n_gpu = sum(len(d["gpu"]) for d in job.ranks.values())
+    if "the GPU ran no kernel" in said or (n_gpu and not kernels):
+        ok = n_gpu > 0 and not kernels and f"only {n_gpu:,} copies and memsets" in said
+        return ok, f"{kernels} kernels, {n_gpu} GPU ops in the raw files"
     for p in sorted(set(job.paths.values())):
         if "record no operand shapes" in said or str(p).endswith((".rpd", ".rpd.gz")):
             # the reason said for a profiler of no shapes (XLA, ROCm rpd): none in the raw file

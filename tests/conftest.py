@@ -268,6 +268,8 @@ SLOW_TESTS = {
     "test_slurm_epilog_runs_the_post_mortem_of_the_job_that_ended": "a post-mortem and two more runs through the epilog",
     "test_regression_gate_fails_the_stalled_step_and_names_what_grew": "ingests both ddp2 runs, three diffs",
     "test_one_step_graph_at_a_time_gives_the_rows_of_all_graphs_kept": "two H100 jobs ingested, the claims built twice (60-90 s each)",
+    # session 19's read (tests/test_claims_read19_copies.py)
+    "test_a_blocking_figure_over_ranks_gives_its_range_and_directions": "PARAM DLRM's 8 wild rank files ingested, read raw, 12 s",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -288,6 +290,8 @@ SWEEPS = {
     "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
     "test_the_bounded_grouping_is_the_exhaustive_one", "test_the_bound_rejects_only_pairs_the_exact_test_rejects",
     "test_real_csv_run_kernels_link_to_their_hip_calls", "test_nsys_jax_archive_without_its_report_says_what_it_holds",
+    "test_distinct_zero_length_host_events_are_not_dropped_as_recorded_twice",  # 7 wild GPUPuzzlers files
+    "test_the_pageable_copy_sentence_gives_each_direction_its_figure", "test_a_program_that_only_copies_is_told_it_computed_nothing",
 }
 
 

@@ -2,7 +2,7 @@
 and the report's roofline section say the same words)."""
 from __future__ import annotations
 
-READS = frozenset({"host_ops", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"host_ops", "traces", "gpu_ops"})  # the tables its SQL reads (tests/test_layers.py)
 
 
 _PROFILER = {"xla": "XLA (JAX) profiler", "rpd": "ROCm (rpd)", "rocprof": "ROCm profiler", "autograd": "legacy autograd profiler",
@@ -11,6 +11,11 @@ _PROFILER = {"xla": "XLA (JAX) profiler", "rpd": "ROCm (rpd)", "rocprof": "ROCm 
 
 def why_no_flops(con) -> str:
     """Why no op has known FLOPs, per profiler: what the traces lack, and how to record it."""
+    # a program whose GPU only copied (GPUPuzzlers p2p_copy: 30 device-to-device copies, no kernel) has no
+    # FLOPs to count, whatever the traces record: shapes would not give it any
+    kernels, gpu = con.execute("SELECT count(*) FILTER (WHERE kind = 'kernel'), count(*) FROM gpu_ops").fetchone()
+    if gpu and not kernels:
+        return f"the GPU ran no kernel, only {gpu:,} copies and memsets: no computation, so no FLOPs to count"
     # per profiler: whether any CPU op has recorded arguments, and how many CPU ops there are
     seen = {fmt: (args, n) for fmt, args, n in con.execute("""
         SELECT t.source_format, count(h.input_dims) > 0 OR count(h.flops) > 0, count(h.op_id)

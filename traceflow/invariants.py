@@ -20,9 +20,11 @@ STRAY_MAX_SHARE = 0.01      # at most this share of a rank's GPU ops (and STRAY_
 STRAY_MAX_OPS = 100
 
 # what identifies a recorded event: two rows equal in all of these are one event written twice
-# (two GPU ops cannot share a stream, a start and an end; host ops nest, hence their name and ids)
+# (two GPU ops cannot share a stream, a start and an end; host ops nest, hence their name and ids, and
+# the profiler's own event index: gpupuzzlers vector_flops1 holds 80 zero-length python_function events
+# of one name in one microsecond, each its own event, which without it were "recorded twice")
 _KEYS = {"gpu_ops": "kind, device, stream, start_ns, end_ns, correlation_id, hash(name)",
-         "host_ops": "kind, tid, start_ns, end_ns, correlation_id, external_id, hash(name)",
+         "host_ops": "kind, tid, start_ns, end_ns, correlation_id, external_id, event_id, hash(name)",
          "ranges": "tid, domain, start_ns, end_ns, on_gpu, hash(name)"}
 
 

@@ -21,6 +21,9 @@ HOST_OPS = pa.schema([
     # Kineto with record_shapes / with_flops: what the op was called on (JSON text, as recorded)
     ("flops", pa.int64()), ("input_dims", pa.string()), ("input_types", pa.string()),
     ("concrete_inputs", pa.string()),
+    # the profiler's own id of the event (Kineto's "Profiler Event Index", or "Python id"): what tells apart events
+    # equal in every other field (zero-length Python calls in one microsecond), invariants.py
+    ("event_id", pa.int64()),
 ])
 
 RANGES = pa.schema([
@@ -204,7 +207,9 @@ DOCS = {
         "input_dims": "Kineto record_shapes=True, or nsys emit_nvtx(record_shapes=True) ranges' sizes: the inputs' shapes as recorded, JSON text (e.g. [[2048, 512], [512, 1536]])",
         "input_types": "Kineto record_shapes=True: the inputs' dtypes as recorded, JSON text (e.g. [\"c10::BFloat16\", \"float\"])",
         "concrete_inputs": "Kineto record_shapes=True, convolution ops only: the scalar arguments as recorded, JSON text "
-                           "(e.g. [\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"1\"]: stride, padding, dilation, groups)"}),
+                           "(e.g. [\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"1\"]: stride, padding, dilation, groups)",
+        "event_id": "Kineto: the profiler's own id of the event (Profiler Event Index; Ev Idx before PyTorch 2.0; else "
+                    "a Python event's Python id); tells apart events equal in every other field (NULL: not recorded)"}),
     "ranges": ("NVTX ranges and user annotations (record_function), host side and GPU side", {
         "domain": "the NVTX domain", "on_gpu": "TRUE for Kineto's GPU-side user annotations"}),
     "memory_events": ("one row per allocation or free the PyTorch profiler (profile_memory=True) or Nsight Systems "
@@ -279,7 +284,8 @@ _ROLES = {
                "op_id:id:gpu_ops api_name:text api_start_ns:time api_end_ns:time launch_tid:key launch_op_id:id:host_ops "
                "issue_start_ns:time cpu_op_id:id:host_ops step:key",
     "host_ops": "trace_id:trace rank:rank pid:key tid:key kind:text name:text start_ns:time end_ns:time correlation_id:key "
-                "external_id:key flops:figure:flop input_dims:text input_types:text concrete_inputs:text op_id:id:host_ops",
+                "external_id:key flops:figure:flop input_dims:text input_types:text concrete_inputs:text event_id:key "
+                "op_id:id:host_ops",
     "ranges": "trace_id:trace rank:rank tid:key domain:text name:text start_ns:time end_ns:time on_gpu:flag",
     "memory_events": "trace_id:trace rank:rank device_type:text device:key pid:key tid:key ts_ns:time bytes:figure:bytes "
                      "addr:key total_allocated:figure:bytes total_reserved:figure:bytes",

@@ -41,6 +41,12 @@ def printable(text) -> str:
 
 
 _ANONYMOUS = re.compile(r"\(anonymous namespace\)::|<unnamed>::")
+# A Python function as the PyTorch profiler names it (python_function events): `<built-in function
+# sleep>`, `<built-in method ones of type object at 0x7fbb…>`, `torch/cuda/__init__.py(470): <genexpr>`.
+# Never a C++ signature: read as one, the first was shortened to `<…>` (GPUPuzzlers cuda-queue-puzzlers:
+# "2.9 ms in <…>" for 2.7 ms of time.sleep) and the last to `torch/cuda/__init__.py`.
+_PYTHON_NAME = re.compile(r"^(<[^<>:]*>|\S+\.py\(\d+\): .*)$")
+_PY_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
 _LAMBDA = re.compile(r"\{lambda[^{}]*\}|\{unnamed type#\d+\}")
 
 
@@ -117,6 +123,8 @@ def short_name(name) -> str:
     if (p := payload_name(str(name).strip())) is not None:
         return p
     s = _ANONYMOUS.sub("", str(name))
+    if _PYTHON_NAME.match(s):  # a Python function: whole, less the object's address
+        return _PY_ADDRESS.sub("", s)
     if not _is_signature(s):
         return s  # not a C++ signature: `Memcpy HtoD (Pageable -> Device)`, `ncclKernel_...`
     base = _groups(s)[0].strip()

@@ -26,7 +26,7 @@ from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
 READS = frozenset({"findings", "findings_steps", "gpu_sharing", "host_ops", "launch_overhead", "launch_overhead_summary", "ranges",
-                   "collective_waits", "critical_path", "gpu_ops", "step_breakdown", "step_causes", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+                   "collective_waits", "critical_path", "gpu_ops", "step_breakdown", "step_causes", "sync", "traces"})  # the tables its SQL reads (tests/test_layers.py)
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
@@ -128,7 +128,7 @@ def findings(con) -> dict:
     _fix_sentence(con, out)
     _short_form(out)
     for row in claimed:  # the folding's working keys: the rows stay the table's columns (+ sentence)
-        for k in ("turns", "short_sentence", "folded", "host_parts"):
+        for k in ("turns", "short_sentence", "folded", "host_parts", "copy_parts", "sync_parts"):
             row.pop(k, None)
     return out
 
@@ -283,6 +283,23 @@ def _copy_split(con, total_ns) -> str | None:
     return " + ".join(f"{c} {_ms(ns)}" for c, ns in rows) if len(rows) > 1 else None
 
 
+# Pageable copy time of the analysed steps by direction, per step, as claims._pageable sums it: the
+# sentence named the longest copy's direction for both (GPUPuzzlers swimming_in_streams: "Memcpy DtoH
+# (Device -> Pageable) 242.5 ms" = HtoD 163.7 + DtoH 78.8 ms).
+_PAGEABLE_SPLIT_SQL = """SELECT coalesce(nullif(regexp_extract(name, '(HtoD|DtoH|DtoD|HtoH)'), ''), 'other') AS dir,
+                                sum(end_ns - start_ns) / (SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup) AS ns
+                         FROM gpu_ops WHERE name ILIKE '%pageable%'
+                         AND step IN (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)
+                         GROUP BY dir ORDER BY ns DESC, dir"""
+
+
+def _pageable_split(con, total_ns) -> str | None:
+    """The pageable copy time per step by direction ("HtoD 163.7 ms + DtoH 78.8 ms"), where a second
+    direction holds at least 5 % of it; else None (the longest copy's name says it)."""
+    rows = [(d, ns) for d, ns in con.execute(_PAGEABLE_SPLIT_SQL).fetchall() if ns and total_ns and ns >= 0.05 * total_ns]
+    return " + ".join(f"{d} {_ms(ns)}" for d, ns in rows) if len(rows) > 1 else None
+
+
 # Host time on the analysed steps' critical paths by cause, per step, with the range or op holding most
 # of each (step_causes.top_name): the dominant row names only its biggest cause, and the class's whole
 # time was given to it (fused hta trace_filter: "542.8 ms/step host time in no traced op" where no_op is
@@ -342,7 +359,7 @@ def _host_parts(parts, compact: bool = False) -> str:
 def _dominant(r: dict, con) -> str:
     what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'], _row_stack(r, con))}"
     if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
-        what = f"memory copies ({split})"
+        what, r["copy_parts"] = f"memory copies ({split})", split
     if r["class"] == "host" and (hs := host_split(con, r["value_ns"])):
         what, r["host_parts"] = f"host time ({_host_parts(hs)})", hs
     s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
@@ -634,22 +651,69 @@ def _waited(r: dict, steps: int | None = None) -> str:
     return "; most of that blocking would stay without the calls (a wait for GPU work already queued, or start-up)"
 
 
+# The host_syncs row's calls by rank and by copy direction, per analysed step: its figure is a mean
+# over the ranks and its copy the longest one's (PARAM DLRM's 8 ranks: "2.5 ms/step each" was the mean of
+# 0.06-6.6 ms; "10 right after a pageable HtoD" were 8 after an HtoD and 2 after a DtoH copy; pipit saxpy's
+# 15 blocking cudaMemcpy, "DtoH copy", were 10 HtoD and 5 DtoH). Parameters: the call's name, twice.
+_SYNC_PARTS_SQL = """
+    WITH st AS (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup),
+    calls AS (SELECT op_id, lag(op_id) OVER (PARTITION BY rank, tid ORDER BY start_ns) AS prev
+              FROM host_ops WHERE kind IN ('cuda_runtime', 'cuda_driver')),
+    y AS (SELECT y.rank, y.blocked_ns, y.reason,
+                 CASE WHEN y.reason = 'sync memcpy' THEN y.gpu_op WHEN p.reason = 'pageable memcpy' THEN p.gpu_op END AS copy
+          FROM sync y JOIN calls c ON c.op_id = y.op_id LEFT JOIN sync p ON p.op_id = c.prev
+          WHERE y.name = ? AND y.step IN (SELECT step FROM st) AND y.reason IN ('synchronize', 'sync memcpy'))
+    SELECT (SELECT list(ns ORDER BY rank) FROM (SELECT rank, sum(blocked_ns) AS ns FROM y GROUP BY rank)),
+           (SELECT list([d, n::VARCHAR] ORDER BY n DESC, d) FROM (
+                SELECT regexp_extract(copy, '(HtoD|DtoH|DtoD|HtoH)') AS d, count(*) AS n FROM y
+                WHERE copy IS NOT NULL GROUP BY d HAVING d <> '')),
+           (SELECT count(*) FROM st)"""
+
+
+def _sync_parts(con, r: dict) -> dict:
+    """{'lo', 'hi': the least and most a rank blocks per step; 'dirs': [(direction, calls per rank and
+    step)] of the copies the calls follow (or are)} for a host_syncs row."""
+    per_rank, dirs, n = con.execute(_SYNC_PARTS_SQL, [r["evidence"]]).fetchone()
+    n_ranks, n = max(1, len(r["ranks"] or ())), max(1, n or 1)
+    per_rank = [ns / n for ns in per_rank or ()] + [0.0] * (n_ranks - len(per_rank or ()))
+    return {"lo": min(per_rank), "hi": max(per_rank),
+            "dirs": [(d, int(c) / n_ranks / n) for d, c in dirs or ()]}
+
+
+def _sync_blocked(r: dict, parts: dict) -> str:
+    """'6.6 ms/step' (one rank), 'X ms/step each' (the ranks within 10 % of their mean), else the
+    mean with the ranks' range."""
+    if len(r["ranks"]) == 1:
+        return f"{_ms(r['value_ns'])} per step"
+    if parts["hi"] - parts["lo"] <= 0.1 * (r["value_ns"] or 0):
+        return f"{_ms(r['value_ns'])} per step each"
+    return f"{_ms(r['value_ns'])} per step on average ({_ms(parts['lo'])}–{_ms(parts['hi'])} by rank)"
+
+
+def _sync_dirs(parts: dict) -> str:
+    """'8 HtoD, 2 DtoH' (calls per rank and step by copy direction)."""
+    return ", ".join(f"{c:g} {d}" for d, c in parts["dirs"])
+
+
 @sentence("host_syncs")
 def _host_syncs(r: dict, con) -> str:
-    s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])} per step{'' if len(r['ranks']) == 1 else ' each (mean)'} in {r['per_step']:g} {r['evidence']} "
-         "calls, every analysed step")
+    r["sync_parts"] = parts = _sync_parts(con, r)
+    s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_sync_blocked(r, parts)} in "
+         f"{r['per_step']:g} {r['evidence']} calls, every analysed step")
     if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
-        s += (f", {r['n']:g} of them right after a {short_name(r['activity'])} copy: a blocking copy of a pageable "
+        s += (f", {r['n']:g} of them right after a pageable copy ({_sync_dirs(parts)}): a blocking copy of a pageable "
               "buffer, then a wait for the whole stream")
     elif r["activity"]:  # claims._blocking_copies: the calls are blocking copies
-        s += f": blocking {r['activity']} calls, each waiting for the GPU's queue to drain"
+        s += f": blocking copy calls ({_sync_dirs(parts)}), each waiting for the GPU's queue to drain"
     steps = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
     return s + _waited(r, steps) + _fix_clause(r, "") + "."
 
 
 @sentence("pageable_copy")
 def _pageable_copy(r: dict, con) -> str:
-    return (f"Copies to or from pageable host memory ({short_name(r['evidence'])}) take {_ms(r['value_ns'])} of GPU time "
+    r["copy_parts"] = _pageable_split(con, r["value_ns"])  # both directions: each its own figure
+    what = f"({r['copy_parts']})" if r["copy_parts"] else f"({short_name(r['evidence'])})"
+    return (f"Copies to or from pageable host memory {what} take {_ms(r['value_ns'])} of GPU time "
             f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
             "waits while the driver stages them"
             + _fix_clause(r, "") + ".")
@@ -745,7 +809,8 @@ def _headline(r: dict) -> str:
             "pageable_copy": lambda: f"pageable copies take {_ms(r['value_ns'])}/step",
             "host_syncs": lambda: f"{r['per_step']:g} {r['evidence']}/step block {_ms(r['value_ns'])} per rank"
                                   + (" after pageable copies" if r["n"] and r["activity"] else
-                                     f" ({r['activity']})" if r["activity"] else ""),
+                                     f" (copies {_sync_dirs(r['sync_parts'])})" if r["activity"] and r.get("sync_parts")
+                                     else f" ({r['activity']})" if r["activity"] else ""),
             "launch_names": lambda: "launch overhead idles the GPU",
             "dominant": lambda: (stall_words(r.get("steps"), r["evidence"])
                                  if (r.get("note") or "").startswith("launch stall")
@@ -775,14 +840,21 @@ def _short(r: dict) -> str:
         s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
              f"than its peers, who block {_ms(r['baseline_ns'])})" + ("; mostly a wait that stays" if _waited(r) else ""))
     elif k == "host_syncs":
-        s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
-            f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else
-            f", blocking {r['activity']} calls" if r["activity"] else "")
+        parts = r.get("sync_parts")
+        blocked = _sync_blocked(r, parts).replace(" per step", "/step") if parts else f"{_ms(r['value_ns'])}/step"
+        s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {blocked} in {r['per_step']:g} {r['evidence']}" + (
+            f", {r['n']:g} right after a pageable copy ({_sync_dirs(parts)})" if r["n"] and r["activity"] and parts else
+            f", blocking copy calls ({_sync_dirs(parts)})" if r["activity"] and parts else "")
     elif k == "pageable_copy":
-        s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
+        s = (f"Pageable copies take {_ms(r['value_ns'])}/step ({r['copy_parts']}) of GPU time on {_ranks(r['ranks'])}"
+             if r.get("copy_parts") else
+             f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}")
     elif k == "dominant":
         s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
              f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
+        if r.get("copy_parts"):  # each copy cause its own figure (_copy_split)
+            s = (f"Copy-bound: {_pct(r['share_pct'])} of the critical path is memory copies, {_ms(r['value_ns'])}/step: "
+                 f"{r['copy_parts']}")
         if r["class"] == "host" and r.get("host_parts"):  # each host cause its own figure (host_split)
             s = (f"Host-bound: {_pct(r['share_pct'])} of the critical path is host time, {_ms(r['value_ns'])}/step: "
                  f"{_host_parts(r['host_parts'])}")

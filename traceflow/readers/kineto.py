@@ -50,6 +50,9 @@ class Args(kineto_memory.MemoryArgs):  # with the fields of [memory] events
     name: Num = None            # process_name / thread_name metadata
     flops: Num = None
     rank: Num = None            # TraceLens's fused file: the rank each event came from (_ByRank)
+    event_index: Num = msgspec.field(default=None, name="Profiler Event Index")
+    ev_idx: Num = msgspec.field(default=None, name="Ev Idx")  # its name before PyTorch 2.0
+    python_id: Num = msgspec.field(default=None, name="Python id")  # a python_function's, where neither is recorded
     # kept as JSON text, undecoded (a Raw cannot be in a union with None: empty means absent)
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
@@ -84,6 +87,9 @@ class StrictArgs(kineto_memory.StrictMemoryArgs, frozen=True, gc=False):
     name: Num = None
     flops: int | None = None
     rank: int | None = None
+    event_index: int | None = msgspec.field(default=None, name="Profiler Event Index")
+    ev_idx: int | None = msgspec.field(default=None, name="Ev Idx")
+    python_id: int | None = msgspec.field(default=None, name="Python id")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
@@ -629,6 +635,7 @@ class _Converter:
             "correlation_id": col["correlation"].take(idx),
             # links a CUDA call to the CPU op that issued it
             "external_id": col["external_id"].take(idx),
+            "event_id": col["event_index"].take(idx),
             "flops": col["flops"].take(idx),
             "input_dims": col["input_dims"].take(idx),
             "input_types": col["input_types"].take(idx),
@@ -745,7 +752,7 @@ def _comm(pg):
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "correlation", "external_id",
                                     "device", "stream", "bytes", "in_nelems", "collective", "pg_name", "flops", "rank", "bind_id",
-                                    "input_dims", "input_types", "concrete")}
+                                    "event_index", "ev_idx", "python_id", "input_dims", "input_types", "concrete")}
 
 
 def _raw_text(values: list, keep=None) -> pa.Array:
@@ -829,6 +836,7 @@ def _strict_columns(evs: list) -> dict:
         "dur": np.fromiter(map(_get["dur"], evs), np.float64, n),
         "correlation": pa.array(list(map(_get["correlation"], args)), pa.int64()),
         "external_id": pa.array(list(map(_get["external_id"], args)), pa.int64()),
+        "event_index": pc.coalesce(*(pa.array(list(map(_get[f], args)), pa.int64()) for f in ("event_index", "ev_idx", "python_id"))),
         "gpu_device": pc.coalesce(pa.array(list(map(_get["device"], args)), pa.int64()), pid),
         "gpu_stream": pc.coalesce(pa.array(list(map(_get["stream"], args)), pa.int64()), tid),
         "bytes": pa.array(nbytes, pa.int64()),
@@ -861,6 +869,8 @@ def _loose_columns(evs: list) -> dict:
         "dur": np.array([e.dur if e.dur is not None else math.nan for e in evs], np.float64),  # no end: dropped
         "correlation": pa.array([_int_or_none(a.correlation) for a in args], pa.int64()),
         "external_id": pa.array([_int_or_none(a.external_id) for a in args], pa.int64()),
+        "event_index": pa.array([_int_or_none(next((v for v in (a.event_index, a.ev_idx, a.python_id) if v is not None), None))
+                                 for a in args], pa.int64()),
         "gpu_device": pa.array([_int_or_none(a.device) if a.device is not None else _int_or_none(e.pid)
                                 for a, e in zip(args, evs)], pa.int64()),
         "gpu_stream": pa.array([_int_or_none(a.stream) if a.stream is not None else _int_or_none(e.tid)
