@@ -279,7 +279,8 @@ WITH st AS (
     -- ops (a few launches cut off at the capture's edges change no figure the verdict states)
     SELECT c.figure, c.reason, list(c.rank ORDER BY c.rank) AS ranks, sum(c.n_ops) AS n,
            round(100.0 * sum(c.n_ops) / nullif(sum(o.n), 0), 1) AS share_pct
-    FROM cannot_answer c LEFT JOIN (SELECT rank, count(*) AS n FROM gpu_ops GROUP BY rank) o USING (rank)
+    -- (of the ops a call launches: unified-memory page migrations are none)
+    FROM cannot_answer c LEFT JOIN (SELECT rank, count(*) AS n FROM gpu_ops WHERE kind <> 'um_migration' GROUP BY rank) o USING (rank)
     WHERE c.n_ops IS NULL OR c.n_ops >= 0.1 * o.n
     GROUP BY c.figure, c.reason
 ), unlinked AS (
