@@ -160,3 +160,59 @@ def test_a_host_cause_is_named_only_by_what_fills_over_half_of_it(tmp_path_facto
     assert named == {"cpu_op": None, "no_op": None}, named
     text = " ".join([f["headline"], *f["lines"]])
     assert "aten::add_" not in text and "inside aten" not in text, text
+
+
+def test_the_claim_oracle_leaves_migrations_out_and_bounds_idle_by_the_raw_window(tmp_path_factory):
+    """The claim oracle (tests/claim_oracle.py) on the ICON export: every claim of the verdict it can
+    check is correct, and the two claims read 19 found wrong would be caught: an idle path of 103.9 ms
+    (the raw window has 84.6 ms with no GPU op running) and 5,510 ops missing their launch call (the
+    page migrations)."""
+    import duckdb
+
+    import claim_oracle
+    path = WILD / "isc25-icon" / "gpu.sqlite"
+    db, f = _job(path, tmp_path_factory)
+    con = duckdb.connect(db, read_only=True)
+    try:
+        verdicts = claim_oracle.check(con, f["findings"])
+        assert not [(r["kind"], why) for r, v, why in verdicts if v == "wrong"]
+        dom = next(r for r in f["findings"] if r["kind"] == "dominant")
+        old_idle = dict(dom, **{"class": "idle", "cause": "nothing recorded", "value_ns": 103_875_000, "evidence": None})
+        old_cannot = {"kind": "cannot_answer", "evidence": "launch latency", "ranks": [0], "n": 5510}
+        (_, v1, why1), (_, v2, _) = claim_oracle.check(con, [old_idle, old_cannot])
+    finally:
+        con.close()
+    assert v1 == "wrong" and "84.56" in why1, why1
+    assert v2 == "wrong"
+
+
+def _nvtx_idle_inside(path: Path, names: tuple[str, ...]) -> dict[str, int]:
+    """Per NVTX range name: the time inside those ranges during which no kernel or copy runs, within the
+    GPU window (first op start to last op end), from the raw export."""
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        strings = dict(c.execute("select id, value from StringIds"))
+        gpu = c.execute('select start, "end" from CUPTI_ACTIVITY_KIND_KERNEL union all select start, "end" from CUPTI_ACTIVITY_KIND_MEMCPY').fetchall()
+        rng = [(a, b, t if t is not None else strings.get(tid, "")) for a, b, t, tid in
+               c.execute('select start, "end", text, textId from NVTX_EVENTS where "end" > start')]
+    finally:
+        c.close()
+    lo, hi = min(a for a, _ in gpu), max(b for _, b in gpu)
+    idle = intervals.gaps(gpu, lo, hi)
+    return {n: intervals.measure(intervals.intersect(idle, [(a, b) for a, b, t in rng if t == n])) for n in names}
+
+
+def test_no_op_host_time_inside_named_ranges_is_those_ranges(tmp_path_factory):
+    """Read 19 M12, pipit's MPI saxpy (nsys 2022.2, CUDA C, MPI_Send / MPI_Recv NVTX ranges): "Host-bound:
+    66 % … host time in no traced op, 723.7 ms" where 173.6 ms lie inside MPI_Send and MPI_Recv. Host
+    time inside a named range is that range's (issue 41): the verdict gives each range its own figure,
+    equal to the raw export's GPU-idle time inside it."""
+    path = WILD / "pipit" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+    _, f = _job(path, tmp_path_factory)
+    raw = _nvtx_idle_inside(path, ("MPI_Send", "MPI_Recv"))
+    line = next(x for x in f["lines"] if x.startswith("Host-bound"))
+    for name, ns in raw.items():
+        assert ns > 50e6
+        said = float(line.split(f" inside {name}")[0].rsplit(" ", 2)[-2].replace(",", ""))
+        assert abs(said * 1e6 - ns) <= max(0.1e6, 0.01 * ns), (name, said, ns / 1e6, line)
+    assert "in no traced op" in line  # the rest, outside every range
