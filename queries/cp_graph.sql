@@ -23,8 +23,9 @@
 -- @column stream_prev  BIGINT  id:gpu_ops    the op before it on the same stream (NULL: the first)
 -- @column dep_op_id    BIGINT  id:gpu_ops    a queued op's cross-stream event wait: the op on another stream of its rank that ended within tf_dep_tolerance_ns before it started (NULL: none);
 --     for a unified-memory page migration: the op of its rank running when it began (a kernel's page fault), else the op that ended last before it
--- @column host_tid     BIGINT  key           for a page migration during which no other op of its rank runs: the host thread whose touch of managed
---     memory it serves (the rank's thread that launches most ops; the walk takes the migration's start as its "launch"), NULL otherwise
+-- @column host_tid     BIGINT  key           for a page migration during which no other op of its rank runs, and for an op whose launch call is not in
+--     the trace: the rank's thread that launches most ops (the host touching managed memory, or launching unrecorded);
+--     the walk takes the op's start as its "launch". NULL otherwise
 --
 -- Unified-memory page migrations (gpu_ops.kind um_migration) are not ops a program queues on a stream: the
 -- driver moves pages when a kernel or the CPU touches them. Chained by stream like copies, they hid the
@@ -83,14 +84,20 @@ WITH o AS (
 ), any_end AS (
     SELECT op_id AS dep_op_id, rank, end_ns AS dep_end FROM gpu_ops
 ), host AS (
-    SELECT rank, mode(launch_tid) AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL AND rank IN (SELECT rank FROM mig) GROUP BY rank
+    SELECT rank, mode(launch_tid) AS tid FROM gpu_ops WHERE launch_tid IS NOT NULL
+      AND rank IN (SELECT rank FROM gpu_ops WHERE api_start_ns IS NULL) GROUP BY rank
 )
 SELECT o.op_id, o.stream_prev,
        CASE WHEN e.dep_stream <> o.stream AND e.dep_op_id <> o.op_id AND e.dep_end >= o.start_ns - coalesce(getvariable('tf_dep_tolerance_ns'), 20000)
                  AND (o.api_start_ns IS NULL OR o.api_start_ns < e.dep_end)
             THEN e.dep_op_id END AS dep_op_id,
-       NULL::BIGINT AS host_tid
+       -- an op whose launch call the trace lacks (Triton kernels launched through the driver, with no
+       -- runtime call in a Kineto file) was still launched by the rank's host: on GPUPuzzlers' fusion
+       -- trace the 2.3 ms before them called "GPU idle, nothing else on the path" was the launching
+       -- thread running Python and torch.compile wrappers throughout
+       CASE WHEN o.api_start_ns IS NULL THEN h.tid END AS host_tid
 FROM o ASOF LEFT JOIN ends e ON e.rank = o.rank AND e.dep_end <= o.start_ns
+LEFT JOIN host h ON h.rank = o.rank
 UNION ALL
 SELECT m.op_id, NULL, coalesce(i.dep_op_id, CASE WHEN a.dep_op_id <> m.op_id THEN a.dep_op_id END),
        CASE WHEN i.dep_op_id IS NULL THEN h.tid END
