@@ -114,7 +114,7 @@ def _kineto_own_split(path: Path) -> tuple[dict[str, int], int, int]:
     own time there, plus the time in no CPU op and no runtime call. Returns (own time by op name, time in
     CPU ops, time in no op)."""
     ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-    ns = lambda v: round(v * 1000)  # noqa: E731
+    ns = lambda v: round(v * 1000)
     x = [e for e in ev if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
     gpu = intervals.union([(ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in x if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")])
     idle = intervals.gaps(gpu, gpu[0][0], gpu[-1][1])
@@ -122,7 +122,7 @@ def _kineto_own_split(path: Path) -> tuple[dict[str, int], int, int]:
     mine = [e for e in x if (e["pid"], e["tid"]) == lt and e.get("cat") in ("cpu_op", "cuda_runtime")]
     # elementary pieces between event edges, each given to the innermost event holding it (latest start)
     edges = sorted({ns(e["ts"]) for e in mine} | {ns(e["ts"] + e["dur"]) for e in mine} | {t for iv in idle for t in iv})
-    starts = sorted(((ns(e["ts"]), ns(e["ts"] + e["dur"]), e["cat"], e["name"]) for e in mine))
+    starts = sorted((ns(e["ts"]), ns(e["ts"] + e["dur"]), e["cat"], e["name"]) for e in mine)
     own: dict[str, int] = collections.Counter()
     in_ops = no_op = 0
     k, open_, i = 0, [], 0
@@ -167,9 +167,8 @@ def test_the_claim_oracle_leaves_migrations_out_and_bounds_idle_by_the_raw_windo
     check is correct, and the two claims read 19 found wrong would be caught: an idle path of 103.9 ms
     (the raw window has 84.6 ms with no GPU op running) and 5,510 ops missing their launch call (the
     page migrations)."""
-    import duckdb
-
     import claim_oracle
+    import duckdb
     path = WILD / "isc25-icon" / "gpu.sqlite"
     db, f = _job(path, tmp_path_factory)
     con = duckdb.connect(db, read_only=True)
@@ -229,7 +228,7 @@ def test_the_gap_before_an_op_launched_unrecorded_is_host_time(tmp_path_factory)
     db, f = _job(path, tmp_path_factory)
     ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     x = [e for e in ev if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
-    ns = lambda v: round(v * 1000)  # noqa: E731
+    ns = lambda v: round(v * 1000)
     gpu = [(ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in x if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     idle = intervals.gaps(gpu, min(a for a, _ in gpu), max(b for _, b in gpu))
     lt = collections.Counter((e["pid"], e["tid"]) for e in x if e.get("cat") == "cuda_runtime").most_common(1)[0][0]
