@@ -324,8 +324,7 @@ def host_split(con, total_ns) -> list[tuple[str, float, str | None]]:
             if ns and total_ns and ns >= 0.05 * total_ns]
     rows = [(c, ns, top if top and (con.execute(_NAME_ON_PATH_SQL, [top, top]).fetchone()[0] or 0) >= 0.5 * ns else None)
             for c, ns, top in rows]
-    rows = [part for row in rows[:3] for part in _no_op_in_ranges(con, row, total_ns)]
-    return rows[:4] if len(rows) > 1 else []
+    return rows[:3] if len(rows) > 1 else []
 
 
 # No-op host time on the analysed steps' critical paths by the named host range it lies in
@@ -351,6 +350,17 @@ def _no_op_in_ranges(con, part, total_ns) -> list[tuple[str, float, str | None]]
     return [("no_op", r_ns, name) for name, r_ns in ranges] + ([("no_op", rest, None)] if rest >= 0.05 * total_ns else [])
 
 
+def _host_parts_of(con, total_ns) -> list[tuple[str, float, str | None]]:
+    """host_split's parts, a no_op part no one name holds split by the named ranges holding it; a lone
+    unnamed no_op cause too (where host_split gives no parts), so that its ranges are said."""
+    parts = host_split(con, total_ns)
+    if not parts:
+        parts = [(c, ns, top) for c, ns, top in con.execute(_HOST_SPLIT_SQL).fetchall()
+                 if ns and total_ns and ns >= 0.05 * total_ns][:1]
+    out = [p for part in parts for p in _no_op_in_ranges(con, part, total_ns)]
+    return out[:4] if len(out) > 1 else []
+
+
 def _host_parts(parts, compact: bool = False) -> str:
     """Each host cause with its own figure; compact (the headline): "281.9 ms in ## backward ## (no op
     traced)", the range or op first, so that every part fits in 200 characters (the fused HTA pair's
@@ -371,7 +381,7 @@ def _dominant(r: dict, con) -> str:
     what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'], _row_stack(r, con))}"
     if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
         what = f"memory copies ({split})"
-    if r["class"] == "host" and (hs := host_split(con, r["value_ns"])):
+    if r["class"] == "host" and (hs := _host_parts_of(con, r["value_ns"])):
         what, r["host_parts"] = f"host time ({_host_parts(hs)})", hs
     s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
     if r["low_pct"] is not None and r["high_pct"] is not None and r["high_pct"] - r["low_pct"] >= 1:
@@ -811,12 +821,12 @@ def _short(r: dict) -> str:
     elif k == "dominant":
         s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
              f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
-        if r["class"] == "host" and r["cause"] == "no_op" and r["evidence"]:  # a name holding most of it (step_causes)
-            s = (f"{_BOUND['host']}: {_pct(r['share_pct'])} of the critical path is host time with no op traced, mostly "
-                 f"inside {short_name(r['evidence'])}, {_ms(r['value_ns'])}/step")
         if r["class"] == "host" and r.get("host_parts"):  # each host cause its own figure (host_split)
             s = (f"Host-bound: {_pct(r['share_pct'])} of the critical path is host time, {_ms(r['value_ns'])}/step: "
                  f"{_host_parts(r['host_parts'])}")
+        elif r["class"] == "host" and r["cause"] == "no_op" and r["evidence"]:  # a name holding most of it (step_causes)
+            s = (f"{_BOUND['host']}: {_pct(r['share_pct'])} of the critical path is host time with no op traced, mostly "
+                 f"inside {short_name(r['evidence'])}, {_ms(r['value_ns'])}/step")
     elif k == "launch_names" and r.get("fix"):  # the finding and what its idle precedes; the fix's tail below
         s = r["sentence"].split(" — ")[0]
     elif k == "shared_gpu":
