@@ -74,13 +74,8 @@ def nsys(path: Path) -> dict:
             # captures), not CUPTI's 1 Pageable, which read their pinned copies as pageable
             kinds = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEM_KIND") if "PAGEABLE" in str(n).upper()} \
                 if "ENUM_CUDA_MEM_KIND" in tables else {PAGEABLE}
-            # unified-memory page migrations: the export's enum calls their copyKind UVM (CUPTI's 11-13
-            # without one); the driver moves pages on demand, no call launches them
-            uvm = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEMCPY_OPER") if "UVM" in str(n)} \
-                if "ENUM_CUDA_MEMCPY_OPER" in tables else {11, 12, 13}
-            for a, b, k, s, d, ck in c.execute('select start, "end", correlationId, srcKind, dstKind, copyKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
-                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None,
-                            "kernel": False, "uvm": ck in uvm})
+            for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
+                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None, "kernel": False})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
             for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
                 nm = names.get(n, "")
@@ -795,6 +790,24 @@ def _mfu_cannot(job: Job, r: dict):
                 "kernel time, from the raw files")
 
 
+def nsys_migrations(path: str) -> set[tuple[int, int]]:
+    """(start, end) of an nsys export's unified-memory page migrations: copies whose copyKind the export's
+    enum calls UVM (CUPTI's 11-13 without one); the driver moves pages on demand, no call launches them.
+    Empty for other formats."""
+    if not str(path).endswith(".sqlite"):
+        return set()
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in c.execute("select name from sqlite_master where type = 'table'")}
+        if "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables:
+            return set()
+        uvm = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEMCPY_OPER") if "UVM" in str(n)} \
+            if "ENUM_CUDA_MEMCPY_OPER" in tables else {11, 12, 13}
+        return {(a, b) for a, b, k in c.execute('select start, "end", copyKind from CUPTI_ACTIVITY_KIND_MEMCPY') if k in uvm}
+    finally:
+        c.close()
+
+
 def _cannot_answer(job: Job, r: dict):
     if r["evidence"] == "MFU":
         return _mfu_cannot(job, r)
@@ -804,7 +817,8 @@ def _cannot_answer(job: Job, r: dict):
     for rank in r["ranks"] or []:
         d = job.ranks[rank]
         calls = {c["corr"] for c in d["calls"] if c["corr"] is not None}
-        n += sum(1 for g in d["gpu"] if not g.get("uvm") and (g["corr"] is None or g["corr"] not in calls))
+        uvm = nsys_migrations(job.paths[rank])
+        n += sum(1 for g in d["gpu"] if (g["start"], g["end"]) not in uvm and (g["corr"] is None or g["corr"] not in calls))
     return r["n"] == n, f"GPU ops (page migrations aside) whose launch call is not in the raw files: {n}"
 
 

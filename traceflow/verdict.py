@@ -350,15 +350,14 @@ def _no_op_in_ranges(con, part, total_ns) -> list[tuple[str, float, str | None]]
     return [("no_op", r_ns, name) for name, r_ns in ranges] + ([("no_op", rest, None)] if rest >= 0.05 * total_ns else [])
 
 
-def _host_parts_of(con, total_ns) -> list[tuple[str, float, str | None]]:
-    """host_split's parts, a no_op part no one name holds split by the named ranges holding it; a lone
-    unnamed no_op cause too (where host_split gives no parts), so that its ranges are said."""
-    parts = host_split(con, total_ns)
+def _host_parts_of(con, total_ns, parts) -> list[tuple[str, float, str | None]]:
+    """host_split's parts (or, where it gives none, the lone host cause) with a no_op part no one name
+    holds split by the named ranges holding it; [] where no range does (the parts stand as they are)."""
     if not parts:
         parts = [(c, ns, top) for c, ns, top in con.execute(_HOST_SPLIT_SQL).fetchall()
                  if ns and total_ns and ns >= 0.05 * total_ns][:1]
     out = [p for part in parts for p in _no_op_in_ranges(con, part, total_ns)]
-    return out[:4] if len(out) > 1 else []
+    return out[:4] if len(out) > 1 and out != list(parts) else []
 
 
 def _host_parts(parts, compact: bool = False) -> str:
@@ -381,7 +380,9 @@ def _dominant(r: dict, con) -> str:
     what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'], _row_stack(r, con))}"
     if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
         what = f"memory copies ({split})"
-    if r["class"] == "host" and (hs := _host_parts_of(con, r["value_ns"])):
+    if r["class"] == "host" and (hs := host_split(con, r["value_ns"])):
+        what, r["host_parts"] = f"host time ({_host_parts(hs)})", hs
+    if r["class"] == "host" and (hs := _host_parts_of(con, r["value_ns"], r.get("host_parts"))):  # no_op by range
         what, r["host_parts"] = f"host time ({_host_parts(hs)})", hs
     s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
     if r["low_pct"] is not None and r["high_pct"] is not None and r["high_pct"] - r["low_pct"] >= 1:
