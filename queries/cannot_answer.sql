@@ -22,8 +22,8 @@ FROM launch_overhead WHERE cannot_answer IS NOT NULL GROUP BY rank, cannot_answe
 UNION ALL
 SELECT rank, 'launch latency', 'the launch call is not in the trace (no correlation id, or launched outside the capture)',
        count(*)::BIGINT
--- (a unified-memory page migration has no launch call by nature: the driver moves pages on demand.
--- ISC25-ICON's stdpar export: "launch latency for 5,510 GPU ops (100 %)" were its 5,510 migrations)
+-- (unified-memory page migrations are demand paging, launched by no call: isc25-icon's 5,510 were "GPU ops
+-- whose launch call is not in the trace")
 FROM gpu_ops WHERE api_start_ns IS NULL AND kind <> 'um_migration' GROUP BY rank
 UNION ALL
 SELECT rank, 'per-step figures', 'no step annotation (ProfilerStep#N or a step range) in the trace, so one row holds the whole trace',

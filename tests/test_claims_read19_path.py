@@ -164,9 +164,9 @@ def test_a_host_cause_is_named_only_by_what_fills_over_half_of_it(tmp_path_facto
 
 def test_the_claim_oracle_leaves_migrations_out_and_bounds_idle_by_the_raw_window(tmp_path_factory):
     """The claim oracle (tests/claim_oracle.py) on the ICON export: every claim of the verdict it can
-    check is correct, and the two claims read 19 found wrong would be caught: an idle path of 103.9 ms
-    (the raw window has 84.6 ms with no GPU op running) and 5,510 ops missing their launch call (the
-    page migrations)."""
+    check is correct, and the headline claim read 19 found wrong would be caught: an idle path of 103.9 ms
+    (the raw window has 84.6 ms with no GPU op running). (The oracle's launch-latency count leaving the
+    5,510 page migrations out is claims7's, on its branch.)"""
     import claim_oracle
     import duckdb
     path = WILD / "isc25-icon" / "gpu.sqlite"
@@ -177,12 +177,10 @@ def test_the_claim_oracle_leaves_migrations_out_and_bounds_idle_by_the_raw_windo
         assert not [(r["kind"], why) for r, v, why in verdicts if v == "wrong"]
         dom = next(r for r in f["findings"] if r["kind"] == "dominant")
         old_idle = dict(dom, **{"class": "idle", "cause": "nothing recorded", "value_ns": 103_875_000, "evidence": None})
-        old_cannot = {"kind": "cannot_answer", "evidence": "launch latency", "ranks": [0], "n": 5510}
-        (_, v1, why1), (_, v2, _) = claim_oracle.check(con, [old_idle, old_cannot])
+        (_, v1, why1), = claim_oracle.check(con, [old_idle])
     finally:
         con.close()
     assert v1 == "wrong" and "84.56" in why1, why1
-    assert v2 == "wrong"
 
 
 def _nvtx_idle_inside(path: Path, names: tuple[str, ...]) -> dict[str, int]:
