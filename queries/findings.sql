@@ -125,7 +125,9 @@ WITH st AS (
     FROM cells c WHERE (SELECT n FROM ref) >= 3 AND c.class NOT IN ('idle')
 ), outlier_best AS (
     SELECT step, rank, arg_max(class, value_ns - baseline_ns) AS class, arg_max(cause, value_ns - baseline_ns) AS cause,
-           arg_max(top_name, value_ns - baseline_ns) AS top_name, arg_max(value_ns, value_ns - baseline_ns) AS value_ns,
+           -- (arg_max_null: the cause's own name or none; arg_max skips a NULL name and gave a host
+           -- stall the name of the rank's NCCL kernel, another cause's row)
+           arg_max_null(top_name, value_ns - baseline_ns) AS top_name, arg_max(value_ns, value_ns - baseline_ns) AS value_ns,
            arg_max(baseline_ns, value_ns - baseline_ns) AS baseline_ns, max(value_ns - baseline_ns) AS excess
     FROM outlier GROUP BY step, rank
 ), outliers AS (
@@ -232,7 +234,7 @@ WITH st AS (
     SELECT class, sum(ns) AS ns, min(100.0 * ns / s.wall_ns) AS low_pct, max(100.0 * ns / s.wall_ns) AS high_pct
     FROM class_step JOIN st s USING (step) GROUP BY class
 ), dominant_detail AS (
-    SELECT class, arg_max(cause, ns) AS cause, arg_max(top_name, ns) AS top_name, max(ns) AS cause_ns, arg_max(bytes, ns) AS bytes
+    SELECT class, arg_max(cause, ns) AS cause, arg_max_null(top_name, ns) AS top_name, max(ns) AS cause_ns, arg_max(bytes, ns) AS bytes
     FROM (SELECT class, cause, sum(path_ns) AS ns, arg_max(top_name, path_ns) AS top_name, sum(bytes) AS bytes
           FROM cells GROUP BY class, cause) GROUP BY class
 ), shared AS (
@@ -279,7 +281,8 @@ WITH st AS (
     -- ops (a few launches cut off at the capture's edges change no figure the verdict states)
     SELECT c.figure, c.reason, list(c.rank ORDER BY c.rank) AS ranks, sum(c.n_ops) AS n,
            round(100.0 * sum(c.n_ops) / nullif(sum(o.n), 0), 1) AS share_pct
-    FROM cannot_answer c LEFT JOIN (SELECT rank, count(*) AS n FROM gpu_ops GROUP BY rank) o USING (rank)
+    -- (of the ops a call launches: unified-memory page migrations are none)
+    FROM cannot_answer c LEFT JOIN (SELECT rank, count(*) AS n FROM gpu_ops WHERE kind <> 'um_migration' GROUP BY rank) o USING (rank)
     WHERE c.n_ops IS NULL OR c.n_ops >= 0.1 * o.n
     GROUP BY c.figure, c.reason
 ), unlinked AS (

@@ -708,6 +708,8 @@ def _dominant(job: Job, r: dict):
     is, tests/test_claims.py)."""
     if r["class"] == "host" and (r.get("note") or "").startswith("launch stall"):
         return _launch_stall(job, r)
+    if r["class"] == "idle":
+        return _idle(job, r)
     if r["class"] not in ("compute", "communication") or not r["evidence"]:
         return None, "a figure of the critical-path model"
     steps, per = set(job.steps), {}
@@ -720,6 +722,24 @@ def _dominant(job: Job, r: dict):
         return None, "no kernel of that class launched in the analysed steps of the raw files"
     top = max(per, key=per.get)
     return r["evidence"] == top, f"the {r['class']} kernel with the most run time in the analysed steps: {top} ({per[top] / 1e6:.1f} ms)"
+
+
+def _idle(job: Job, r: dict):
+    """"GPU idle with nothing else on the path": never more than the time no GPU op (kernel, copy, memset,
+    page migration) runs, from the raw file; checked where that time is one window: one rank, no step
+    annotation (ISC25-ICON's stdpar export counted 42.1 ms of running kernels as idle)."""
+    if len(job.ranks) != 1:
+        return None, "the path's idle across ranks: a figure of the critical-path model"
+    d = next(iter(job.ranks.values()))
+    if d["steps"] or not d["gpu"]:
+        return None, "idle per annotated step: a figure of the critical-path model"
+    busy = sorted((g["start"], g["end"]) for g in d["gpu"])
+    covered, top = 0, busy[0][0]
+    for a, b in busy:
+        covered += max(0, b - max(a, top))
+        top = max(top, b)
+    idle = (top - busy[0][0]) - covered
+    return r["value_ns"] <= idle + 20000, f"the raw window's time with no GPU op running: {idle / 1e6:.3f} ms"
 
 
 def nsys_op_ranges(path: Path) -> tuple[int, int]:

@@ -150,6 +150,7 @@ SLOW_MODULES = {
     "test_robustness.py": "kill -9 loops, concurrent writers, mutation fuzzing",
     "test_whatif_pairs.py": "replays the long4 benchmark's fixed and faulty runs",
     "test_flight_recorder.py": "records real gloo hangs with torch (~12 s of CPU, 30 s of wall), 2,048 derived dumps, torch's fr_trace",
+    "test_claims_read19_path.py": "four wild ingests (ICON stdpar nsys, pipit saxpy, two GPUPuzzlers files), 20-70 s each",
 }
 SLOW_TESTS = {
     # the longest of the quick suite (10-20 s each on 2 idle cores: `pytest --durations`), moved here so

@@ -106,7 +106,9 @@ def test_the_host_bound_headline_names_each_host_cause(tmp_path_factory):
     big = [(c, ns, top) for c, ns, top in parts if ns >= 0.05 * total]
     assert len(big) >= 2
     for cause, ns, top in big[:3]:
-        assert f"{ns / 1e6:,.1f} ms in {top}" in head, (cause, head)
+        # a cause no one name fills over half of (step_causes.top_name NULL: cpu_op here, whose innermost
+        # ops' own time is spread) is given its figure with no name (read 19 W1)
+        assert (f"{ns / 1e6:,.1f} ms in {top}" if top else f"{ns / 1e6:,.1f} ms") in head, (cause, head)
     raw = _no_op_by_range(WILD / rel)
     assert f"in {max(raw, key=raw.get)} (no op traced)" in head, head
 

@@ -132,7 +132,10 @@ class Graph:
         g = self._con.execute(f"""
             SELECT g.op_id, g.rank, g.start_ns, g.end_ns,
                    CASE g.category WHEN 'communication' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END AS category,
-                   coalesce(g.api_start_ns, -1) AS api, coalesce(g.launch_tid, -1) AS ltid,
+                   -- a page migration outside every kernel serves the host's touch of managed memory
+                   -- (cp_graph.sql): launched, as it were, by that thread when it began
+                   coalesce(g.api_start_ns, CASE WHEN p.host_tid IS NOT NULL THEN g.start_ns END, -1) AS api,
+                   coalesce(g.launch_tid, p.host_tid, -1) AS ltid,
                    coalesce(p.stream_prev, -1) AS stream_prev, coalesce(p.dep_op_id, -1) AS dep
             FROM gpu_ops g JOIN cp_gpu_preds p USING (op_id) WHERE g.rank IN ({_ints(ranks)}) ORDER BY g.op_id""").fetchnumpy()
         self._ops_ranks.update(ranks)
