@@ -26,7 +26,8 @@ from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
 READS = frozenset({"findings", "findings_steps", "gpu_sharing", "host_ops", "launch_overhead", "launch_overhead_summary", "ranges",
-                   "collective_waits", "critical_path", "gpu_ops", "step_breakdown", "step_causes", "sync", "traces"})  # the tables its SQL reads (tests/test_layers.py)
+                   "collective_waits", "critical_path", "gpu_ops", "step_breakdown", "step_causes", "sync", "traces",
+                   "host_time_spans"})  # the tables its SQL reads (tests/test_layers.py)
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
 FINDING_TABLES: list[str] = ["findings"]
