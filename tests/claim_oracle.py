@@ -122,13 +122,41 @@ def rpd(path: Path) -> dict:
     return {"gpu": gpu, "calls": calls, "steps": {}, "device": ("index", ()), "base": 0}
 
 
+def rocprof(path: Path) -> dict:
+    """rocprof v1's results.db: the HIP calls (HIP: Name, BeginNs, EndNs, each its own Index), the GPU
+    ops they launched (OPS, COPY by that Index; KERN where OPS is empty), no step ranges."""
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in c.execute("select name from sqlite_master where type = 'table'")}
+        gpu = []
+        for t in ("OPS", "COPY"):
+            if t in tables:
+                gpu += [{"start": a, "end": b, "name": str(n).strip('"'), "corr": i, "pageable": False, "stream": None,
+                         "kernel": t == "OPS" and not str(n).lower().startswith("copy"), "device": None}
+                        for a, b, n, i in c.execute(f'select BeginNs, EndNs, Name, "Index" from {t}')]
+        calls = [{"start": a, "end": b, "name": n, "corr": i}
+                 for n, a, b, i in c.execute('select Name, BeginNs, EndNs, "Index" from HIP')] if "HIP" in tables else []
+    finally:
+        c.close()
+    return {"gpu": gpu, "calls": calls, "steps": {}, "device": ("index", ()), "base": 0}
+
+
 def read(path: str) -> dict:
     p = Path(path)
     if p.suffix == ".sqlite":
         return nsys(p)
     if p.name.endswith((".rpd", ".rpd.gz")):
         return rpd(p)
+    if p.suffix == ".db":
+        return rocprof(p)
     return kineto(p)
+
+
+def startup(d: dict, c: dict) -> int:
+    """The part of a call before the file's first GPU op: start-up (or a wait for work before the
+    capture), once, which no per-step figure counts; 0 in a file with no GPU op."""
+    first = min((g["start"] for g in d["gpu"]), default=None)
+    return 0 if first is None else max(0, min(c["end"], first) - c["start"])
 
 
 class Job:
@@ -171,8 +199,9 @@ def _pageable_copy(job: Job, r: dict):
 def _sync_calls(job: Job, rank: int, name: str) -> tuple[float, float]:
     """(calls per analysed step, their duration per analysed step) of one call name on one rank."""
     steps = set(job.steps)
-    mine = [c for c in job.ranks[rank]["calls"] if c["name"] == name and job.step_of(rank, c["start"]) in steps]
-    return len(mine) / len(job.steps), sum(c["end"] - c["start"] for c in mine) / len(job.steps)
+    d = job.ranks[rank]
+    mine = [c for c in d["calls"] if c["name"] == name and job.step_of(rank, c["start"]) in steps]
+    return len(mine) / len(job.steps), sum(c["end"] - c["start"] - startup(d, c) for c in mine) / len(job.steps)
 
 
 def _extra_calls(job: Job, r: dict):
@@ -193,16 +222,20 @@ def _host_syncs(job: Job, r: dict):
     """A blocking call every rank makes every analysed step (claims._host_syncs): its calls and their
     blocked time per rank and step, from each raw file once (an nsys export may hold several ranks'
     processes: nsys-ai mfu_2gpu_after), over the whole file where it has no step ranges."""
-    steps, calls, ns = set(job.steps), 0, 0
+    steps, calls, ns, once = set(job.steps), 0, 0, 0
     for path in set(job.paths.values()):
         rank = next(q for q, p in job.paths.items() if p == path)
         d = job.ranks[rank]
         mine = [c for c in d["calls"] if c["name"] == r["evidence"]
                 and (not d["steps"] or job.step_of(rank, c["start"]) in steps)]
-        calls, ns = calls + len(mine), ns + sum(c["end"] - c["start"] for c in mine)
+        calls, ns = calls + len(mine), ns + sum(c["end"] - c["start"] - startup(d, c) for c in mine)
+        once += sum(startup(d, c) for c in mine)
     per = len(job.ranks) * len(job.steps)
-    return (_close(r["per_step"], calls / per, rel=0.02, absolute=0.011) and _close(r["value_ns"], ns / per, rel=0.02, absolute=20000),
-            f"{r['evidence']}: {calls / per:.2f} calls, {ns / per / 1e6:.3f} ms per rank and step from the raw files")
+    # the blocking before the first GPU op is start-up, said apart once (evidence_ns), never per step
+    return (_close(r["per_step"], calls / per, rel=0.02, absolute=0.011) and _close(r["value_ns"], ns / per, rel=0.02, absolute=20000)
+            and _close(r["evidence_ns"] or 0, once / len(job.ranks), rel=0.02, absolute=20000),
+            f"{r['evidence']}: {calls / per:.2f} calls, {ns / per / 1e6:.3f} ms per rank and step from the raw files, "
+            f"{once / len(job.ranks) / 1e6:.3f} ms per rank before the first GPU op")
 
 
 P2P = re.compile(r"(?i)sendrecv|send|recv")
@@ -669,9 +702,10 @@ def _launch_stall(job: Job, r: dict):
 
 
 def _dominant(job: Job, r: dict):
-    """The dominant class's named kernel ("longest: X", compute or communication): the kernel name
-    with the most run time of that class (NCCL kernels, or every other kernel) launched in the
-    analysed steps, all ranks together, in the raw files; a one-time launch stall (_launch_stall).
+    """The dominant class's named kernel ("the kernel taking the most time: X, T per step", compute or
+    communication): the kernel name with the most run time of that class (NCCL kernels, or every other
+    kernel) launched in the analysed steps, all ranks together, in the raw files, and its time per rank
+    and step; a one-time launch stall (_launch_stall).
     The share of the critical path is a figure of the path model: not checked here (its repro_sql
     is, tests/test_claims.py)."""
     if r["class"] == "host" and (r.get("note") or "").startswith("launch stall"):
@@ -687,7 +721,9 @@ def _dominant(job: Job, r: dict):
     if not per:
         return None, "no kernel of that class launched in the analysed steps of the raw files"
     top = max(per, key=per.get)
-    return r["evidence"] == top, f"the {r['class']} kernel with the most run time in the analysed steps: {top} ({per[top] / 1e6:.1f} ms)"
+    each = per[top] / len(job.ranks) / len(job.steps)
+    return r["evidence"] == top and _close(r["evidence_ns"], each, rel=0.02, absolute=20000), (
+        f"the {r['class']} kernel with the most run time in the analysed steps: {top} ({each / 1e6:.3f} ms per rank and step)")
 
 
 def nsys_op_ranges(path: Path) -> tuple[int, int]:

@@ -13,11 +13,11 @@ from . import sqlmodules
 from .duck import INTERNAL, sql_string
 from .errors import InputError
 
-FORMAT = 6  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it); 3: host_time's
+FORMAT = 7  # 1: the first versioned format; 2: sync_extra (the stall what-if reads it); 3: host_time's
 # jit_compile cause and range_name, sync.cause (pageable copies), sync_extra_peers; 4: findings carry the claim columns
 # (claims.py); 5: gpu_sharing, partial_capture, collective_waits.blamed_ns / sharing (issue 41);
 # 6: traces.unread_device_work (the verdict read it from a warning's text), launch_overhead.stall (the
-# --no-launch-stall what-if reads it), launch_bound_steps.stall_ns
+# --no-launch-stall what-if reads it), launch_bound_steps.stall_ns; 7: sync.startup_ns (start-up blocking, once)
 METADATA = f"{INTERNAL}.metadata"
 DECLARED = sqlmodules.declared("""
 -- @table metadata: facts about the database: its format, the job's name, the steps done

@@ -352,7 +352,10 @@ def _dominant(r: dict, con) -> str:
     if r["class"] == "memory copies" and r["bytes"]:
         s += f", {size(r['bytes'])} copied"
     if r["evidence"] and r["class"] in ("compute", "communication", "memory copies"):
-        s += f"; longest: {short_name(r['evidence'])}"
+        # findings.sql dominant_op: the op name with the most run time in the class, not the longest call
+        what = "copy" if r["class"] == "memory copies" else "kernel"
+        s += f"; the {what} taking the most time: {short_name(r['evidence'])}, {_ms(r['evidence_ns'])} per step"
+        s += " and rank" if con.execute("SELECT count(DISTINCT rank) FROM gpu_ops").fetchone()[0] > 1 else ""
     elif r["evidence"] and r["class"] == "host":
         s += f"; the longest stretch in {short_name(r['evidence'])}"
     return s + _fix_clause(r, _advice(r["class"], r["cause"])) + "."
@@ -644,7 +647,17 @@ def _host_syncs(r: dict, con) -> str:
     elif r["activity"]:  # claims._blocking_copies: the calls are blocking copies
         s += f": blocking {r['activity']} calls, each waiting for the GPU's queue to drain"
     steps = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
-    return s + _waited(r, steps) + _fix_clause(r, "") + "."
+    return s + _startup(r) + _waited(r, steps) + _fix_clause(r, "") + "."
+
+
+def _startup(r: dict) -> str:
+    """The calls' blocking before the rank's first GPU op (sync.startup_ns): once, not in the per-step
+    figure (rocprof v1's vector add: 275.0 ms of the first hipMemcpyWithStream is runtime start-up)."""
+    if not r.get("evidence_ns"):
+        return ""
+    each = "" if len(r["ranks"] or []) <= 1 else " per rank"
+    return (f"; {_ms(r['evidence_ns'])} more{each} once, before the first GPU op "
+            "(runtime start-up, not a per-step cost)")
 
 
 @sentence("pageable_copy")
@@ -777,7 +790,7 @@ def _short(r: dict) -> str:
     elif k == "host_syncs":
         s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
             f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else
-            f", blocking {r['activity']} calls" if r["activity"] else "")
+            f", blocking {r['activity']} calls" if r["activity"] else "") + _startup(r)
     elif k == "pageable_copy":
         s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
     elif k == "dominant":
