@@ -149,7 +149,26 @@ def read(path: str) -> dict:
         return rpd(p)
     if p.suffix == ".db":
         return rocprof(p)
+    if p.name.endswith("kernel_trace.csv"):
+        return rocprofv3_csv(p)
     return kineto(p)
+
+
+def rocprofv3_csv(path: Path) -> dict:
+    """rocprofv3's CSVs: the kernel trace, and the memory copy and HIP API traces beside it (same prefix)."""
+    import csv
+
+    def rows(name: str) -> list[dict]:
+        f = path.with_name(path.name[: -len("kernel_trace.csv")] + name)
+        return list(csv.DictReader(open(f, newline=""))) if f.is_file() else []
+    gpu = [{"start": int(r["Start_Timestamp"]), "end": int(r["End_Timestamp"]), "name": r["Kernel_Name"],
+            "corr": r["Correlation_Id"], "pageable": False, "stream": None, "kernel": True, "device": None}
+           for r in rows("kernel_trace.csv")]
+    gpu += [{"start": int(r["Start_Timestamp"]), "end": int(r["End_Timestamp"]), "name": "copy", "corr": r["Correlation_Id"],
+             "pageable": False, "stream": None, "kernel": False, "device": None} for r in rows("memory_copy_trace.csv")]
+    calls = [{"start": int(r["Start_Timestamp"]), "end": int(r["End_Timestamp"]), "name": r["Function"], "corr": r["Correlation_Id"]}
+             for r in rows("hip_api_trace.csv")]
+    return {"gpu": gpu, "calls": calls, "steps": {}, "device": ("index", ()), "base": 0}
 
 
 def startup(d: dict, c: dict) -> int:
@@ -863,7 +882,64 @@ def _bound_withheld(job: Job, r: dict):
     return ok, f"rank {r['rank']}'s GPU idle {idle / 1e6:.3f} ms of its {(b - a) / 1e6:.3f} ms step {r['step']} window, from the raw files"
 
 
-ORACLES = {"step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "host_syncs": _host_syncs, "straggler": _straggler, "shared_gpu": _shared_gpu,
+LAUNCH = re.compile(r"(?i)launchkernel|graphlaunch|launchcooperative")
+
+
+def _launch_tally(calls: list[dict], gpu_corr: set, gpu_names: list[str], host: int) -> dict:
+    launches = [c for c in calls if LAUNCH.search(c["name"])]
+    return {"launches": len(launches), "unlinked": sum(1 for c in launches if c["corr"] not in gpu_corr),
+            "gpu": len(gpu_names), "comm": sum(1 for n in gpu_names if COMM.search(n)), "host": host}
+
+
+def launch_tallies(path: Path) -> dict:
+    """Per rank of one raw file (a fused Kineto file: by its events' args.rank; else the file's one
+    rank, key None): its launch calls (…LaunchKernel, graph launches), those whose correlation id no GPU
+    op of the file carries, its GPU ops, those that are communication kernels, and its host events.
+    Read from the file itself: Kineto JSON, rocprofv3's kernel trace CSV with its HIP API CSV beside
+    it, or what read() gives (nsys, rpd, rocprof v1)."""
+    if path.suffix in (".sqlite", ".db") or path.name.endswith((".rpd", ".rpd.gz", "kernel_trace.csv")):
+        d = read(str(path))
+        return {None: _launch_tally(d["calls"], {g["corr"] for g in d["gpu"]}, [g["name"] for g in d["gpu"] if g["kernel"]],
+                                    len(d["calls"]))}
+    raw = path.read_bytes()
+    ev = [e for e in json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).get("traceEvents", [])
+          if isinstance(e, dict) and e.get("ph") == "X"]
+    gpus = [e for e in ev if e.get("cat") in GPU_CATS]
+    fused = bool(gpus) and all("rank" in (e.get("args") or {}) for e in gpus)
+    out: dict = {}
+    for key in sorted({(e.get("args") or {}).get("rank") for e in ev} if fused else {None}, key=str):
+        mine = [e for e in ev if not fused or (e.get("args") or {}).get("rank") == key]
+        g = [e for e in mine if e.get("cat") in GPU_CATS]
+        calls = [{"name": str(e.get("name")), "corr": (e.get("args") or {}).get("correlation")}
+                 for e in mine if e.get("cat") in RUNTIME_CATS]
+        host = sum(1 for e in mine if e.get("cat") not in GPU_CATS and e.get("cat") != "gpu_user_annotation")
+        out[key] = _launch_tally(calls, {(e.get("args") or {}).get("correlation") for e in g},
+                                 [str(e.get("name")) for e in g if e.get("cat") in ("kernel", "Kernel")], host)
+    return out
+
+
+def _unrecorded_work(job: Job, r: dict):
+    """unrecorded_work.sql's two reasons, from the raw files: a rank with at least 10, and a tenth, of
+    its launch calls unmatched by any GPU op's correlation id; a rank whose GPU ops are all
+    communication kernels and whose trace holds no host event. The row's ranks, count and share."""
+    hit, launches, unlinked = [], 0, 0
+    for rank, path in job.paths.items():
+        tallies = launch_tallies(Path(path))
+        t = tallies.get(rank, tallies.get(None)) if len(tallies) > 1 else next(iter(tallies.values()))
+        if t is None:
+            continue
+        if r["cause"] == "launches without GPU ops" and t["unlinked"] >= 10 and t["unlinked"] >= 0.1 * t["launches"]:
+            hit.append(rank)
+            launches, unlinked = launches + t["launches"], unlinked + t["unlinked"]
+        elif r["cause"] == "communication kernels only" and t["gpu"] and t["comm"] == t["gpu"] and not t["host"]:
+            hit.append(rank)
+    share = 100.0 * unlinked / launches if launches else None
+    ok = list(r["ranks"] or []) == hit and (r["n"] or 0) == unlinked and (
+        share is None or r["share_pct"] is not None and abs(r["share_pct"] - share) <= 0.1)
+    return ok, f"ranks {hit}: {unlinked} of {launches} launch calls with no GPU op in the raw files ({r['cause']})"
+
+
+ORACLES = {"unrecorded_work": _unrecorded_work, "step_outlier": _step_outlier, "cannot_answer": _cannot_answer, "pageable_copy": _pageable_copy, "extra_sync": _extra_sync, "host_syncs": _host_syncs, "straggler": _straggler, "shared_gpu": _shared_gpu,
            "coverage": _coverage, "exposed_comm": _exposed_comm, "sharing": _sharing, "mfu": _mfu,
            "launch_names": _launch_names, "dominant": _dominant,
            "mfu_empty": _mfu_empty, "bound_withheld": _bound_withheld, "launch_bound_steps": _launch_bound_steps}

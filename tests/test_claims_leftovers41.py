@@ -132,3 +132,21 @@ def test_the_reports_what_if_lists_yardsticks_apart_as_bounds(tmp_path_factory, 
     assert bound["scenario"] not in fixes_part and bound["scenario"] in bounds_part
     assert all(x["scenario"].split(" (")[0] in fixes_part for x in f["fixes"] if not x.get("reference")
                and not x["scenario"].startswith("no stragglers"))
+
+
+@pytest.mark.parametrize("rel", ["rocprof-unified-viewer/decode_kernel_trace.csv", "amd-hpc/merged_nccl_only.json.gz"])
+def test_the_oracle_recomputes_unrecorded_work_and_catches_a_moved_figure(rel, tmp_path_factory):
+    """unrecorded_work (rocprofv3 decode CSVs: 178 of 180 hipLaunchKernel with no kernel; TraceFuse's
+    NCCL-only output: 4 ranks of collective kernels and no host event) had no entry in the claim
+    oracle. Its own reading of the raw files (the CSVs / the fused JSON by args.rank) gives the row's
+    ranks, count and share; a moved count or a dropped rank reads wrong."""
+    db, f = _job(WILD / rel, tmp_path_factory)
+    row = next(r for r in f["findings"] if r["kind"] == "unrecorded_work")
+    assert "unrecorded_work" in claim_oracle.ORACLES
+    bad = dict(row, n=(row["n"] or 0) + 5, share_pct=(row["share_pct"] or 0) + 3) if row["n"] else dict(row, ranks=row["ranks"][1:])
+    con = _con(db)
+    try:
+        got = claim_oracle.check(con, [row, bad])
+    finally:
+        con.close()
+    assert [v for _, v, _ in got] == ["correct", "wrong"], [w for _, _, w in got]
