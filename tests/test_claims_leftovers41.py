@@ -150,3 +150,40 @@ def test_the_oracle_recomputes_unrecorded_work_and_catches_a_moved_figure(rel, t
     finally:
         con.close()
     assert [v for _, v, _ in got] == ["correct", "wrong"], [w for _, _, w in got]
+
+
+# CUDA's own words, which advice on a ROCm rank must not use (PyTorch's API keeps its names there:
+# torch.cuda.synchronize(), torch.cuda.CUDAGraph, PYTORCH_NO_CUDA_MEMORY_CACHING beside HIP's)
+_CUDA_ONLY = ("CUDA graph", "CUDA_MODULE_LOADING", "NVTX", "cudaMalloc", "cudaFree", "cudaMemcpyAsync", "cudaHostRegister",
+              "other CUDA calls")
+
+
+@pytest.mark.parametrize("rel", ["amd-hpc/merged_all_events.json.gz", "tracelens-ddp/train_resnet18.json.gz",
+                                 "xla/jax08_gemm.tw003.trace.json.gz", "rocm-blogs/roc-profiling_HIP_trace_results.db"])
+def test_advice_on_rocm_uses_rocms_words(rel, tmp_path_factory):
+    """ROCm jobs (PyTorch DDP on MI-series GPUs, PyTorch with caching off, JAX GEMM, a HIP vector add)
+    were told "kernel fusion (no CUDA graph: the step blocks)", "CUDA_MODULE_LOADING=EAGER". The raw file
+    shows the platform (HIP runtime calls); every sentence, line, caveat and fix is in its words, and a
+    graph, where one is named, is a HIP graph."""
+    import re
+    path = WILD / rel
+    db, f = _job(path, tmp_path_factory)
+    if path.suffix == ".db":
+        c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            names = [n for n, in c.execute("select Name from HIP")]
+        finally:
+            c.close()
+    else:  # every event's name: XLA's trace files keep the runtime calls under no Kineto category
+        import gzip
+        import json
+        names = [str(e.get("name")) for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    calls = [n.lstrip("_") for n in names if re.match(r"_*(hip|cuda|cu)[A-Z]", n)]
+    assert calls and all(n.startswith("hip") for n in calls)  # a ROCm run: HIP's runtime calls, none of CUDA's
+    said = [f["headline"], *f["lines"], *f["caveats"], *f["sentences"],
+            *[r.get(k) or "" for r in f["findings"] for k in ("fix", "fix_short")]]
+    bad = [s for s in said if any(w in s for w in _CUDA_ONLY)]
+    assert not bad, bad
+    graphs = [s for s in said if re.search(r"(?i)\bgraphs?\b", s) and "HIP graph" in s]
+    if rel.startswith("amd-hpc"):  # its launch fix names the graph it cannot use
+        assert graphs, said

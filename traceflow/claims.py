@@ -124,7 +124,7 @@ _FIX = {
                "cuda": "capture the launches in a CUDA graph or fuse the kernels",
                "openacc": "fuse the loops (fewer, larger kernels) and launch asynchronously",
                "jax": "jit the whole step as one function (XLA fuses more and launches fewer kernels) and let XLA "
-                      "replay it as a command buffer (a CUDA / HIP graph: --xla_gpu_enable_command_buffer)",
+                      "replay it as a command buffer (--xla_gpu_enable_command_buffer)",
                "any": "fuse kernels or capture the launches in a CUDA graph"},
     # a CUDA graph cannot capture a step that blocks on the host (stream syncs): fusion only
     "launch fuse": {"pytorch": "fuse kernels (torch.compile) to launch fewer; a CUDA graph cannot capture the step "
@@ -172,6 +172,39 @@ _FIX_SHORT = {
 # A HIP C++ program gets the CUDA C words in HIP's names
 _HIP_NAMES = (("cudaMallocHost", "hipHostMalloc"), ("cudaHostRegister", "hipHostRegister"),
               ("cudaMemcpyAsync", "hipMemcpyAsync"), ("CUDA graph", "HIP graph"))
+
+
+# The same advice on a ROCm rank: HIP's names for CUDA's (a PyTorch job on ROCm said "capture the step in
+# a CUDA graph", "no CUDA graph: the step blocks": amd-hpc merged_all_events, MI-series DDP). PyTorch's own
+# API keeps its names there (torch.cuda.CUDAGraph, torch.cuda.synchronize() are ROCm's too).
+_ROCM_WORDS = _HIP_NAMES + (("CUDA / HIP graph", "HIP graph"), ("CUDA graphs", "HIP graphs"), ("NVTX ranges", "roctx ranges"),
+                            ("cudaMalloc / cudaFree", "hipMalloc / hipFree"), ("other CUDA calls", "other HIP calls"),
+                            ("CUDA_MODULE_LOADING=EAGER; ROCm: HIP_ENABLE_DEFERRED_LOADING=0", "HIP_ENABLE_DEFERRED_LOADING=0"),
+                            ("PYTORCH_NO_CUDA_MEMORY_CACHING; ROCm: PYTORCH_NO_HIP_MEMORY_CACHING",
+                             "PYTORCH_NO_HIP_MEMORY_CACHING or PYTORCH_NO_CUDA_MEMORY_CACHING"))
+_CUDA_WORDS = (("CUDA_MODULE_LOADING=EAGER; ROCm: HIP_ENABLE_DEFERRED_LOADING=0", "CUDA_MODULE_LOADING=EAGER"),
+               ("PYTORCH_NO_CUDA_MEMORY_CACHING; ROCm: PYTORCH_NO_HIP_MEMORY_CACHING", "PYTORCH_NO_CUDA_MEMORY_CACHING"))
+
+
+def platforms(con) -> dict[int, str]:
+    """Each rank's GPU platform as its runtime calls tell it: 'rocm' where they are HIP's (hip*), else
+    'cuda' (the advice's words follow it: platform_words)."""
+    rocm = {r for r, in con.execute("""SELECT DISTINCT rank FROM host_ops
+                                       WHERE kind IN ('cuda_runtime', 'cuda_driver') AND starts_with(name, 'hip')""").fetchall()}
+    return {r: "rocm" if r in rocm else "cuda" for r, in con.execute("SELECT DISTINCT rank FROM traces").fetchall()}
+
+
+def platform_of(pf: dict[int, str], ranks) -> str:
+    """'rocm' where every one of these ranks (None: every rank) runs on ROCm, else 'cuda'."""
+    found = {pf.get(r, "cuda") for r in (ranks or pf.keys())}
+    return "rocm" if found == {"rocm"} else "cuda"
+
+
+def platform_words(text: str | None, platform: str) -> str | None:
+    """Advice in the words of the ranks' platform: HIP graphs and hipMalloc on ROCm, CUDA's on CUDA."""
+    for a, b in (_ROCM_WORDS if platform == "rocm" else _CUDA_WORDS):
+        text = text.replace(a, b) if text else text
+    return text
 
 
 def fix_words(cause: str, stack: str, short: bool = False, **kw) -> str:
@@ -565,6 +598,10 @@ def _claim_rows(con, rows: list[dict], rep: _Replays, steps: list[int], warm, ta
     rows.extend(_host_syncs(con, rep, n, st, covered) or _blocking_copies(con, rep, n, st, covered))
     rows.extend(_pageable(con, rep, n, st))
     rows.extend(_yardsticks(con, table))
+    pf = platforms(con)
+    for r in rows:  # the fix in the words of the ranks' platform (HIP graphs on ROCm)
+        where = platform_of(pf, [r["rank"]] if r.get("rank") is not None else r.get("ranks"))
+        r["fix"], r["fix_short"] = platform_words(r["fix"], where), platform_words(r["fix_short"], where)
     return _rank(rows), table
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import memory
-from .claims import stall_words
+from .claims import platform_of, platform_words, platforms, stall_words
 from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
@@ -110,11 +110,14 @@ def findings(con) -> dict:
     others = rows(con, [t for t in FINDING_TABLES if t != "findings"])
     first = [r for r in others if r["priority"] == 0]  # the job stopped: before any fix
     _fold_sharing(claimed)
+    pf = platforms(con)
+    out["platform"] = platform_of(pf, None)
     for row in first + claimed + [r for r in others if r["priority"] != 0]:
         if row.get("folded"):  # a time-slicing row, said in its shared_gpu row's sentence
             out["findings"].append(row)
             continue
-        words = _SENTENCES.get(row["kind"], _generic)(row, con)
+        words = platform_words(_SENTENCES.get(row["kind"], _generic)(row, con),
+                               platform_of(pf, [row["rank"]] if row.get("rank") is not None else row.get("ranks")))
         if words:
             row["sentence"] = words
             out["findings"].append(row)
@@ -837,8 +840,10 @@ def _short_form(out: dict):
             said = f"host-bound {_pct(first['share_pct'])} of the path, per step: {_host_parts(first['host_parts'], compact=True)}."
         head = _fit("No change the what-if replay confirms; " + said, HEADLINE_MAX)
         body = facts
-    out["headline"] = head
-    out["lines"] = [_short(r) for r in body[:LINES_MAX]]
+    # the job's platform words (claims.platform_words: never longer than CUDA's, so the limits hold)
+    pf = out.get("platform", "cuda")
+    out["headline"] = platform_words(head, pf)
+    out["lines"] = [platform_words(_short(r), pf) for r in body[:LINES_MAX]]
     steps = next((x for x in out["sentences"] if " analysed; median step time " in x), None)
     caveats = ([steps] if steps else []) + [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "partial_capture"]
     caveats += [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
@@ -853,7 +858,7 @@ def _short_form(out: dict):
     caveats += [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] in ("bound_withheld", "unrecorded_work")]
     if out.get("whatif_note"):
         caveats.append(_fit(out["whatif_note"], LINE_MAX))
-    out["caveats"] = caveats
+    out["caveats"] = [platform_words(c, pf) for c in caveats]
 
 
 def verdict(con, explain: bool = False) -> str:
