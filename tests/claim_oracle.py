@@ -51,7 +51,7 @@ def kineto(path: Path) -> dict:
             gpu.append({"start": a, "end": b, "name": name, "corr": args.get("correlation"), "device": args.get("device"),
                         "pageable": "pageable" in name.lower(), "stream": args.get("stream"), "kernel": cat in ("kernel", "Kernel")})
         elif cat in RUNTIME_CATS:
-            calls.append({"start": a, "end": b, "name": name, "corr": args.get("correlation")})
+            calls.append({"start": a, "end": b, "name": name, "corr": args.get("correlation"), "tid": (e.get("pid"), e.get("tid"))})
         elif cat != "gpu_user_annotation" and (m := STEP.match(name)):
             s = int(m.group(1))
             lo, hi = steps.get(s, (a, b))
@@ -77,9 +77,10 @@ def nsys(path: Path) -> dict:
             for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
                 gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None, "kernel": False})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            for a, b, n, k in c.execute('select start, "end", nameId, correlationId from CUPTI_ACTIVITY_KIND_RUNTIME'):
+            for a, b, n, k, t in c.execute('select start, "end", nameId, correlationId, globalTid from CUPTI_ACTIVITY_KIND_RUNTIME'):
                 nm = names.get(n, "")
-                calls.append({"start": a, "end": b, "name": nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm, "corr": k})
+                calls.append({"start": a, "end": b, "name": nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm, "corr": k,
+                              "tid": t})
         if "NVTX_EVENTS" in tables:
             for a, b, t, tid in c.execute('select start, "end", text, textId from NVTX_EVENTS where "end" > start'):
                 text = t if t is not None else names.get(tid, "")
@@ -187,6 +188,8 @@ class Job:
         self.steps = [s for s, in con.execute("SELECT step FROM tf_internal.findings_steps WHERE NOT warmup ORDER BY step").fetchall()]
 
     def step_of(self, rank: int, t: int) -> int | None:
+        if not self.ranks[rank]["steps"]:  # no step range in the file: the whole trace is step 0 (steps.sql)
+            return 0
         for s, (a, b) in self.ranks[rank]["steps"].items():
             if a <= t < b:
                 return s
@@ -248,6 +251,13 @@ def _host_syncs(job: Job, r: dict):
         mine = [c for c in d["calls"] if c["name"] == r["evidence"]
                 and (not d["steps"] or job.step_of(rank, c["start"]) in steps)]
         calls, ns = calls + len(mine), ns + sum(c["end"] - c["start"] - startup(d, c) for c in mine)
+        if r["n"] and r["activity"]:  # the pairs: each sync with the pageable copy call right before it on its thread
+            pageable = {g["corr"] for g in d["gpu"] if g["pageable"] and g["corr"] is not None}
+            prev, last = {}, {}
+            for c in sorted(d["calls"], key=lambda c: c["start"]):
+                prev[id(c)], last[c.get("tid")] = last.get(c.get("tid")), c
+            before = [p for c in mine if (p := prev[id(c)]) is not None and p["corr"] in pageable]
+            ns += sum(p["end"] - p["start"] - startup(d, p) for p in before)
         once += sum(startup(d, c) for c in mine)
     per = len(job.ranks) * len(job.steps)
     # the blocking before the first GPU op is start-up, said apart once (evidence_ns), never per step
@@ -552,6 +562,11 @@ def _mfu(job: Job, r: dict):
                 f"{missing:.1f} % of their kernel time, from the raw files")
 
 
+def kineto_file(path) -> bool:
+    """A Kineto (or XLA) JSON file: the launch readers below read only these (not nsys, rpd, rocprof)."""
+    return str(path).endswith((".json", ".json.gz"))
+
+
 def kineto_launches(path: Path) -> list[dict]:
     """Each launched GPU op of a Kineto file (its runtime call found by correlation id, in a step
     range; a file with none is step 0) with what launching it left the GPU idle, own reading of
@@ -617,7 +632,7 @@ def _launch_names(job: Job, r: dict):
     name, over the trace's steps): how many names, that idle, their run time, and the idle after the
     launch calls had returned; from the raw Kineto files (within 1 %)."""
     paths = sorted(set(job.paths.values()))
-    if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
+    if not all(kineto_file(p) for p in paths) or len(paths) != len(job.paths):
         return None, "nsys (CPU ops from NVTX nesting) or a fused file: not read here"
     names, exposed, gpu, queued = set(), 0, 0, 0
     launches = {p: kineto_launches(Path(p)) for p in paths}
@@ -676,8 +691,8 @@ def _launch_bound_steps(job: Job, r: dict):
     the share is the largest such step's (within 1 point), and the share of their launch idle that
     came after the calls returned, where the sentence states it (within 2 points)."""
     paths = sorted(set(job.paths.values()))
-    if any(str(p).endswith((".sqlite", ".rpd", ".rpd.gz")) for p in paths) or len(paths) != len(job.paths):
-        return None, "nsys or rpd (launch calls not re-read) or a fused file"
+    if not all(kineto_file(p) for p in paths) or len(paths) != len(job.paths):
+        return None, "nsys, rpd or rocprof (launch calls not re-read) or a fused file"
     bound, exp, que = {}, 0, 0
     for rank in job.ranks:
         for step, (e, q, wall, compute) in launch_bound(job, rank).items():
@@ -702,7 +717,7 @@ def _launch_stall(job: Job, r: dict):
     the name of the one ending the most idle is the row's, every step holding one is in its steps,
     and the idle those calls' ops ended, per analysed step, is its evidence_ns (1 % or 2 us)."""
     paths = sorted(set(job.paths.values()))
-    if any(str(p).endswith(".sqlite") for p in paths) or len(paths) != len(job.paths):
+    if not all(kineto_file(p) for p in paths) or len(paths) != len(job.paths):
         return None, "nsys (launch calls not re-read) or a fused file"
     stalled = []
     for p in paths:
@@ -796,6 +811,8 @@ def _mfu_empty(job: Job, r: dict):
             ops, sized = nsys_op_ranges(Path(p))
             if sized or ("no PyTorch op ranges" in said) != (ops == 0):
                 return False, f"{p}: {ops} PyTorch op ranges, {sized} with sizes, in the raw file"
+        elif not kineto_file(p):  # rocprof v1 / rocprofv3 CSV: kernels and API calls only, no CPU op to carry FLOPs
+            continue
         elif any(o["known"] for o in kineto_flop_ops(Path(p))):
             return False, f"{p}: FLOP-carrying ops of known FLOPs in the raw file"
     return True, "no op of known FLOPs in the raw files, for the reason said"
@@ -804,7 +821,7 @@ def _mfu_empty(job: Job, r: dict):
 def _flop_ops_missing(job: Job, step) -> tuple[float | None, int, int]:
     """(share of the FLOP-carrying ops' kernel time whose FLOPs are unknown, in percent; ops; unknown
     ops) in a step, from the raw Kineto files; None for nsys (FLOPs from NVTX ranges, not read here)."""
-    paths = sorted({p for p in job.paths.values() if not str(p).endswith(".sqlite")})
+    paths = sorted({p for p in job.paths.values() if kineto_file(p)})
     if len(paths) != len(set(job.paths.values())):
         return None, 0, 0
     ops = [o for p in paths for o in kineto_flop_ops(Path(p)) if o["step"] == step]

@@ -268,6 +268,8 @@ SLOW_TESTS = {
     "test_slurm_epilog_runs_the_post_mortem_of_the_job_that_ended": "a post-mortem and two more runs through the epilog",
     "test_regression_gate_fails_the_stalled_step_and_names_what_grew": "ingests both ddp2 runs, three diffs",
     "test_one_step_graph_at_a_time_gives_the_rows_of_all_graphs_kept": "two H100 jobs ingested, the claims built twice (60-90 s each)",
+    "test_syncs_after_pageable_copy_calls_are_claimed_with_the_copies_blocking": "a 4,096-copy wild trace, 50 s",
+    "test_pageable_copies_both_ways_are_split_by_direction": "a wild trace of 300 copies and 4,400 launches, 50 s",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -288,6 +290,7 @@ SWEEPS = {
     "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
     "test_the_bounded_grouping_is_the_exhaustive_one", "test_the_bound_rejects_only_pairs_the_exact_test_rejects",
     "test_real_csv_run_kernels_link_to_their_hip_calls", "test_nsys_jax_archive_without_its_report_says_what_it_holds",
+    "test_advice_on_rocm_uses_rocms_words",
 }
 
 

@@ -345,7 +345,7 @@ def _host_parts(parts, compact: bool = False) -> str:
 def _dominant(r: dict, con) -> str:
     what = _what(r["class"], r["cause"]) if r["class"] != "host" else f"the host, mostly {_what('host', r['cause'], _row_stack(r, con))}"
     if r["class"] == "memory copies" and (split := _copy_split(con, r["value_ns"])):
-        what = f"memory copies ({split})"
+        what = r["copy_parts"] = f"memory copies ({split})"
     if r["class"] == "host" and (hs := host_split(con, r["value_ns"])):
         what, r["host_parts"] = f"host time ({_host_parts(hs)})", hs
     s = f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path"
@@ -645,8 +645,9 @@ def _host_syncs(r: dict, con) -> str:
     s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])} per step{'' if len(r['ranks']) == 1 else ' each (mean)'} in {r['per_step']:g} {r['evidence']} "
          "calls, every analysed step")
     if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
-        s += (f", {r['n']:g} of them right after a {short_name(r['activity'])} copy: a blocking copy of a pageable "
-              "buffer, then a wait for the whole stream")
+        what = f"pageable copy ({r['note']} of their calls' blocking)" if r.get("note") else f"{short_name(r['activity'])} copy"
+        s += (f", {r['n']:g} of them right after a {what}, whose call's blocking is counted "
+              "with them: a blocking copy of a pageable buffer, then a wait for the whole stream")
     elif r["activity"]:  # claims._blocking_copies: the calls are blocking copies
         s += f": blocking {r['activity']} calls, each waiting for the GPU's queue to drain"
     steps = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
@@ -663,12 +664,28 @@ def _startup(r: dict) -> str:
             "(runtime start-up, not a per-step cost)")
 
 
+def _pageable_split(con) -> str:
+    """The pageable copies' GPU time per analysed step by direction, where they go both ways ("HtoD
+    163.7 ms, DtoH 78.8 ms"; GPUPuzzlers swimming_in_streams: all 242.5 ms was told as DtoH's)."""
+    rows = con.execute("""SELECT coalesce(nullif(regexp_extract(name, '(HtoD|DtoH|DtoD|HtoH)'), ''), 'other'),
+                                 sum(end_ns - start_ns) / (SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup)
+                          FROM gpu_ops WHERE name ILIKE '%pageable%'
+                          AND step IN (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)
+                          GROUP BY 1 ORDER BY 2 DESC, 1""").fetchall()
+    return ", ".join(f"{d} {_ms(ns)}" for d, ns in rows) if len(rows) > 1 else ""
+
+
 @sentence("pageable_copy")
 def _pageable_copy(r: dict, con) -> str:
-    return (f"Copies to or from pageable host memory ({short_name(r['evidence'])}) take {_ms(r['value_ns'])} of GPU time "
-            f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
-            "waits while the driver stages them"
-            + _fix_clause(r, "") + ".")
+    split = r["split"] = _pageable_split(con)
+    what = split or short_name(r["evidence"])
+    s = (f"Copies to or from pageable host memory ({what}) take {_ms(r['value_ns'])} of GPU time "
+         f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
+         "waits while the driver stages them")
+    if r.get("note") == "fix with the syncs":  # claims._claim_rows: the syncs' row after these copies holds the fix
+        return s + ("; the fix is the blocking-call finding's (its replay removes the waits on these copies; "
+                    "copies twice as fast alone gain less).")
+    return s + _fix_clause(r, "") + "."
 
 
 @sentence("bound_withheld")
@@ -792,13 +809,19 @@ def _short(r: dict) -> str:
              f"than its peers, who block {_ms(r['baseline_ns'])})" + ("; mostly a wait that stays" if _waited(r) else ""))
     elif k == "host_syncs":
         s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
-            f", {r['n']:g} right after a pageable {short_name(r['activity'])}" if r["n"] and r["activity"] else
+            f", {r['n']:g} right after a pageable copy call ({r['note'] or short_name(r['activity'])}, counted)" if r["n"] and r["activity"] else
             f", blocking {r['activity']} calls" if r["activity"] else "") + _startup(r)
     elif k == "pageable_copy":
-        s = f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
+        s = f"Pageable copies ({r['split'] or short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
+        if r.get("note") == "fix with the syncs":
+            s += "; their fix is the blocking calls' above"
     elif k == "dominant":
         s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
              f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
+        if r.get("copy_parts"):  # each copy cause its own figure (_copy_split; GPUPuzzlers swimming_in_streams:
+            # "42% … is HtoD pageable memory copies, 215.1 ms/step" where HtoD pageable is 151.1 ms of it)
+            s = (f"{_BOUND['memory copies']}: {_pct(r['share_pct'])} of the critical path is {r['copy_parts']}, "
+                 f"{_ms(r['value_ns'])}/step")
         if r["class"] == "host" and r.get("host_parts"):  # each host cause its own figure (host_split)
             s = (f"Host-bound: {_pct(r['share_pct'])} of the critical path is host time, {_ms(r['value_ns'])}/step: "
                  f"{_host_parts(r['host_parts'])}")
