@@ -270,6 +270,7 @@ SLOW_TESTS = {
     "test_one_step_graph_at_a_time_gives_the_rows_of_all_graphs_kept": "two H100 jobs ingested, the claims built twice (60-90 s each)",
     "test_syncs_after_pageable_copy_calls_are_claimed_with_the_copies_blocking": "a 4,096-copy wild trace, 50 s",
     "test_pageable_copies_both_ways_are_split_by_direction": "a wild trace of 300 copies and 4,400 launches, 50 s",
+    "test_a_host_cause_names_only_an_op_or_range_that_holds_half_of_it": "a 4,096-copy wild trace, 70 s",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {

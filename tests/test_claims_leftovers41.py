@@ -266,3 +266,39 @@ def test_pageable_copies_both_ways_are_split_by_direction(tmp_path_factory):
     assert row["n"] == n and abs(row["value_ns"] - ns) <= 0.01 * ns
     assert not copy["fix"] and [r["kind"] for r in f["findings"] if r.get("fix")] == ["host_syncs"]
     assert "non_blocking=True" in row["fix"]  # both directions: pin + non_blocking, not the read-back advice
+
+
+def _self_time(ev: list[dict], name: str) -> float:
+    """ns of the trace's cpu_ops named `name` not covered by another cpu_op or runtime call nested in
+    them on their thread (their own time), plain Python with tests/intervals.py."""
+    import intervals
+    by: dict = {}
+    for e in ev:
+        if e.get("cat") in ("cpu_op", "cuda_runtime") and e.get("dur"):
+            by.setdefault((e["pid"], e["tid"]), []).append(e)
+    total = 0.0
+    for es in by.values():
+        mine = [(e["ts"], e["ts"] + e["dur"]) for e in es if e["name"] == name and e.get("cat") == "cpu_op"]
+        if not mine:
+            continue
+        inner = [(e["ts"], e["ts"] + e["dur"]) for e in es if e["name"] != name]
+        total += intervals.measure(mine) - intervals.measure(intervals.intersect(intervals.union(mine), intervals.union(inner)))
+    return total * 1000
+
+
+def test_a_host_cause_names_only_an_op_or_range_that_holds_half_of_it(tmp_path_factory):
+    """READ-session19 W1, W2 (GPUPuzzlers addition_d2h_sync_final): "119.1 ms framework CPU work in ops
+    (aten::add_), 75.4 ms inside aten::add_ with no op traced": aten::add_'s own time in the whole raw
+    file is under half of the first, and time with no op traced cannot lie inside an op. Each cause now
+    names only what holds half of that cause's own path time."""
+    path = WILD / "gpupuzzlers" / "addition_d2h_sync_final.json.gz"
+    db, f = _job(path, tmp_path_factory)
+    ev = _events(path)
+    ops = {e["name"] for e in ev if e.get("cat") == "cpu_op"}
+    import re
+    line = next(x for x in f["lines"] if x.startswith("Host-bound"))
+    cpu = float(re.search(r"([\d.]+) ms framework CPU work in ops", line).group(1)) * 1e6
+    named = [n for n in ops if n in line]
+    assert all(_self_time(ev, n) >= 0.5 * cpu for n in named), (named, line)
+    assert "inside aten::" not in line  # time with no op traced is inside no op
+    assert _self_time(ev, "aten::add_") < 0.5 * cpu and "aten::add_" not in line, line
