@@ -82,6 +82,9 @@ def _groups(s: str):
     return "".join(out), args, False
 
 
+_PY_BUILTIN = re.compile(r"^<built-in (?:function|method) ([\w.]+)(?: of ([\w.]+) object)?.*>$")
+
+
 def _is_signature(s: str) -> bool:
     return "::" in s or "<" in s or s.startswith("void ")
 
@@ -117,6 +120,11 @@ def short_name(name) -> str:
     if (p := payload_name(str(name).strip())) is not None:
         return p
     s = _ANONYMOUS.sub("", str(name))
+    # a Python profiler's names: `<built-in function sleep>`, `<built-in method cpu of Tensor object at 0x…>`
+    # read as their function, never as a C++ template `<…>` (GPUPuzzlers cuda-queue: "2.9 ms in <…>"
+    # where 2.7 ms is time.sleep)
+    if (m := _PY_BUILTIN.match(s)) is not None:
+        return f"Python built-in {m.group(2) + '.' if m.group(2) else ''}{m.group(1)}"
     if not _is_signature(s):
         return s  # not a C++ signature: `Memcpy HtoD (Pageable -> Device)`, `ncclKernel_...`
     base = _groups(s)[0].strip()

@@ -664,9 +664,26 @@ def _waited(r: dict, steps: int | None = None) -> str:
     return "; most of that blocking would stay without the calls (a wait for GPU work already queued, or start-up)"
 
 
+def _rank_spread(r: dict, con) -> str | None:
+    """Over several ranks whose blocking per step differs more than twice, its range ("0.1–6.6 ms"):
+    a mean said as each rank's misleads (param DLRM, 8 ranks: "2.5 ms/step each" of 0.06-6.6 ms)."""
+    from .claims import _PAIRS_SQL
+    if len(r["ranks"] or []) < 2:
+        return None
+    pairs = bool(r["n"] and r["activity"])
+    per = [ns for ns, in con.execute(f"""{_PAIRS_SQL}
+        SELECT sum(blocked_ns + {'copy_ns' if pairs else '0'}) FROM s WHERE name = ? GROUP BY rank""", [r["evidence"]]).fetchall()]
+    if not per or max(per) <= 2 * min(per):
+        return None
+    n = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0] or 1
+    return f"{min(per) / n / 1e6:.1f}–{max(per) / n / 1e6:.1f} ms"
+
+
 @sentence("host_syncs")
 def _host_syncs(r: dict, con) -> str:
-    s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])} per step{'' if len(r['ranks']) == 1 else ' each (mean)'} in {r['per_step']:g} {r['evidence']} "
+    spread = r["spread"] = _rank_spread(r, con) if r["cause"] == "sync" and r["n"] is not None else None
+    each = '' if len(r['ranks']) == 1 else f" each (mean; {spread} by rank)" if spread else ' each (mean)'
+    s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])} per step{each} in {r['per_step']:g} {r['evidence']} "
          "calls, every analysed step")
     if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
         what = f"pageable copy ({r['note']} of their calls' blocking)" if r.get("note") else f"{short_name(r['activity'])} copy"
@@ -678,11 +695,20 @@ def _host_syncs(r: dict, con) -> str:
     return s + _startup(r) + _waited(r, steps) + _fix_clause(r, "") + "."
 
 
+def _direction(r: dict) -> str:
+    """The pageable copies a host_syncs row's calls follow, by direction: 'DtoH 132.9 ms + HtoD 98.1 ms'
+    (its note) or the one direction of its copy's name."""
+    if r.get("note"):
+        return f"({r['note']})"
+    m = re.search(r"HtoD|DtoH|DtoD|HtoH", r.get("activity") or "")
+    return m.group(0) if m else ""
+
+
 def _startup(r: dict) -> str:
     """The calls' blocking before the rank's first GPU op (sync.startup_ns): once, not in the per-step
     figure (rocprof v1's vector add: 275.0 ms of the first hipMemcpyWithStream is runtime start-up)."""
-    if not r.get("evidence_ns"):
-        return ""
+    if not r.get("evidence_ns") or r["evidence_ns"] < max(1e6, 0.05 * (r["value_ns"] or 0)):
+        return ""  # under a millisecond and 5 % of the figure: not worth a clause
     each = "" if len(r["ranks"] or []) <= 1 else " per rank"
     return (f"; {_ms(r['evidence_ns'])} more{each} once, before the first GPU op "
             "(runtime start-up, not a per-step cost)")
@@ -832,9 +858,13 @@ def _short(r: dict) -> str:
         s = (f"Rank {r['rank']} blocks {_ms(r['value_ns'])}/step in {r['evidence']} ({r['per_step']:g} more calls/step "
              f"than its peers, who block {_ms(r['baseline_ns'])})" + ("; mostly a wait that stays" if _waited(r) else ""))
     elif k == "host_syncs":
-        s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{'' if len(r['ranks']) == 1 else ' each'} in {r['per_step']:g} {r['evidence']}" + (
-            f", {r['n']:g} right after a pageable copy call ({r['note'] or short_name(r['activity'])}, counted)" if r["n"] and r["activity"] else
+        each = "" if len(r["ranks"]) == 1 else f" (mean; {r['spread']} by rank)" if r.get("spread") else " each"
+        s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_ms(r['value_ns'])}/step{each} in {r['per_step']:g} {r['evidence']}" + (
+            f", {r['n']:g} right after a pageable {_direction(r)} copy call (counted)" if r["n"] and r["activity"] else
             f", blocking {r['activity']} calls" if r["activity"] else "") + _startup(r)
+        # the replay recovers under half of it: say so in the line too (nsys-ai mfu_2gpu_before: 162.3 ms
+        # blocked a rank, 98.7 % of it its GPU's own queued kernels, the replay 25.2 ms)
+        s += "; mostly a wait for GPU work already queued, which stays" if _waited(r, r.get("steps_affected") or 1) else ""
     elif k == "pageable_copy":
         s = f"Pageable copies ({r['split'] or short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}"
         if r.get("note") == "fix with the syncs":
