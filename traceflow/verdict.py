@@ -690,7 +690,8 @@ def _host_syncs(r: dict, con) -> str:
         s += (f", {r['n']:g} of them right after a {what}, whose call's blocking is counted "
               "with them: a blocking copy of a pageable buffer, then a wait for the whole stream")
     elif r["activity"]:  # claims._blocking_copies: the calls are blocking copies
-        s += f": blocking {r['activity']} calls, each waiting for the GPU's queue to drain"
+        s += f": blocking {r['activity']} calls" + (f" ({r['note']})" if r.get("note") else "") + \
+            ", each waiting for the GPU's queue to drain"
     steps = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
     return s + _startup(r) + _waited(r, steps) + _fix_clause(r, "") + "."
 
