@@ -110,6 +110,9 @@ _FIX = {
                                  "{frees:,.0f} {name} calls per step free memory tensor by tensor",
                       "any": "allocate the buffers once, before the loop: {frees:,.0f} {name} calls per step free "
                              "device memory one buffer at a time"},
+    "allocator stall": {"any": "warm up before profiling (run the step once first): {n} {name} call(s) took "
+                               "{ms:.1f} ms, a one-off (a library's initialisation on first use, such as cuBLAS's in "
+                               "the first matmul) that no allocator setting removes"},
     "allocator": {"pytorch": "keep the caching allocator warm (no empty_cache, stable shapes, "
                              "expandable_segments)",
                   "jax": "let XLA preallocate its memory pool (XLA_PYTHON_CLIENT_PREALLOCATE, on by default) and keep "
@@ -157,6 +160,7 @@ _FIX_SHORT = {
                       "any": "pinned copies without a sync each"},
     "read back": {"pytorch": "non-blocking copies to pinned memory, read later", "any": "asynchronous read-backs"},
     "allocator off": {"pytorch": "caching allocator back on", "any": "allocate once, before the loop"},
+    "allocator stall": {"any": "warm up before profiling"},
     "allocator": {"pytorch": "keep the caching allocator warm", "jax": "XLA's preallocated pool, stable shapes",
                   "any": "preallocate the buffers"},
     "jit_compile": {"any": "warm up / cache the compiled kernels"},
@@ -351,6 +355,9 @@ def _figure(r: dict) -> tuple[float | None, str | None, float | None]:
 # steady state frees nothing (0 on the bundled jobs); with caching off, one per tensor (1,360 hipFree
 # a step on TraceLens' MI300X DDP ResNet-18)
 ALLOCATOR_OFF_FREES = 100
+# An allocator call this long is no allocation: a driver or library start-up inside it (cudaFree's implicit
+# context work; a caching allocator's own calls take microseconds, 261 us median with caching off)
+ALLOCATOR_STALL_NS = 10_000_000
 # device allocator calls (host_time.sql's allocator cause, device memory only)
 _ALLOCATOR_CALLS = "(?i)^(cuda|hip)(Malloc|Free|MallocAsync|FreeAsync)(_v[0-9]+)?$|^cuMem(Alloc|Free)|^hipMem(Alloc|Free)|^hipExtMalloc"
 
@@ -364,6 +371,19 @@ def _allocator_words(con) -> tuple[str, dict]:
               WHERE regexp_matches(name, '(?i)^(cudaFree|hipFree|cuMemFree|hipMemFree)(_v[0-9]+)?$') GROUP BY ALL)""").fetchone()
     if row and row[1] and row[1] >= ALLOCATOR_OFF_FREES:
         return "allocator off", {"frees": row[1], "name": row[0]}
+    # a few long calls in one analysed step holding most of the allocator time: a one-off, the first use
+    # of a library or the driver (GPUPuzzlers vector_flops1, a cold script: two cudaFree of 225.8 and 258.4 ms
+    # inside its first aten::mm, cuBLAS's initialisation, were told "keep the caching allocator warm")
+    long = con.execute(f"""
+        WITH a AS (SELECT h.rank, s.step, regexp_replace(h.name, '_v[0-9]+$', '') AS name, h.end_ns - h.start_ns AS ns
+                   FROM host_ops h JOIN steps s ON s.rank = h.rank AND h.start_ns >= s.start_ns AND h.start_ns < s.end_ns
+                   WHERE h.kind IN ('cuda_runtime', 'cuda_driver') AND regexp_matches(h.name, '{_ALLOCATOR_CALLS}')
+                   AND s.step IN {_STEPS_SQL})
+        SELECT count(*) FILTER (WHERE ns >= {ALLOCATOR_STALL_NS}), count(DISTINCT step) FILTER (WHERE ns >= {ALLOCATOR_STALL_NS}),
+               sum(ns) FILTER (WHERE ns >= {ALLOCATOR_STALL_NS}), sum(ns), arg_max(name, ns)
+        FROM a""").fetchone()
+    if long and long[0] and long[0] <= 4 and long[1] == 1 and long[2] >= 0.8 * long[3]:
+        return "allocator stall", {"n": long[0], "name": long[4], "ms": long[2] / 1e6}
     return "allocator", {}
 
 

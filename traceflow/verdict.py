@@ -517,6 +517,14 @@ def _launch_bound_steps(r: dict, con) -> str:
     if exposed and (queued or 0) >= 0.5 * exposed:
         return (f"{head} idle before launched work started, but {_pct(100 * queued / exposed)} of that idle came after the "
                 "launch calls had returned (work queued, not launch cost).")
+    # idle inside allocator calls is allocator time, as the launch finding says (GPUPuzzlers vector_flops1:
+    # "up to 100% … waiting for kernel launches" where 484.4 of 490.2 ms lies inside two cudaFree)
+    from .claims import launch_shape
+    n = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
+    shape = launch_shape(con, n)
+    if exposed and shape["alloc_ns"] >= 0.5 * exposed:
+        return (f"{head} idle before launched work started, but {_ms(shape['alloc_ns'])} of that idle lies inside allocator "
+                f"calls ({shape['alloc_name']}): allocator time, not launch cost.")
     return f"{head} waiting for kernel launches."
 
 
