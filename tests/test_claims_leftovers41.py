@@ -355,3 +355,21 @@ def test_a_cold_start_in_allocator_calls_is_told_to_warm_up(tmp_path_factory):
     assert f"{len(long)} cudaFree call(s) took {sum(e['dur'] for e in long) / 1e3:.1f} ms" in row["fix"], row["fix"]
     line = next(x for x in f["lines"] if x.startswith("Launch-bound"))
     assert "allocator time, not launch cost" in line and "waiting for kernel launches" not in line
+
+
+def test_distinct_zero_length_host_events_are_kept(tmp_path_factory):
+    """READ-session19 W4 (GPUPuzzlers vector_flops1 and six more): "dropped 80 host ops recorded twice" for
+    zero-length python_function events that share a microsecond but are distinct (each its own Profiler
+    Event Index). Every zero-length host event of the raw file is a host op."""
+    path = WILD / "gpupuzzlers" / "vector_flops1.json.gz"
+    db, f = _job(path, tmp_path_factory)
+    ev = _events(path)
+    raw = sum(1 for e in ev if e.get("dur") == 0 and e.get("cat") in ("python_function", "cuda_runtime", "cpu_op"))
+    index = [(e.get("args") or {}).get("Profiler Event Index") for e in ev if e.get("dur") == 0 and e.get("cat") == "python_function"]
+    assert len(index) == len(set(index))  # distinct events, not copies
+    con = _con(db)
+    try:
+        kept = con.execute("SELECT count(*) FROM host_ops WHERE start_ns = end_ns").fetchone()[0]
+    finally:
+        con.close()
+    assert kept == raw, (kept, raw)
