@@ -74,13 +74,24 @@ def nsys(path: Path) -> dict:
             # captures), not CUPTI's 1 Pageable, which read their pinned copies as pageable
             kinds = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEM_KIND") if "PAGEABLE" in str(n).upper()} \
                 if "ENUM_CUDA_MEM_KIND" in tables else {PAGEABLE}
+            if "ENUM_CUDA_MEM_KIND" not in tables and not c.execute(
+                    "select count(*) from CUPTI_ACTIVITY_KIND_MEMCPY where srcKind = 1 or dstKind = 1").fetchone()[0]:
+                # an export with no enum table (nsys 2022.2: pipit's saxpy) numbers them as Nsight Systems does,
+                # 0 Pageable, 2 Device, where CUPTI's 0 is "unknown": with no 1 (CUPTI's pageable) in the file
+                kinds = {0}
             for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
                 gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None, "kernel": False})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+            once: dict = {}
             for a, b, n, k, t in c.execute('select start, "end", nameId, correlationId, globalTid from CUPTI_ACTIVITY_KIND_RUNTIME'):
                 nm = names.get(n, "")
-                calls.append({"start": a, "end": b, "name": nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm, "corr": k,
-                              "tid": t})
+                nm = nm.split("_v")[0] if re.search(r"_v\d+$", nm) else nm
+                # nsys 2022.2 writes some calls twice (cudaMalloc and cudaMalloc_v3020, one correlation id and
+                # thread, one row inside the other): one call, the longer row
+                key = (t, k, nm) if k else (t, a, b, nm, len(once))
+                if key not in once or b - a > once[key]["end"] - once[key]["start"]:
+                    once[key] = {"start": a, "end": b, "name": nm, "corr": k, "tid": t}
+            calls.extend(once.values())
         if "NVTX_EVENTS" in tables:
             for a, b, t, tid in c.execute('select start, "end", text, textId from NVTX_EVENTS where "end" > start'):
                 text = t if t is not None else names.get(tid, "")
@@ -747,10 +758,15 @@ def _dominant(job: Job, r: dict):
     if r["class"] not in ("compute", "communication") or not r["evidence"]:
         return None, "a figure of the critical-path model"
     steps, per = set(job.steps), {}
-    for rank, d in job.ranks.items():
+    # each raw file once (an nsys export may hold several ranks' processes: nsys-ai mfu_2gpu_before)
+    for rank in {p: q for q, p in sorted(job.paths.items(), reverse=True)}.values():
+        d = job.ranks[rank]
         where = job.launched_in(rank)
         for i, g in enumerate(d["gpu"]):
-            if g["kernel"] and where[i] in steps and bool(COMM.search(g["name"])) == (r["class"] == "communication"):
+            # a kernel whose launch call is not in the file: its step is the one holding its own start
+            # (docs/step-attribution.md: nsys-ai mfu_2gpu_before, 7.9 ms of flash kernels a rank)
+            step = where[i] if where[i] is not None else job.step_of(rank, g["start"])
+            if g["kernel"] and step in steps and bool(COMM.search(g["name"])) == (r["class"] == "communication"):
                 per[g["name"]] = per.get(g["name"], 0) + g["end"] - g["start"]
     if not per:
         return None, "no kernel of that class launched in the analysed steps of the raw files"
@@ -801,6 +817,16 @@ def _mfu_empty(job: Job, r: dict):
     if r["n"]:
         return None, "the device's peak is unknown: not a figure of the file"
     said = r.get("sentence") or ""
+    if "no compute kernel ran" in said:  # every kernel of the files a collective, or none at all
+        compute = [g for d in job.ranks.values() for g in d["gpu"] if g["kernel"] and not COMM.search(g["name"])]
+        return not compute, f"{len(compute)} compute kernels in the raw files"
+    if "because the program is" in said:  # a native program: no PyTorch op, no FLOP-carrying op in the files
+        for p in sorted(set(job.paths.values())):
+            if str(p).endswith(".sqlite") and nsys_op_ranges(Path(p))[0]:
+                return False, f"{p}: PyTorch op ranges in the raw file"
+            if kineto_file(p) and kineto_flop_ops(Path(p)):
+                return False, f"{p}: FLOP-carrying ops in the raw file"
+        return True, "no PyTorch op range nor FLOP-carrying op in the raw files"
     for p in sorted(set(job.paths.values())):
         if "record no operand shapes" in said or str(p).endswith((".rpd", ".rpd.gz")):
             # the reason said for a profiler of no shapes (XLA, ROCm rpd): none in the raw file
