@@ -373,3 +373,19 @@ def test_distinct_zero_length_host_events_are_kept(tmp_path_factory):
     finally:
         con.close()
     assert kept == raw, (kept, raw)
+
+
+@pytest.mark.parametrize("rel", ["gpupuzzlers/p2p_copy.json.gz", "pipit/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"])
+def test_the_empty_mfu_reason_fits_the_program(rel, tmp_path_factory):
+    """READ-session19 M6, M13 (GPUPuzzlers p2p_copy: peer copies only; pipit's CUDA C + MPI saxpy): the
+    empty MFU was told to record shapes (record_shapes=True, emit_nvtx), PyTorch advice for a trace with
+    no compute kernel or no PyTorch at all. The reason is the file's; the oracle reads it there."""
+    db, f = _job(WILD / rel, tmp_path_factory)
+    row = next(r for r in f["findings"] if r["kind"] == "mfu_empty")
+    assert "record_shapes" not in row["sentence"] and "torch" not in row["sentence"], row["sentence"]
+    con = _con(db)
+    try:
+        verdict_, why = claim_oracle.check(con, [row])[0][1:]
+    finally:
+        con.close()
+    assert verdict_ == "correct", why
