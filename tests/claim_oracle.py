@@ -79,8 +79,13 @@ def nsys(path: Path) -> dict:
                 # an export with no enum table (nsys 2022.2: pipit's saxpy) numbers them as Nsight Systems does,
                 # 0 Pageable, 2 Device, where CUPTI's 0 is "unknown": with no 1 (CUPTI's pageable) in the file
                 kinds = {0}
-            for a, b, k, s, d in c.execute('select start, "end", correlationId, srcKind, dstKind from CUPTI_ACTIVITY_KIND_MEMCPY'):
-                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None, "kernel": False})
+            # unified-memory page migrations: the export's enum names them (…_UVM_…), else CUPTI's 11-13
+            uvm = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEMCPY_OPER") if "UVM" in str(n)} \
+                if "ENUM_CUDA_MEMCPY_OPER" in tables else {11, 12, 13}
+            ckc = "copyKind" if "copyKind" in {r[1] for r in c.execute("pragma table_info(CUPTI_ACTIVITY_KIND_MEMCPY)")} else "NULL"
+            for a, b, k, s, d, ck in c.execute(f'select start, "end", correlationId, srcKind, dstKind, {ckc} from CUPTI_ACTIVITY_KIND_MEMCPY'):
+                gpu.append({"start": a, "end": b, "name": "memcpy", "corr": k, "pageable": bool({s, d} & kinds), "stream": None,
+                            "kernel": False, "um": ck in uvm})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
             once: dict = {}
             for a, b, n, k, t in c.execute('select start, "end", nameId, correlationId, globalTid from CUPTI_ACTIVITY_KIND_RUNTIME'):
@@ -877,7 +882,8 @@ def _cannot_answer(job: Job, r: dict):
     for rank in r["ranks"] or []:
         d = job.ranks[rank]
         calls = {c["corr"] for c in d["calls"] if c["corr"] is not None}
-        n += sum(1 for g in d["gpu"] if g["corr"] is None or g["corr"] not in calls)
+        # a page migration is demand paging, launched by no call
+        n += sum(1 for g in d["gpu"] if (g["corr"] is None or g["corr"] not in calls) and not g.get("um"))
     return r["n"] == n, f"GPU ops whose launch call is not in the raw files: {n}"
 
 

@@ -389,3 +389,22 @@ def test_the_empty_mfu_reason_fits_the_program(rel, tmp_path_factory):
     finally:
         con.close()
     assert verdict_ == "correct", why
+
+
+def test_page_migrations_are_not_ops_missing_their_launch(tmp_path_factory):
+    """READ-session19 M9 (isc25-icon gpu.sqlite, C++ stdpar on managed memory): "launch latency for 5,510
+    GPU ops (100%) — the launch call is not in the trace": they are unified-memory page migrations
+    (copyKind CUDA_MEMCPY_KIND_UVM_*), demand paging that no call launches; the kernels and the copy have theirs."""
+    path = WILD / "isc25-icon" / "gpu.sqlite"
+    db, f = _job(path, tmp_path_factory)
+    c = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        uvm = {i for i, n in c.execute("select id, name from ENUM_CUDA_MEMCPY_OPER") if "UVM" in n}
+        n_uvm = sum(1 for ck, in c.execute("select copyKind from CUPTI_ACTIVITY_KIND_MEMCPY") if ck in uvm)
+        calls = {k for k, in c.execute("select correlationId from CUPTI_ACTIVITY_KIND_RUNTIME")}
+        other = [k for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY")
+                 for k, ck in c.execute(f"select correlationId, {'copyKind' if 'MEMCPY' in t else 'NULL'} from {t}") if ck not in uvm]
+    finally:
+        c.close()
+    assert n_uvm >= 5000 and all(k in calls for k in other)
+    assert not [r for r in f["findings"] if r["kind"] == "cannot_answer" and r["evidence"] == "launch latency"]
