@@ -19,9 +19,10 @@ def why_no_flops(con) -> str:
     ops = {fmt: n for fmt, (_, n) in seen.items()}
     # a trace with no compute kernel at all (GPUPuzzlers p2p_copy: peer copies only) has no FLOPs to count:
     # no recording option would give it an MFU
-    if not con.execute("SELECT count(*) FROM gpu_ops WHERE kind = 'kernel' AND category = 'compute'").fetchone()[0]:
-        return "no compute kernel ran in the traces (only copies, memsets or collectives): MFU does not apply"
     why = []
+    if not con.execute("SELECT count(*) FROM gpu_ops WHERE kind = 'kernel' AND category = 'compute'").fetchone()[0]:
+        hold = "hold no CPU ops and no compute kernel" if not any(ops.values()) else "hold no compute kernel"
+        return f"the traces {hold} (only copies, memsets or collectives): MFU does not apply"
     # a program not written in PyTorch gets no PyTorch recording advice (isc25-icon's C++ stdpar port, pipit's
     # CUDA C + MPI saxpy were told to record under torch.autograd.profiler.emit_nvtx)
     native = {s for s, in con.execute("""SELECT DISTINCT stack FROM program_stack""").fetchall()} \
