@@ -35,9 +35,11 @@
 --     GPU) or how much later than theirs its GPU began the step, its host late too
 --     (cause late step start), or its GPU's idle before the collectives it started late, under half its lateness
 --     (cause gpu behind: its own earlier GPU work ends late, not its host),
---     the longest segment (dominant),
+--     the named op's run time per rank and step (dominant compute, communication, memory copies: the op
+--     name with the most run time in the class; host: the cause's path time),
 --     the part of the idle after the launch calls had returned (launch_names:
---     launch_overhead.exposed_queued_ns)
+--     launch_overhead.exposed_queued_ns), the calls' blocking before the rank's first GPU op, once, left out
+--     of the per-step figure (host_syncs: sync.startup_ns, a mean over the ranks)
 -- @column activity        VARCHAR    text          what the host was doing in that gap, or the synchronising call
 -- @column peers           INTEGER[]  key           the ranks that waited for this rank in its collectives
 -- @column peer_wait_ns    BIGINT     figure:ns     their wait in those collectives in total (ns)
@@ -197,7 +199,7 @@ WITH st AS (
     FROM stragglers_found f JOIN strag_steps c ON c.rank = f.rank GROUP BY f.rank
 ), sync_rate AS (
     -- the synchronising call a straggler makes more often than the other ranks, per analysed step
-    SELECT rank, name, count(*) / (SELECT n FROM ref) AS per_step, sum(blocked_ns) / (SELECT n FROM ref) AS ns_per_step
+    SELECT rank, name, count(*) / (SELECT n FROM ref) AS per_step, sum(blocked_ns - startup_ns) / (SELECT n FROM ref) AS ns_per_step
     FROM sync WHERE step IN (SELECT step FROM st) GROUP BY rank, name
 ), sync_all AS (
     -- every rank x every call name, 0 where the rank never made it
@@ -237,6 +239,17 @@ WITH st AS (
     SELECT class, arg_max(cause, ns) AS cause, arg_max_null(top_name, ns) AS top_name, max(ns) AS cause_ns, arg_max(bytes, ns) AS bytes
     FROM (SELECT class, cause, sum(path_ns) AS ns, arg_max(top_name, path_ns) AS top_name, sum(bytes) AS bytes
           FROM cells GROUP BY class, cause) GROUP BY class
+), dominant_op AS (
+    -- per class, the GPU op name with the most run time launched in the analysed steps, per rank and
+    -- step: the op the sentence names ("the kernel taking the most time"). The longest single segment
+    -- on the path named another (deepseek train.json: FlashAttnBwd, 1.5 ms at most a call, where the
+    -- compute kernel with the most time, 32.8 ms a step, is another cutlass kernel)
+    SELECT CASE category WHEN 'communication' THEN 'communication' WHEN 'memory' THEN 'memory copies' ELSE 'compute' END AS class,
+           arg_max(name, ns) AS name,
+           max(ns) / (SELECT n FROM ref) / greatest(1, (SELECT count(DISTINCT rank) FROM gpu_ops)) AS ns
+    FROM (SELECT category, name, sum(end_ns - start_ns) AS ns FROM gpu_ops
+          WHERE step IN (SELECT step FROM st) AND category IN ('compute', 'communication', 'memory') GROUP BY ALL)
+    GROUP BY 1
 ), shared AS (
     -- ranks on one GPU: the same UUID (nsys), else the same host and device index, else (Kineto
     -- records no host) the same device index of one job: said as possible, not certain
@@ -345,14 +358,15 @@ UNION ALL BY NAME
 SELECT 2 AS priority, 'dominant' AS kind, d.class, CASE WHEN k.n IS NOT NULL THEN 'jit_compile' ELSE x.cause END AS cause,
        d.ns AS cost_ns, d.ns / (SELECT n FROM ref) AS value_ns,
        round(100.0 * d.ns / (SELECT sum(wall_ns) FROM st), 2) AS share_pct, round(d.low_pct, 2) AS low_pct,
-       round(d.high_pct, 2) AS high_pct, coalesce(k.name, x.top_name) AS evidence,
-       CASE WHEN k.n IS NOT NULL THEN k.exposed / (SELECT n FROM ref) ELSE x.cause_ns END AS evidence_ns,
+       round(d.high_pct, 2) AS high_pct, coalesce(k.name, o.name, x.top_name) AS evidence,
+       CASE WHEN k.n IS NOT NULL THEN k.exposed / (SELECT n FROM ref) WHEN o.name IS NOT NULL THEN o.ns ELSE x.cause_ns END AS evidence_ns,
        x.bytes / (SELECT n FROM ref) AS bytes,
        CASE WHEN k.n IS NOT NULL THEN 'launch stall: ' || k.n || ' launch call(s) over 50x the median launch in '
             || len(k.steps) || ' step(s), the one ending the most idle ' || round(k.api_ns / 1e3) || ' us' END AS note,
        k.steps
 FROM dominant d JOIN dominant_detail x USING (class)
 LEFT JOIN launch_stall k ON d.class = 'host' AND x.cause = 'launch'
+LEFT JOIN dominant_op o USING (class)
 WHERE d.ns = (SELECT max(ns) FROM dominant)
 UNION ALL BY NAME
 SELECT 3 AS priority, 'shared_gpu' AS kind, len(ranks) AS n, ranks, how AS note FROM shared

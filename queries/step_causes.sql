@@ -30,7 +30,7 @@
 -- @column top_name      VARCHAR  text          the longest segment's op (kernel, copy); for host rows the call, CPU op or range whose
 --     pieces fill over half of the row, else NULL: a piece of a host stretch is named by the stretch's call
 --     where the call's own time fills most of the piece, else a cpu_op piece by its innermost CPU op,
---     a no_op piece by the named host range holding most of it, else the OS call it lies in
+--     a no_op piece by the named host range holding most of it, else the Python function or OS call it lies in
 -- @column bytes         BIGINT   figure:bytes  bytes moved by the copies on the path (memory copies only; NULL otherwise)
 -- @column step_wall_ns  BIGINT   figure:ns     the step's critical path length: its span across ranks (ns)
 -- @column share_pct     DOUBLE   figure:percent  path_ns / step_wall_ns (percent)
@@ -56,16 +56,18 @@ WITH seg AS (
     FROM seg h JOIN host_time_spans t ON t.rank = h.rank AND t.start_ns < h.end_ns AND t.end_ns > h.start_ns
     WHERE h.kind = 'host_cpu'
 ), piece_ops AS (
-    SELECT rank, tid, kind, start_ns, end_ns, op_id FROM host_ops
-    WHERE kind IN ('cpu_op', 'osrt') AND (rank, tid) IN (SELECT DISTINCT rank, tid FROM host_piece WHERE cause IN ('cpu_op', 'no_op'))
+    -- (a no_op piece's own name: the Python function or OS call it lies in, innermost, as critical_path
+    -- names an unnamed stretch; GPUPuzzlers cuda-queue: 2.7 of 2.9 ms of no_op in `<built-in function sleep>`)
+    SELECT rank, tid, CASE kind WHEN 'cpu_op' THEN 'cpu_op' ELSE 'other' END AS kind, start_ns, end_ns, op_id FROM host_ops
+    WHERE kind IN ('cpu_op', 'python', 'osrt') AND (rank, tid) IN (SELECT DISTINCT rank, tid FROM host_piece WHERE cause IN ('cpu_op', 'no_op'))
 ), op_piece AS (
     -- a cpu_op piece is the own time of the innermost CPU op at its midpoint (the latest-starting op
     -- before it, if it still runs there), not of the op at its stretch's midpoint: on GPUPuzzlers'
     -- addition trace one stretch name, aten::add_, was given 119.1 ms of which add_'s own time is 31 %.
-    -- A no_op piece outside every named range is the OS call it lies in, if any (ISC25-ICON's stdpar
-    -- export: 65.6 ms in pwrite64, writing the output, after the last kernel)
+    -- A no_op piece outside every named range is the Python function or OS call it lies in, if any
+    -- (ISC25-ICON's stdpar export: 65.6 ms in pwrite64, writing the output, after the last kernel)
     SELECT p.step, p.rank, p.seg_start, p.a, CASE WHEN o.end_ns >= (p.a + p.b) // 2 THEN o.op_id END AS piece_op_id
-    FROM (SELECT *, CASE cause WHEN 'cpu_op' THEN 'cpu_op' ELSE 'osrt' END AS op_kind FROM host_piece
+    FROM (SELECT *, CASE cause WHEN 'cpu_op' THEN 'cpu_op' ELSE 'other' END AS op_kind FROM host_piece
           WHERE cause = 'cpu_op' OR (cause = 'no_op' AND range_name IS NULL)) p
     ASOF LEFT JOIN piece_ops o ON o.rank = p.rank AND o.tid = p.tid AND o.kind = p.op_kind AND o.start_ns <= (p.a + p.b) // 2
 ), piece_names AS (
@@ -76,7 +78,8 @@ WITH seg AS (
     -- 0.92 ms (a stretch with no call fills none of it: DuckDB's least / greatest skip the NULL of a
     -- missing call, which gave every piece the stretch's name, "75.4 ms inside aten::add_ with no op
     -- traced"). Otherwise each piece keeps its own name: a cpu_op piece its innermost CPU op, a no_op
-    -- piece the named host range it lies in (host_time_spans.range_name), else the OS call, else none.
+    -- piece the named host range it lies in (host_time_spans.range_name), else the Python function or OS
+    -- call, else none.
     SELECT p.step, p.rank, p.name, p.seg_start, p.cause, p.b - p.a AS ns,
            2 * sum(CASE WHEN o.op_id IS NULL THEN 0 ELSE greatest(0, least(p.b, o.end_ns) - greatest(p.a, o.start_ns)) END)
                OVER w > sum(p.b - p.a) OVER w AS call_fills,

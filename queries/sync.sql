@@ -18,6 +18,10 @@
 -- @column cause       VARCHAR  text          what to fix: 'sync', or for a copy staged through pageable memory its direction
 --     and 'pageable' ('HtoD pageable', 'DtoH pageable': pin the host buffer, not "remove
 --     the sync"; a 256 MiB pageable HtoD copy blocks 33-59 ms per step on h100 launch_bound)
+-- @column startup_ns  BIGINT   figure:ns     the part of blocked_ns before the rank's first GPU op in the trace: runtime
+--     start-up (or a wait for work before the capture), a one-time cost, never per-step (rocprof v1's HIP trace of
+--     a vector add: the first hipMemcpyWithStream blocks 275.060 ms, 275.039 ms of it before any GPU op; the
+--     step's other five calls block 0.944 ms in all); 0 on a rank with no GPU op
 -- Few rows probe the as-of joins below: keep DuckDB's ASOF join instead of its nested-loop plan.
 -- sync shows first: rank, step, name, blocked_ns, reason, gpu_op
 -- scope: rank
@@ -41,6 +45,8 @@ WITH calls AS (
 ), pageable AS (
     SELECT op_id AS gpu_op_id, name AS gpu_op, trace_id, correlation_id, name ILIKE '%pageable%' AS is_pageable
     FROM gpu_ops WHERE kind IN ('memcpy', 'memset') AND correlation_id IS NOT NULL
+), first_op AS (  -- the rank's first GPU op: blocking before it waits for no recorded GPU work
+    SELECT rank, min(start_ns) AS first_ns FROM gpu_ops GROUP BY rank
 ), j AS (
     SELECT c.*, p.gpu_op, coalesce(c.reason, CASE WHEN p.is_pageable THEN 'pageable memcpy' END) AS why
     FROM calls c LEFT JOIN pageable p USING (trace_id, correlation_id)
@@ -49,8 +55,10 @@ SELECT j.rank, CASE WHEN j.start_ns < s.end_ns THEN s.step END AS step, j.tid, j
        j.end_ns - j.start_ns AS blocked_ns, j.why AS reason, j.gpu_op, j.op_id,
        CASE WHEN j.why = 'pageable memcpy'
             THEN coalesce(nullif(regexp_extract(j.gpu_op, '(HtoD|DtoH|DtoD|HtoH|PtoP)', 1), ''), 'copy') || ' pageable'
-            ELSE 'sync' END AS cause
+            ELSE 'sync' END AS cause,
+       greatest(0, least(j.end_ns, coalesce(f.first_ns, j.start_ns)) - j.start_ns) AS startup_ns
 FROM j ASOF LEFT JOIN steps s ON j.rank = s.rank AND j.start_ns >= s.start_ns
+LEFT JOIN first_op f ON f.rank = j.rank
 WHERE j.why IS NOT NULL
 ORDER BY j.rank, j.start_ns;
 

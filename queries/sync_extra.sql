@@ -92,7 +92,7 @@ WITH steps AS (
     SELECT rank, name, coalesce(arg_max(cause, blocked_ns) FILTER (WHERE cause <> 'sync'), 'sync') AS cause
     FROM sync WHERE step IS NOT NULL GROUP BY ALL
 ), grid AS (  -- every step of every rank, for every call name any rank makes (0 where none)
-    SELECT st.rank, st.step, nm.name, count(s.op_id) AS n, coalesce(sum(s.blocked_ns), 0) AS blocked_ns
+    SELECT st.rank, st.step, nm.name, count(s.op_id) AS n, coalesce(sum(s.blocked_ns - s.startup_ns), 0) AS blocked_ns
     FROM steps st CROSS JOIN (SELECT DISTINCT name FROM names) nm
     LEFT JOIN sync s ON s.rank = st.rank AND s.step = st.step AND s.name = nm.name
     GROUP BY ALL

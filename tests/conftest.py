@@ -271,6 +271,9 @@ SLOW_TESTS = {
     "test_one_step_graph_at_a_time_gives_the_rows_of_all_graphs_kept": "two H100 jobs ingested, the claims built twice (60-90 s each)",
     # session 19's read (tests/test_claims_read19_copies.py)
     "test_a_blocking_figure_over_ranks_gives_its_range_and_directions": "PARAM DLRM's 8 wild rank files ingested, read raw, 12 s",
+    "test_syncs_after_pageable_copy_calls_are_claimed_with_the_copies_blocking": "a 4,096-copy wild trace, 50 s",
+    "test_pageable_copies_both_ways_are_split_by_direction": "a wild trace of 300 copies and 4,400 launches, 50 s",
+    "test_a_host_cause_names_only_an_op_or_range_that_holds_half_of_it": "a 4,096-copy wild trace, 70 s",
 }
 # Sweeps over every fixture (or every damaged value): the first case stays quick, the others are slow.
 SWEEPS = {
@@ -293,6 +296,7 @@ SWEEPS = {
     "test_real_csv_run_kernels_link_to_their_hip_calls", "test_nsys_jax_archive_without_its_report_says_what_it_holds",
     "test_distinct_zero_length_host_events_are_not_dropped_as_recorded_twice",  # 7 wild GPUPuzzlers files
     "test_the_pageable_copy_sentence_gives_each_direction_its_figure", "test_a_program_that_only_copies_is_told_it_computed_nothing",
+    "test_advice_on_rocm_uses_rocms_words",
 }
 
 

@@ -19,6 +19,7 @@ from traceflow import verdict
 
 sys.path.insert(0, str(Path(__file__).parent))
 import claim_oracle
+import intervals
 import rocm_raw
 
 _DBS: dict[str, tuple[str, dict]] = {}
@@ -62,18 +63,10 @@ def _no_op_by_range(path: Path) -> dict[str, float]:
             ranges.append((key, a, b, e["name"]))
         elif e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver"):
             busy.setdefault(key, []).append((a, b))
-    merged = {}
-    for key, iv in busy.items():
-        out: list[list[float]] = []
-        for a, b in sorted(iv):
-            if out and a <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], b)
-            else:
-                out.append([a, b])
-        merged[key] = out
+    merged = {key: intervals.union(iv) for key, iv in busy.items()}
     per: dict[str, float] = {}
     for key, a, b, name in ranges:
-        covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y in merged.get(key, []) if y > a and x < b)
+        covered = intervals.measure(intervals.clip(merged.get(key, []), a, b))
         per[name] = per.get(name, 0.0) + (b - a) - covered
     return per
 

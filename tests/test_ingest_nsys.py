@@ -28,11 +28,22 @@ def source_counts(path: str) -> dict:
     out["memcpy"] = per_pid("select globalPid, count(*) from CUPTI_ACTIVITY_KIND_MEMCPY group by 1") if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables else {}
     out["memset"] = per_pid("select globalPid, count(*) from CUPTI_ACTIVITY_KIND_MEMSET group by 1") if "CUPTI_ACTIVITY_KIND_MEMSET" in tables else {}
     host = {}
-    for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
-        if t in tables:
-            for gtid, n in c.execute(f"select globalTid, count(*) from {t} group by 1"):
-                gpid = (gtid >> 24) << 24
-                host[gpid] = host.get(gpid, 0) + n
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        # a call per thread and correlation id and name (less its `_vNNNN` suffix): nsys 2022.2 writes some
+        # calls twice, `cudaMalloc` inside `cudaMalloc_v3020` (pipit saxpy: 95 rows, 57 calls)
+        names = dict(c.execute("select id, value from StringIds")) if "StringIds" in tables else {}
+        seen = set()
+        for gtid, k, n in c.execute("select globalTid, correlationId, nameId from CUPTI_ACTIVITY_KIND_RUNTIME"):
+            key = (gtid, k, re.sub(r"_v\d+$", "", str(names.get(n, n))))
+            if k and key in seen:
+                continue
+            seen.add(key)
+            gpid = (gtid >> 24) << 24
+            host[gpid] = host.get(gpid, 0) + 1
+    if "OSRT_API" in tables:
+        for gtid, n in c.execute("select globalTid, count(*) from OSRT_API group by 1"):
+            gpid = (gtid >> 24) << 24
+            host[gpid] = host.get(gpid, 0) + n
     out["host"] = host
     rng = {}
     if "NVTX_EVENTS" in tables:

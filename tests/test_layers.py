@@ -238,6 +238,13 @@ def sql_strings(tree: ast.Module) -> list[str]:
     placeholders of module-level string constants filled in, the others blank."""
     constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
                  and isinstance(n.value.value, str) for t in n.targets if isinstance(t, ast.Name)}
+    # module-level f-strings of those constants are constants too (claims.PAIRS_SQL holds _STEPS_SQL)
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.JoinedStr) and all(
+                isinstance(v, ast.Constant) or (isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name)
+                                                and v.value.id in constants) for v in n.value.values):
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else constants[v.value.id] for v in n.value.values)
+            constants.update({t.id: text for t in n.targets if isinstance(t, ast.Name)})
     docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef,
             ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr)}
     out = []

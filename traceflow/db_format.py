@@ -18,7 +18,7 @@ FORMAT = 7  # 1: the first versioned format; 2: sync_extra (the stall what-if re
 # (claims.py); 5: gpu_sharing, partial_capture, collective_waits.blamed_ns / sharing (issue 41);
 # 6: traces.unread_device_work (the verdict read it from a warning's text), launch_overhead.stall (the
 # --no-launch-stall what-if reads it), launch_bound_steps.stall_ns; 7: host_ops.event_id (an append
-# dedupes on it)
+# dedupes on it), sync.startup_ns (start-up blocking, once)
 METADATA = f"{INTERNAL}.metadata"
 DECLARED = sqlmodules.declared("""
 -- @table metadata: facts about the database: its format, the job's name, the steps done

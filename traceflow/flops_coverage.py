@@ -2,7 +2,7 @@
 and the report's roofline section say the same words)."""
 from __future__ import annotations
 
-READS = frozenset({"host_ops", "traces", "gpu_ops"})  # the tables its SQL reads (tests/test_layers.py)
+READS = frozenset({"host_ops", "traces", "gpu_ops", "program_stack"})  # the tables its SQL reads (tests/test_layers.py)
 
 
 _PROFILER = {"xla": "XLA (JAX) profiler", "rpd": "ROCm (rpd)", "rocprof": "ROCm profiler", "autograd": "legacy autograd profiler",
@@ -22,7 +22,21 @@ def why_no_flops(con) -> str:
         FROM traces t LEFT JOIN host_ops h ON h.trace_id = t.trace_id AND h.kind = 'cpu_op' GROUP BY ALL""").fetchall()}
     have = {fmt: args for fmt, (args, _) in seen.items()}
     ops = {fmt: n for fmt, (_, n) in seen.items()}
+    # a trace with no compute kernel at all (GPUPuzzlers p2p_copy: peer copies only) has no FLOPs to count:
+    # no recording option would give it an MFU
     why = []
+    if not con.execute("SELECT count(*) FROM gpu_ops WHERE kind = 'kernel' AND category = 'compute'").fetchone()[0]:
+        hold = "hold no CPU ops and no compute kernel" if not any(ops.values()) else "hold no compute kernel"
+        return f"the traces {hold} (only copies, memsets or collectives): MFU does not apply"
+    # a program not written in PyTorch gets no PyTorch recording advice (isc25-icon's C++ stdpar port, pipit's
+    # CUDA C + MPI saxpy were told to record under torch.autograd.profiler.emit_nvtx)
+    native = {s for s, in con.execute("""SELECT DISTINCT stack FROM program_stack""").fetchall()} \
+        if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'program_stack'").fetchone()[0] else set()
+    if native and native <= {"cuda", "hip", "openacc", "openmp"} and not any(have.values()):
+        label = " / ".join(sorted({"cuda": "CUDA C/C++", "hip": "HIP C++", "openacc": "OpenACC", "openmp": "OpenMP offload"}[x]
+                                   for x in native))
+        return ("no op in the traces has known FLOPs, because the program is " + label +
+                ": its kernels carry no op with a FLOP formula (FLOPs come from framework ops with their shapes)")
     if have.get("kineto-json") is False:
         # a file holding no CPU op at all (TraceFuse's NCCL-only output) lacks more than shapes
         why.append("the PyTorch profiler traces have no input shapes (record_shapes=True records them)"

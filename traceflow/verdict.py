@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from . import memory
-from .claims import stall_words
+from .claims import platform_of, platform_words, platforms, stall_words
 from .hang import findings as hang_findings
 from .text import printable, short_name, size
 
 READS = frozenset({"findings", "findings_steps", "gpu_sharing", "host_ops", "launch_overhead", "launch_overhead_summary", "ranges",
-                   "collective_waits", "critical_path", "gpu_ops", "step_breakdown", "step_causes", "sync", "traces",
+                   "collective_waits", "critical_path", "gpu_ops", "step_breakdown", "step_causes", "traces",
                    "host_time_spans"})  # the tables its SQL reads (tests/test_layers.py)
 
 # Tables whose rows are findings (same columns as `findings`), gathered and ordered together.
@@ -111,11 +111,14 @@ def findings(con) -> dict:
     others = rows(con, [t for t in FINDING_TABLES if t != "findings"])
     first = [r for r in others if r["priority"] == 0]  # the job stopped: before any fix
     _fold_sharing(claimed)
+    pf = platforms(con)
+    out["platform"] = platform_of(pf, None)
     for row in first + claimed + [r for r in others if r["priority"] != 0]:
         if row.get("folded"):  # a time-slicing row, said in its shared_gpu row's sentence
             out["findings"].append(row)
             continue
-        words = _SENTENCES.get(row["kind"], _generic)(row, con)
+        words = platform_words(_SENTENCES.get(row["kind"], _generic)(row, con),
+                               platform_of(pf, [row["rank"]] if row.get("rank") is not None else row.get("ranks")))
         if words:
             row["sentence"] = words
             out["findings"].append(row)
@@ -332,6 +335,31 @@ _NAME_ON_PATH_SQL = """
     FROM p JOIN iv ON iv.rank = p.rank AND iv.tid = p.tid AND iv.end_ns > p.start_ns AND iv.start_ns < p.end_ns"""
 
 
+# The same for one host_time cause (cpu_op, no_op): the path's host stretches of that cause only, inside
+# the name on the same thread. Any path time inside the name let a name through for a cause it does not
+# hold (GPUPuzzlers addition_d2h_sync: "119.1 ms framework CPU work in ops (aten::add_)", 31.5 ms of it in
+# aten::add_; "75.4 ms inside aten::add_ with no op traced", none of it: launch time inside add_ counted).
+# Parameters: the cause, the name twice.
+_CAUSE_IN_NAME_SQL = """
+    WITH p AS (SELECT rank, tid, start_ns, end_ns FROM critical_path WHERE kind = 'host_cpu'
+               AND step IN (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup)),
+    t AS (SELECT p.rank, p.tid, greatest(p.start_ns, t.start_ns) AS a, least(p.end_ns, t.end_ns) AS b
+          FROM p JOIN host_time_spans t ON t.rank = p.rank AND t.start_ns < p.end_ns AND t.end_ns > p.start_ns
+          WHERE t.cause = ?),
+    iv AS (SELECT rank, tid, start_ns, end_ns FROM host_ops WHERE name = ?
+           UNION ALL SELECT rank, tid, start_ns, end_ns FROM ranges WHERE name = ?)
+    SELECT coalesce(sum(least(t.b, iv.end_ns) - greatest(t.a, iv.start_ns)), 0)
+           / (SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup)
+    FROM t JOIN iv ON iv.rank = t.rank AND iv.tid = t.tid AND iv.end_ns > t.a AND iv.start_ns < t.b"""
+
+
+def _held(con, cause: str, top: str) -> float:
+    """The path's host time of `cause` per step that lies inside ops or ranges named `top`."""
+    if cause in ("cpu_op", "no_op"):
+        return con.execute(_CAUSE_IN_NAME_SQL, [cause, top, top]).fetchone()[0] or 0
+    return con.execute(_NAME_ON_PATH_SQL, [top, top]).fetchone()[0] or 0
+
+
 def host_split(con, total_ns) -> list[tuple[str, float, str | None]]:
     """(cause, ns per step, the range or op holding most of it) for each host cause holding at least 5 %
     of the host class's path time, at most three, where two or more do; else [] (the row's cause says it).
@@ -340,8 +368,7 @@ def host_split(con, total_ns) -> list[tuple[str, float, str | None]]:
     "9.2 ms inside Optimizer.step#Adam.step", a range open 2.4-3.0 ms a step on each rank)."""
     rows = [(c, ns, top) for c, ns, top in con.execute(_HOST_SPLIT_SQL).fetchall()
             if ns and total_ns and ns >= 0.05 * total_ns]
-    rows = [(c, ns, top if top and (con.execute(_NAME_ON_PATH_SQL, [top, top]).fetchone()[0] or 0) >= 0.5 * ns else None)
-            for c, ns, top in rows]
+    rows = [(c, ns, top if top and _held(con, c, top) >= 0.5 * ns else None) for c, ns, top in rows]
     return rows[:3] if len(rows) > 1 else []
 
 
@@ -409,7 +436,10 @@ def _dominant(r: dict, con) -> str:
     if r["class"] == "memory copies" and r["bytes"]:
         s += f", {size(r['bytes'])} copied"
     if r["evidence"] and r["class"] in ("compute", "communication", "memory copies"):
-        s += f"; longest: {short_name(r['evidence'])}"
+        # findings.sql dominant_op: the op name with the most run time in the class, not the longest call
+        what = "copy" if r["class"] == "memory copies" else "kernel"
+        s += f"; the {what} taking the most time: {short_name(r['evidence'])}, {_ms(r['evidence_ns'])} per step"
+        s += " and rank" if con.execute("SELECT count(DISTINCT rank) FROM gpu_ops").fetchone()[0] > 1 else ""
     elif r["evidence"] and r["class"] == "host":
         s += f"; the longest stretch in {short_name(r['evidence'])}"
     return s + _fix_clause(r, _advice(r["class"], r["cause"])) + "."
@@ -544,6 +574,14 @@ def _launch_bound_steps(r: dict, con) -> str:
     if exposed and (queued or 0) >= 0.5 * exposed:
         return (f"{head} idle before launched work started, but {_pct(100 * queued / exposed)} of that idle came after the "
                 "launch calls had returned (work queued, not launch cost).")
+    # idle inside allocator calls is allocator time, as the launch finding says (GPUPuzzlers vector_flops1:
+    # "up to 100% … waiting for kernel launches" where 484.4 of 490.2 ms lies inside two cudaFree)
+    from .claims import launch_shape
+    n = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
+    shape = launch_shape(con, n)
+    if exposed and shape["alloc_ns"] >= 0.5 * exposed:
+        return (f"{head} idle before launched work started, but {_ms(shape['alloc_ns'])} of that idle lies inside allocator "
+                f"calls ({shape['alloc_name']}): allocator time, not launch cost.")
     return f"{head} waiting for kernel launches."
 
 
@@ -695,25 +733,13 @@ def _waited(r: dict, steps: int | None = None) -> str:
 # over the ranks and its copy the longest one's (PARAM DLRM's 8 ranks: "2.5 ms/step each" was the mean of
 # 0.06-6.6 ms; "10 right after a pageable HtoD" were 8 after an HtoD and 2 after a DtoH copy; pipit saxpy's
 # 15 blocking cudaMemcpy, "DtoH copy", were 10 HtoD and 5 DtoH). Parameters: the call's name, twice.
-_SYNC_PARTS_SQL = """
-    WITH st AS (SELECT step FROM tf_internal.findings_steps WHERE NOT warmup),
-    calls AS (SELECT op_id, lag(op_id) OVER (PARTITION BY rank, tid ORDER BY start_ns) AS prev
-              FROM host_ops WHERE kind IN ('cuda_runtime', 'cuda_driver')),
-    y AS (SELECT y.rank, y.blocked_ns, y.reason,
-                 CASE WHEN y.reason = 'sync memcpy' THEN y.gpu_op WHEN p.reason = 'pageable memcpy' THEN p.gpu_op END AS copy
-          FROM sync y JOIN calls c ON c.op_id = y.op_id LEFT JOIN sync p ON p.op_id = c.prev
-          WHERE y.name = ? AND y.step IN (SELECT step FROM st) AND y.reason IN ('synchronize', 'sync memcpy'))
-    SELECT (SELECT list(ns ORDER BY rank) FROM (SELECT rank, sum(blocked_ns) AS ns FROM y GROUP BY rank)),
-           (SELECT list([d, n::VARCHAR] ORDER BY n DESC, d) FROM (
-                SELECT regexp_extract(copy, '(HtoD|DtoH|DtoD|HtoH)') AS d, count(*) AS n FROM y
-                WHERE copy IS NOT NULL GROUP BY d HAVING d <> '')),
-           (SELECT count(*) FROM st)"""
-
-
 def _sync_parts(con, r: dict) -> dict:
-    """{'lo', 'hi': the least and most a rank blocks per step; 'dirs': [(direction, calls per rank and
-    step)] of the copies the calls follow (or are)} for a host_syncs row."""
-    per_rank, dirs, n = con.execute(_SYNC_PARTS_SQL, [r["evidence"]]).fetchone()
+    """{'lo', 'hi': the least and most a rank blocks per step, as the row's figure counts it (claims:
+    a sync's blocking with the pageable copy call before it, start-up out); 'dirs': [(direction, calls
+    per rank and step)] of the copies the calls follow (or are)} for a host_syncs row."""
+    from .claims import sync_parts  # the row's own definition of what it counts, not a second one
+    per_rank, dirs = sync_parts(con, r["evidence"], pairs=bool(r["n"] and r["activity"]))
+    n = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
     n_ranks, n = max(1, len(r["ranks"] or ())), max(1, n or 1)
     per_rank = [ns / n for ns in per_rank or ()] + [0.0] * (n_ranks - len(per_rank or ()))
     return {"lo": min(per_rank), "hi": max(per_rank),
@@ -741,22 +767,35 @@ def _host_syncs(r: dict, con) -> str:
     s = (f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {_sync_blocked(r, parts)} in "
          f"{r['per_step']:g} {r['evidence']} calls, every analysed step")
     if r["n"] and r["activity"]:  # claims._host_syncs: most right after a copy staged through pageable memory
-        s += (f", {r['n']:g} of them right after a pageable copy ({_sync_dirs(parts)}): a blocking copy of a pageable "
-              "buffer, then a wait for the whole stream")
+        s += (f", {r['n']:g} of them right after a pageable copy ({_sync_dirs(parts)}), whose call's blocking is counted "
+              "with them: a blocking copy of a pageable buffer, then a wait for the whole stream")
     elif r["activity"]:  # claims._blocking_copies: the calls are blocking copies
         s += f": blocking copy calls ({_sync_dirs(parts)}), each waiting for the GPU's queue to drain"
     steps = con.execute("SELECT count(*) FROM tf_internal.findings_steps WHERE NOT warmup").fetchone()[0]
-    return s + _waited(r, steps) + _fix_clause(r, "") + "."
+    return s + _startup(r) + _waited(r, steps) + _fix_clause(r, "") + "."
+
+
+def _startup(r: dict) -> str:
+    """The calls' blocking before the rank's first GPU op (sync.startup_ns): once, not in the per-step
+    figure (rocprof v1's vector add: 275.0 ms of the first hipMemcpyWithStream is runtime start-up)."""
+    if not r.get("evidence_ns") or r["evidence_ns"] < max(1e6, 0.05 * (r["value_ns"] or 0)):
+        return ""  # under a millisecond and 5 % of the figure: not worth a clause
+    each = "" if len(r["ranks"] or []) <= 1 else " per rank"
+    return (f"; {_ms(r['evidence_ns'])} more{each} once, before the first GPU op "
+            "(runtime start-up, not a per-step cost)")
 
 
 @sentence("pageable_copy")
 def _pageable_copy(r: dict, con) -> str:
     r["copy_parts"] = _pageable_split(con, r["value_ns"])  # both directions: each its own figure
     what = f"({r['copy_parts']})" if r["copy_parts"] else f"({short_name(r['evidence'])})"
-    return (f"Copies to or from pageable host memory {what} take {_ms(r['value_ns'])} of GPU time "
-            f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
-            "waits while the driver stages them"
-            + _fix_clause(r, "") + ".")
+    s = (f"Copies to or from pageable host memory {what} take {_ms(r['value_ns'])} of GPU time "
+         f"per step on {_ranks(r['ranks'])} ({size(r['bytes'] or 0)} copied per step, in {r['n']} steps); the call "
+         "waits while the driver stages them")
+    if r.get("note") == "fix with the syncs":  # claims._claim_rows: the syncs' row after these copies holds the fix
+        return s + ("; the fix is the blocking-call finding's (its replay removes the waits on these copies; "
+                    "copies twice as fast alone gain less).")
+    return s + _fix_clause(r, "") + "."
 
 
 @sentence("bound_withheld")
@@ -884,11 +923,16 @@ def _short(r: dict) -> str:
         blocked = _sync_blocked(r, parts).replace(" per step", "/step") if parts else f"{_ms(r['value_ns'])}/step"
         s = f"{_ranks(r['ranks']).capitalize()} block{'s' if len(r['ranks']) == 1 else ''} {blocked} in {r['per_step']:g} {r['evidence']}" + (
             f", {r['n']:g} right after a pageable copy ({_sync_dirs(parts)})" if r["n"] and r["activity"] and parts else
-            f", blocking copy calls ({_sync_dirs(parts)})" if r["activity"] and parts else "")
+            f", blocking copy calls ({_sync_dirs(parts)})" if r["activity"] and parts else "") + _startup(r)
+        # the replay recovers under half of it: say so in the line too (nsys-ai mfu_2gpu_before: 162.3 ms
+        # blocked a rank, 98.7 % of it its GPU's own queued kernels, the replay 25.2 ms)
+        s += "; mostly a wait for GPU work already queued, which stays" if _waited(r, r.get("steps_affected") or 1) else ""
     elif k == "pageable_copy":
         s = (f"Pageable copies take {_ms(r['value_ns'])}/step ({r['copy_parts']}) of GPU time on {_ranks(r['ranks'])}"
              if r.get("copy_parts") else
              f"Pageable copies ({short_name(r['evidence'])}) take {_ms(r['value_ns'])}/step of GPU time on {_ranks(r['ranks'])}")
+        if r.get("note") == "fix with the syncs":
+            s += "; their fix is the blocking calls' above"
     elif k == "dominant":
         s = (f"{_BOUND.get(r['class'], r['class'])}: {_pct(r['share_pct'])} of the critical path is "
              f"{_what(r['class'], r['cause']).split(' (')[0]}, {_ms(r['value_ns'])}/step")
@@ -939,8 +983,10 @@ def _short_form(out: dict):
             said = f"host-bound {_pct(first['share_pct'])} of the path, per step: {_host_parts(first['host_parts'], compact=True)}."
         head = _fit("No change the what-if replay confirms; " + said, HEADLINE_MAX)
         body = facts
-    out["headline"] = head
-    out["lines"] = [_short(r) for r in body[:LINES_MAX]]
+    # the job's platform words (claims.platform_words: never longer than CUDA's, so the limits hold)
+    pf = out.get("platform", "cuda")
+    out["headline"] = platform_words(head, pf)
+    out["lines"] = [platform_words(_short(r), pf) for r in body[:LINES_MAX]]
     steps = next((x for x in out["sentences"] if " analysed; median step time " in x), None)
     caveats = ([steps] if steps else []) + [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] == "partial_capture"]
     caveats += [_short(r) for r in rows if r["kind"] in ("shared_gpu", "coverage")]
@@ -955,7 +1001,7 @@ def _short_form(out: dict):
     caveats += [_fit(r["sentence"], LINE_MAX) for r in rows if r["kind"] in ("bound_withheld", "unrecorded_work")]
     if out.get("whatif_note"):
         caveats.append(_fit(out["whatif_note"], LINE_MAX))
-    out["caveats"] = caveats
+    out["caveats"] = [platform_words(c, pf) for c in caveats]
 
 
 def verdict(con, explain: bool = False) -> str:
