@@ -92,10 +92,10 @@ class StepGraph:
                 cols[k].append(c.fill_null(0).to_numpy())
         if not cols["op_id"] or not sum(len(x) for x in cols["op_id"]):
             raise UsageError(f"step {step} has no GPU ops")
-        a = {k: np.concatenate(v) for k, v in cols.items()}
-        del cols
+        a = {k: np.concatenate(cols.pop(k)) for k in list(cols)}  # a column at a time: never two copies of all
         order = np.lexsort((a["op_id"], a["start"]))  # ORDER BY start_ns, op_id
-        a = {k: v[order] for k, v in a.items()}
+        for k in a:
+            a[k] = a[k][order]
         del order
         self.step, self.con = step, con
         # times relative to the step's start: ns since the epoch are 1.8e18, where a float64 steps by 256 ns
@@ -119,12 +119,14 @@ class StepGraph:
         ends = _Pos(np.array([o for o, _ in rows], dtype=np.int64))
         end_of = np.array([e for _, e in rows] + [0], dtype=np.int64)
         # each op's one or two predecessors, (index in the step, 0) or (-1, measured end), in the order
-        # (stream predecessor, dependency); index -2: none
-        self._pred = []
+        # (stream predecessor, dependency): per slot, the index (-1: before the step, -2: none) and the
+        # measured ends of those before the step (a few an op stream)
+        self._pred: list[tuple[array, dict[int, int]]] = []
         for x, ix in ((sp, isp), (dep, idep)):
             ie = ends.indices(x)
             q = np.where(ix >= 0, ix, np.where((x >= 0) & (ie >= 0), -1, -2))
-            self._pred.append((_col("q", q), _col("q", np.where(q == -1, end_of[ie], 0))))
+            before = np.flatnonzero(q == -1)
+            self._pred.append((_col("i", q), dict(zip(before.tolist(), end_of[ie[before]].tolist()))))
         # the collectives: ops of one (comm, step, seq) on 2 ranks or more, in order of their first op
         keyed = np.flatnonzero((a["comm"] >= 0) & ~a["sq_null"])
         if len(keyed):
@@ -143,12 +145,12 @@ class StepGraph:
             parts = []
         lens = np.array([len(p) for p in parts], dtype=np.int64)
         self._mem_off = _col("q", np.concatenate(([0], np.cumsum(lens))))
-        self._mem = _col("q", np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+        self._mem = _col("i", np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
         group = np.full(n_ops, -1, dtype=np.int64)
         if parts:
             group[np.concatenate(parts)] = np.repeat(np.arange(len(parts)), lens)
         self.group = _col("i", group)
-        self._glast = _col("q", [p[-1] for p in parts])  # its last member to start (in measured order)
+        self._glast = _col("i", [p[-1] for p in parts])  # its last member to start (in measured order)
         del a, sp, dep, isp, idep, group, parts
         self._load_syncs(con, base)
         self._spans_by_cause: dict[tuple[str, ...], _RankSpans] = {}
@@ -162,9 +164,12 @@ class StepGraph:
     def _preds(self, i: int) -> list[tuple[int, int]]:
         """Op i's predecessors: (index, 0) in the step, (-1, measured end) before it."""
         out = []
-        for q, e in self._pred:
-            if q[i] != -2:
-                out.append((q[i], e[i]))
+        for q, before in self._pred:
+            k = q[i]
+            if k >= 0:
+                out.append((k, 0))
+            elif k == -1:
+                out.append((-1, before[i]))
         return out
 
     def _load_syncs(self, con, base: int) -> None:
@@ -225,7 +230,7 @@ class StepGraph:
         start2, end2 = _col("d", np.zeros(n)), _col("d", np.zeros(n))
         # what each op's start waited for in the replay: WHY's kind, and the op or host time it names
         why_k, why_r = _col("b", np.zeros(n)), _col("d", np.zeros(n))
-        last_of = _col("q", np.full(n, -1))  # a collective member -> the member whose start ended it
+        last_of = _col("i", np.full(n, -1))  # a collective member -> the member whose start ended it
         glast, mem, off = self._glast, self._mem, self._mem_off
         for i in range(n):
             preds = self._preds(i)
@@ -535,10 +540,10 @@ class _RankSpans:
 
 class _Pos:
     """Op id -> index in the step, for ids in index order: a sorted copy of the ids and their indices
-    (16 bytes an op, where a dict took ~100)."""
+    (12 bytes an op, where a dict took ~100)."""
 
     def __init__(self, ids: np.ndarray):
-        self._order = np.argsort(ids, kind="stable")
+        self._order = np.argsort(ids, kind="stable").astype(np.int32)
         self._sorted = ids[self._order]
 
     def indices(self, x: np.ndarray) -> np.ndarray:
