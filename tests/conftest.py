@@ -288,6 +288,7 @@ SWEEPS = {
     "test_an_accelerator_not_read_is_not_called_cpu_only",  # three wild post-mortems
     "test_the_bounded_grouping_is_the_exhaustive_one", "test_the_bound_rejects_only_pairs_the_exact_test_rejects",
     "test_real_csv_run_kernels_link_to_their_hip_calls", "test_nsys_jax_archive_without_its_report_says_what_it_holds",
+    "test_the_columns_are_the_rows_read_plainly",
 }
 
 
