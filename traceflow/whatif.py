@@ -71,9 +71,9 @@ class StepGraph:
     their launching threads that can move them."""
 
     def __init__(self, con, step: int):
-        # Columns, not a Python object per op (docs/scale-out.md, "The claims' step graph in arrays"):
-        # ~500 bytes an op as lists, dicts and tuples (1,024 ranks of bench/cluster.py's copies:
-        # 216,064 ops, 168 MiB), ~70 here. array.array where the replay's Python loop reads one op at
+        # Columns, not a Python object per op (docs/scale-out.md, "The claims' step graph in columns"):
+        # 466 bytes an op kept as lists, dicts and tuples (256 ranks of bench/cluster.py's copies:
+        # 54,016 ops), 84 here; 548 and 185 at the build's peak (bench/step_graph_bytes.py). array.array where the replay's Python loop reads one op at
         # a time (its items are the same Python ints and floats a list gave), numpy where the work
         # is whole columns. The ops come in Arrow batches, unsorted, into numpy; the sort by
         # (start, op id) is numpy's, so the step's rows are never one Arrow table beside the copy.
