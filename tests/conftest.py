@@ -297,6 +297,7 @@ SWEEPS = {
     "test_distinct_zero_length_host_events_are_not_dropped_as_recorded_twice",  # 7 wild GPUPuzzlers files
     "test_the_pageable_copy_sentence_gives_each_direction_its_figure", "test_a_program_that_only_copies_is_told_it_computed_nothing",
     "test_advice_on_rocm_uses_rocms_words",
+    "test_the_columns_are_the_rows_read_plainly",
 }
 
 

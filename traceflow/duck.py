@@ -54,6 +54,15 @@ def arrow_table(con, sql: str, params=None):
     return relation(con, sql, params).to_arrow_table()
 
 
+def arrow_batches(con, sql: str, params=None, rows: int = 1 << 16):
+    """The result as Arrow record batches of up to `rows` rows, streamed (the whole result is never
+    held at once), by arrow_table's fast path. Read it to the end before the next query on `con`."""
+    import duckdb
+    if params and int(duckdb.__version__.split(".")[0]) < 2:
+        return con.execute(sql, params).to_arrow_reader(rows)
+    return relation(con, sql, params).to_arrow_reader(rows)
+
+
 
 # On every connection traceflow opens: no extension is ever downloaded or loaded behind the user's
 # back (an nsys .sqlite given where a .duckdb is expected made DuckDB fetch its SQLite extension

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import bisect
 import re
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .duck import arrow_table
+from .duck import arrow_batches
 from .errors import UsageError
 
 READS = frozenset({"collective_waits", "cp_gpu_preds", "cp_host_nodes", "gpu_ops", "host_time", "host_time_spans", "launch_overhead",
@@ -29,6 +31,7 @@ READS = frozenset({"collective_waits", "cp_gpu_preds", "cp_host_nodes", "gpu_ops
 
 MAX_ERROR_PCT = 2.0  # a replay of the unedited graph further than this from the measured step refuses predictions
 KINDS = {"compute": 0, "comm": 1, "memory": 2}
+_WHY = ("measured", "op", "before", "host")  # what an op's start waited for in a replay (StepGraph.replay's why_k)
 
 
 @dataclass
@@ -68,54 +71,110 @@ class StepGraph:
     their launching threads that can move them."""
 
     def __init__(self, con, step: int):
-        g = arrow_table(con, """
-            SELECT g.op_id, g.rank, g.start_ns, g.end_ns, g.name,
-                   CASE g.category WHEN 'communication' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END AS kind,
-                   coalesce(g.api_start_ns, -1) AS api, coalesce(g.launch_tid, -1) AS tid,
-                   coalesce(p.stream_prev, -1) AS sp, coalesce(p.dep_op_id, -1) AS dep, c.comm, c.step AS seq_step, c.seq
-            FROM gpu_ops g JOIN tf_internal.cp_gpu_preds p USING (op_id)
-            -- the collectives matched across ranks as the claims and the critical path match them
-            -- (queries/collective_waits.sql: point-to-point pairs that cannot be one transfer and ranks
-            -- of unnamed communicators that cannot be told apart are left out): one definition
-            LEFT JOIN collective_waits c USING (op_id)
-            WHERE g.step = ? ORDER BY g.start_ns, g.op_id""", [step])  # DuckDB 2 warned for a prepared result's Arrow
-        if not g.num_rows:
+        # Columns, not a Python object per op (docs/scale-out.md, "The claims' step graph in columns"):
+        # 466 bytes an op kept as lists, dicts and tuples (256 ranks of bench/cluster.py's copies:
+        # 54,016 ops), 84 here; 548 and 185 at the build's peak (bench/step_graph_bytes.py). array.array where the replay's Python loop reads one op at
+        # a time (its items are the same Python ints and floats a list gave), numpy where the work
+        # is whole columns. The ops come in Arrow batches, unsorted, into numpy; the sort by
+        # (start, op id) is numpy's, so the step's rows are never one Arrow table beside the copy.
+        cols: dict[str, list] = {k: [] for k in ("op_id", "rank", "start", "end", "name", "kind", "api", "sp", "dep",
+                                                  "comm", "seq_step", "st_null", "seq", "sq_null")}
+        names: dict = {}   # kernel name -> its code (each distinct name kept once)
+        comms: dict = {}   # communicator -> its code
+        for b in arrow_batches(con, _OPS_SQL, [step]):
+            for k in ("op_id", "rank", "start", "end", "kind", "api", "sp", "dep"):
+                cols[k].append(b.column(k).to_numpy())
+            cols["name"].append(_codes(b.column("name"), names))
+            cols["comm"].append(_codes(b.column("comm"), comms))
+            for k, null in (("seq_step", "st_null"), ("seq", "sq_null")):
+                c = b.column(k)
+                cols[null].append(c.is_null().to_numpy(zero_copy_only=False))
+                cols[k].append(c.fill_null(0).to_numpy())
+        if not cols["op_id"] or not sum(len(x) for x in cols["op_id"]):
             raise UsageError(f"step {step} has no GPU ops")
+        a = {k: np.concatenate(cols.pop(k)) for k in list(cols)}  # a column at a time: never two copies of all
+        order = np.lexsort((a["op_id"], a["start"]))  # ORDER BY start_ns, op_id
+        for k in a:
+            a[k] = a[k][order]
+        del order
         self.step, self.con = step, con
-        # column by column, not a tuple per row: a 256-rank step's graph (54,016 ops of bench/cluster.py's
-        # copies) peaked at 46.5 MiB of Python, not 57.3
-        (self.op_id, self.rank, self.start, self.end, self.name, self.kind, self.api, self.tid, sp, dep,
-         comm, seq_step, seq) = (c.to_pylist() if i != 4 else _shared(c) for i, c in enumerate(g.columns))
-        n_ops = g.num_rows
-        del g
         # times relative to the step's start: ns since the epoch are 1.8e18, where a float64 steps by 256 ns
         self.t0 = con.execute("SELECT min(start_ns) FROM tf_internal.step_windows WHERE step = ?", [step]).fetchone()[0]
         base = self.t0
-        self.start = [x - base for x in self.start]
-        self.end = [x - base for x in self.end]
-        self.api = [x - base if x >= 0 else -1 for x in self.api]
-        pos = {o: i for i, o in enumerate(self.op_id)}
-        self.pos = pos
+        n_ops = len(a["op_id"])
+        self.op_id = _col("q", a["op_id"])
+        self.rank = _col("i", a["rank"])
+        self.start = _col("q", a["start"] - base)
+        self.end = _col("q", a["end"] - base)
+        self.kind = _col("b", a["kind"])
+        self.api = _col("q", np.where(a["api"] >= 0, a["api"] - base, -1))
+        self.name = _Names(list(names), a["name"])
+        self.pos = _Pos(a["op_id"])  # op id -> index (a sorted copy of the ids, not a dict of 216,064 entries)
         # predecessors outside the step keep their measured end
-        ends = dict(con.execute("""SELECT op_id, end_ns - ? FROM gpu_ops WHERE op_id IN (SELECT unnest(?))""",
-                                [base, [x for x in sp + dep if x >= 0 and x not in pos]]).fetchall())
-        self.preds = [[(pos[x], 0) if x in pos else (-1, ends[x]) for x in (a, b) if x >= 0 and (x in pos or x in ends)]
-                      for a, b in zip(sp, dep)]
-        groups: dict = {}
-        for i, (cm, st, sq) in enumerate(zip(comm, seq_step, seq)):
-            if cm is not None and sq is not None:
-                groups.setdefault((cm, st, sq), []).append(i)
-        self.group = [-1] * n_ops
-        self.members = [m for m in groups.values() if len({self.rank[i] for i in m}) >= 2]
-        for k, m in enumerate(self.members):
-            for i in m:
-                self.group[i] = k
+        sp, dep = a["sp"], a["dep"]
+        isp, idep = self.pos.indices(sp), self.pos.indices(dep)
+        outside = np.unique(np.concatenate((sp[(sp >= 0) & (isp < 0)], dep[(dep >= 0) & (idep < 0)])))
+        rows = con.execute("SELECT op_id, end_ns - ? FROM gpu_ops WHERE op_id IN (SELECT unnest(?))",
+                           [base, outside.tolist()]).fetchall() if len(outside) else []
+        ends = _Pos(np.array([o for o, _ in rows], dtype=np.int64))
+        end_of = np.array([e for _, e in rows] + [0], dtype=np.int64)
+        # each op's one or two predecessors, (index in the step, 0) or (-1, measured end), in the order
+        # (stream predecessor, dependency): per slot, the index (-1: before the step, -2: none) and the
+        # measured ends of those before the step (a few an op stream)
+        self._pred: list[tuple[array, dict[int, int]]] = []
+        for x, ix in ((sp, isp), (dep, idep)):
+            ie = ends.indices(x)
+            q = np.where(ix >= 0, ix, np.where((x >= 0) & (ie >= 0), -1, -2))
+            before = np.flatnonzero(q == -1)
+            self._pred.append((_col("i", q), dict(zip(before.tolist(), end_of[ie[before]].tolist()))))
+        # the collectives: ops of one (comm, step, seq) on 2 ranks or more, in order of their first op
+        keyed = np.flatnonzero((a["comm"] >= 0) & ~a["sq_null"])
+        if len(keyed):
+            keys = [a["comm"][keyed], a["st_null"][keyed], a["seq_step"][keyed], a["seq"][keyed]]
+            perm = np.lexsort([keyed, *keys[::-1]])  # by key, each group's ops in index order
+            o, ko = keyed[perm], [k[perm] for k in keys]
+            cut = np.flatnonzero(np.any([k[1:] != k[:-1] for k in ko], axis=0)) + 1
+            starts_at = np.concatenate(([0], cut))
+            ends_at = np.concatenate((cut, [len(o)]))
+            rk = a["rank"][o]
+            lo, hi = np.minimum.reduceat(rk, starts_at), np.maximum.reduceat(rk, starts_at)
+            keep = np.flatnonzero(lo < hi)  # two distinct ranks or more
+            keep = keep[np.argsort(o[starts_at[keep]], kind="stable")]  # in order of their first op
+            parts = [o[starts_at[g]:ends_at[g]] for g in keep]
+        else:
+            parts = []
+        lens = np.array([len(p) for p in parts], dtype=np.int64)
+        self._mem_off = _col("q", np.concatenate(([0], np.cumsum(lens))))
+        self._mem = _col("i", np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+        group = np.full(n_ops, -1, dtype=np.int64)
+        if parts:
+            group[np.concatenate(parts)] = np.repeat(np.arange(len(parts)), lens)
+        self.group = _col("i", group)
+        self._glast = _col("i", [p[-1] for p in parts])  # its last member to start (in measured order)
+        del a, sp, dep, isp, idep, group, parts
         self._load_syncs(con, base)
-        self._spans_by_cause: dict[tuple[str, ...], dict[int, list]] = {}
+        self._spans_by_cause: dict[tuple[str, ...], _RankSpans] = {}
+
+    @property
+    def members(self) -> list[list[int]]:
+        """The collectives: each one's ops (indices, ascending)."""
+        off = self._mem_off
+        return [list(self._mem[off[g]:off[g + 1]]) for g in range(len(off) - 1)]
+
+    def _preds(self, i: int) -> list[tuple[int, int]]:
+        """Op i's predecessors: (index, 0) in the step, (-1, measured end) before it."""
+        out = []
+        for q, before in self._pred:
+            k = q[i]
+            if k >= 0:
+                out.append((k, 0))
+            elif k == -1:
+                out.append((-1, before[i]))
+        return out
 
     def _load_syncs(self, con, base: int) -> None:
         """Each rank's synchronizing calls in the step's span (relative times) and the op each waited
-        for: they move the rank's host with the GPU."""
+        for (its index; -1 outside the step): they move the rank's host with the GPU."""
         pos = self.pos
         lo, hi = min(self.start), max(self.end)
         # A synchronous or pageable copy's call waits for its own copy (the driver stages it): the
@@ -134,7 +193,9 @@ class StepGraph:
         self.syncs: dict[int, list] = {}
         self.sync_ids: dict[int, list] = {}  # the node op id of each of self.syncs[rank]
         for r, s, e, w, o, own in rows:
-            if own in pos and self.start[pos[own]] <= e - base and (w not in pos or self.end[pos[own]] > self.end[pos[w]]):
+            w = pos.get(w, -1)
+            own = pos.get(own, -1)
+            if own >= 0 and self.start[own] <= e - base and (w < 0 or self.end[own] > self.end[w]):
                 # its own copy, in this step, running before the call returned (hta-2rank's async
                 # copies queued behind other work start up to 60 ms after their call: not held) and
                 # ending later than the as-of op: what held the call
@@ -158,22 +219,25 @@ class StepGraph:
         factor = np.ones(n)
         for pat, f in sc.scale_kernels:
             rx = re.compile(pat)
-            factor *= np.array([f if rx.search(nm or "") else 1.0 for nm in self.name])
+            factor *= self.name.map(lambda nm, rx=rx, f=f: f if rx.search(nm or "") else 1.0)
         for kind, f in sc.scale_kind.items():
             factor *= np.where(np.array(self.kind) == KINDS[kind], f, 1.0)
         if sc.no_stragglers:
             factor *= self._straggler_factors()
         hosts = self._hosts(sc)
         stalled = self._stalls_edited(sc)
-        start2, end2 = [0.0] * n, [0.0] * n
-        why: list[tuple] = [("measured", None)] * n  # what each op's start waited for in the replay
-        last_of: dict[int, int] = {}  # a collective member -> the member whose start ended it
+        # the replay's own columns as doubles: its times are relative ns, exact in a float64 below 2**53
+        start2, end2 = _col("d", np.zeros(n)), _col("d", np.zeros(n))
+        # what each op's start waited for in the replay: WHY's kind, and the op or host time it names
+        why_k, why_r = _col("b", np.zeros(n)), _col("d", np.zeros(n))
+        last_of = _col("i", np.full(n, -1))  # a collective member -> the member whose start ended it
+        glast, mem, off = self._glast, self._mem, self._mem_off
         for i in range(n):
-            preds = self.preds[i]
+            preds = self._preds(i)
             if sc.overlap_comm and self.kind[i] == 1:  # a collective waits for comm only, not for compute
                 preds = [(q, e) for q, e in preds if q >= 0 and self.kind[q] == 1]
             meas = [self.end[q] if q >= 0 else e for q, e in preds]
-            new = [(end2[q], ("op", q)) if q >= 0 else (e, ("before", None)) for q, e in preds]
+            new = [(end2[q], 1, q) if q >= 0 else (e, 2, 0) for q, e in preds]
             host_m = host_n = None
             if self.api[i] >= 0:
                 host_m = self.api[i]
@@ -191,22 +255,22 @@ class StepGraph:
                     lag = max(0.0, lag - self.launch_latency()[self.rank[i]])
                 if i in stalled:  # its launch call returns after the rank's median call: the kernel is enqueued that much earlier
                     lag = max(0.0, lag - stalled[i][2])
-                cands = new + ([(host_n, ("host", host_n))] if host_n is not None else [])
+                cands = new + ([(host_n, 3, host_n)] if host_n is not None else [])
                 if cands:
-                    bind_n, why[i] = max(cands, key=lambda c: c[0])
+                    bind_n, why_k[i], why_r[i] = max(cands, key=lambda c: c[0])
                 else:
                     bind_n = self.start[i] - lag
                 start2[i] = bind_n + lag
             end2[i] = start2[i] + dur[i] * factor[i]
             g = self.group[i]
-            if g >= 0 and i == max(self.members[g]):  # the last member to start (in measured order)
-                m = self.members[g]
+            if g >= 0 and i == glast[g]:  # the last member to start (in measured order)
+                m = mem[off[g]:off[g + 1]]
                 last_m = max(self.start[k] for k in m)
                 j = max(m, key=lambda k: start2[k])
                 for k in m:  # the collective ends when its last member started, plus its own transfer
                     end2[k] = start2[j] + max(0, self.end[k] - last_m) * factor[k]
                     last_of[k] = j
-        self._last = (start2, end2, why, last_of, hosts)
+        self._last = (start2, end2, (why_k, why_r), last_of, hosts)
         return self._spans(end2)
 
     def predicted_path(self, limit: int = 5) -> dict:
@@ -215,7 +279,7 @@ class StepGraph:
         released a launch or where the step began; where that host had returned from a synchronizing
         call, it goes on through the op the call waited for (the host was waiting for the GPU: on h100
         ddp4_sync_stall step 4, 525.6 ms called "host" were mostly syncs waiting for collectives)."""
-        start2, end2, why, last_of, hosts = self._last
+        start2, end2, (why_k, why_r), last_of, hosts = self._last
         names = ("gpu_compute", "gpu_comm", "gpu_memory")
         first = int(np.argmax(end2))
         i: int | None = first
@@ -223,16 +287,17 @@ class StepGraph:
         guard = 4 * len(self.op_id) + 8  # every move goes back in time; a bound all the same, never a hang
         while i is not None and t > 0 and guard > 0:
             guard -= 1
-            j = last_of.get(i, i)
-            if j != i:  # a collective: it ended when member j started
+            j = last_of[i]
+            if j >= 0 and j != i:  # a collective: it ended when member j started
                 segs.append((self.rank[j], "gpu_comm", self.name[i], start2[j], t))
                 i, t = j, start2[j]
                 continue
             segs.append((self.rank[i], names[self.kind[i]], self.name[i], start2[i], t))
-            kind, ref = why[i]
+            kind, ref = _WHY[why_k[i]], why_r[i]
             if kind == "op":
-                segs.append((self.rank[i], "queued", self.name[i], end2[ref], start2[i]))
-                i, t = ref, end2[ref]
+                q = int(ref)
+                segs.append((self.rank[i], "queued", self.name[i], end2[q], start2[i]))
+                i, t = q, end2[q]
             elif kind == "host":
                 segs.append((self.rank[i], "launch", self.name[i], ref, start2[i]))
                 anchor = hosts[self.rank[i]].released_by(ref)
@@ -266,7 +331,7 @@ class StepGraph:
         if getattr(self, "_latency", None) is None:
             lags: dict[int, list] = {r: [] for r in set(self.rank)}
             for i in range(len(self.op_id)):
-                if self.api[i] >= 0 and self.api[i] >= max((self.end[q] if q >= 0 else e for q, e in self.preds[i]), default=-1):
+                if self.api[i] >= 0 and self.api[i] >= max((self.end[q] if q >= 0 else e for q, e in self._preds(i)), default=-1):
                     lags[self.rank[i]].append(self.start[i] - self.api[i])
             self._latency = {r: float(np.median(v)) if v else 0.0 for r, v in lags.items()}
         return self._latency
@@ -277,29 +342,31 @@ class StepGraph:
         causes = tuple(c for c, on in (("launch", sc.no_launch_overhead), ("allocator", sc.no_allocator_calls),
                                        ("sync", sc.no_host_syncs)) if on)
         edited = set(sc.host_ranks) if sc.host_ranks else set(self.rank)
-        cuts: dict[int, list] = {r: list(v) for r, v in self._cause_spans(causes).items() if r in edited} if causes else {}
+        spans = self._cause_spans(causes) if causes else None
+        holes: dict[int, list] = {}
         if sc.no_launch_overhead and not sc.no_launch_stall:
             # fewer launches (fusion, a CUDA graph) leave a stalled call's lazy load in place: only its
             # usual length goes (nsys graphs fixture step 4: "CUDA graphs ... 5.4 ms" was its 5.4 ms
             # first-launch stall, which --no-launch-stall alone gains)
-            kept: dict[int, list] = {}
             for i, (a, b, _) in self.launch_stalls().items():
-                if self.rank[i] in cuts:
-                    kept.setdefault(self.rank[i], []).append((a, b))
-            for r, holes in kept.items():
-                cuts[r] = _minus(_union(cuts[r]), _union(holes))
+                holes.setdefault(self.rank[i], []).append((a, b))
+        more: dict[int, list] = {}
         for i, (a, b, _) in self._stalls_edited(sc).items():  # a stalled launch call's time beyond the median call
-            cuts.setdefault(self.rank[i], []).append((a, b))
+            more.setdefault(self.rank[i], []).append((a, b))
         dropped: dict[int, set] = {}  # sync calls that no longer happen (a stall's extra syncs)
         for r in sc.remove_host_stall:
-            cuts.setdefault(r, []).extend((a, b) for a, b, _ in self.stall_cuts().get(r, []))
+            more.setdefault(r, []).extend((a, b) for a, b, _ in self.stall_cuts().get(r, []))
             extra = self.stall_syncs().get(r, [])
-            cuts[r].extend((a, b) for _, a, b, _ in extra)
+            more[r].extend((a, b) for _, a, b, _ in extra)
             dropped[r] = {o for o, _, _, _ in extra}
         hosts = {}
-        for r in set(self.rank):
+        for r in set(self.rank):  # one rank's stretches at a time (a launch's an op: not every rank's at once)
+            cuts = spans.of(r) if spans is not None and r in edited else None
+            if cuts is not None and r in holes:
+                cuts = _minus(_union(cuts), _union(holes[r]))
+            cuts = (cuts or []) + more.get(r, [])
             keep = [x for x, o in zip(self.syncs.get(r, []), self.sync_ids.get(r, [])) if o not in dropped.get(r, ())]
-            hosts[r] = _Host(keep, _union(cuts.get(r, [])), not (sc.no_host_syncs and r in edited), self.pos, self.end)
+            hosts[r] = _Host(keep, _union(cuts), not (sc.no_host_syncs and r in edited), self.end)
         return hosts
 
     def launch_stalls(self) -> dict[int, tuple[float, float, float]]:
@@ -320,16 +387,13 @@ class StepGraph:
             return {}
         return {i: v for i, v in self.launch_stalls().items() if not sc.host_ranks or self.rank[i] in sc.host_ranks}
 
-    def _cause_spans(self, causes: tuple[str, ...]) -> dict[int, list]:
+    def _cause_spans(self, causes: tuple[str, ...]) -> _RankSpans:
         """The step's host stretches of these causes, per rank (relative times)."""
         if causes not in self._spans_by_cause:
-            rows = self.con.execute("""SELECT rank, start_ns - ?, end_ns - ? FROM tf_internal.host_time_spans
-                                       WHERE step = ? AND list_contains(?, cause) ORDER BY rank, start_ns""",
-                                    [self.t0, self.t0, self.step, list(causes)]).fetchall()
-            out: dict[int, list] = {}
-            for r, a, b in rows:
-                out.setdefault(r, []).append((float(a), float(b)))
-            self._spans_by_cause[causes] = out
+            got = self.con.execute("""SELECT rank, start_ns - ? AS a, end_ns - ? AS b FROM tf_internal.host_time_spans
+                                      WHERE step = ? AND list_contains(?, cause) ORDER BY rank, start_ns""",
+                                   [self.t0, self.t0, self.step, list(causes)]).fetchnumpy()
+            self._spans_by_cause[causes] = _RankSpans(*(np.asarray(got[k]) for k in ("rank", "a", "b")))
         return self._spans_by_cause[causes]
 
     def stall_cuts(self) -> dict[int, list[tuple[float, float, str]]]:
@@ -410,12 +474,97 @@ _EXTRA_SYNC_SQL = """SELECT op_id, rank, start_ns - ?, end_ns - ?, name FROM syn
                      WHERE step = ? AND list_contains(?, rank) ORDER BY rank, start_ns"""
 
 
-def _shared(column) -> list:
-    """An Arrow column of strings as a list holding each distinct string once: a step's kernels repeat
-    a few names (1,024 ranks of bench/cluster.py's copies: 216,064 ops)."""
-    d = column.combine_chunks().dictionary_encode()
-    names = d.dictionary.to_pylist()
-    return [None if i is None else names[i] for i in d.indices.to_pylist()]
+# One step's GPU ops with their constraints (queries/cp_graph.sql), unsorted: StepGraph sorts them.
+_OPS_SQL = """
+    SELECT g.op_id, g.rank, g.start_ns AS start, g.end_ns AS "end", g.name,
+           CASE g.category WHEN 'communication' THEN 1 WHEN 'memory' THEN 2 ELSE 0 END AS kind,
+           coalesce(g.api_start_ns, -1) AS api,
+           coalesce(p.stream_prev, -1) AS sp, coalesce(p.dep_op_id, -1) AS dep, c.comm, c.step AS seq_step, c.seq
+    FROM gpu_ops g JOIN tf_internal.cp_gpu_preds p USING (op_id)
+    -- the collectives matched across ranks as the claims and the critical path match them
+    -- (queries/collective_waits.sql: point-to-point pairs that cannot be one transfer and ranks
+    -- of unnamed communicators that cannot be told apart are left out): one definition
+    LEFT JOIN collective_waits c USING (op_id)
+    WHERE g.step = ?"""
+
+_DTYPES = {"q": np.int64, "i": np.int32, "b": np.int8, "d": np.float64}
+
+
+def _col(code: str, values) -> array:
+    """A column as array.array: 8 (or 4, 1) bytes an item, read one at a time as plain Python numbers."""
+    return array(code, np.asarray(values, dtype=_DTYPES[code]).tobytes())
+
+
+def _codes(column, table: dict) -> np.ndarray:
+    """An Arrow column of strings as codes into `table` (string -> code, grown as new ones come); -1: null."""
+    d = column.dictionary_encode()
+    local = np.array([table.setdefault(x, len(table)) for x in d.dictionary.to_pylist()] + [-1], dtype=np.int64)
+    return local[d.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
+
+
+class _Names:
+    """The ops' kernel names as a sequence: each distinct name once, a code per op (a step's kernels
+    repeat a few names: 1,024 ranks of bench/cluster.py's copies, 216,064 ops)."""
+
+    def __init__(self, names: list, codes: np.ndarray):
+        self.names, self.codes = names, _col("i", codes)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int):
+        c = self.codes[i]
+        return None if c < 0 else self.names[c]
+
+    def __iter__(self):
+        names = self.names
+        return (None if c < 0 else names[c] for c in self.codes)
+
+    def map(self, f) -> np.ndarray:
+        """f of each op's name, computed once per distinct name."""
+        return np.array([f(x) for x in self.names] + [f(None)])[np.asarray(self.codes)]
+
+
+class _RankSpans:
+    """Stretches of host time sorted by rank, as three columns (24 bytes a stretch, where a list of
+    tuples per rank took ~110: a launch's stretch is one an op)."""
+
+    def __init__(self, rank: np.ndarray, start: np.ndarray, end: np.ndarray):
+        self.rank, self.start, self.end = rank, start.astype(np.float64), end.astype(np.float64)
+
+    def of(self, r: int) -> list[tuple[float, float]] | None:
+        """Rank r's stretches, [(start, end)]; None where it has none."""
+        i, j = np.searchsorted(self.rank, r, side="left"), np.searchsorted(self.rank, r, side="right")
+        return list(zip(self.start[i:j].tolist(), self.end[i:j].tolist())) if j > i else None
+
+
+class _Pos:
+    """Op id -> index in the step, for ids in index order: a sorted copy of the ids and their indices
+    (12 bytes an op, where a dict took ~100)."""
+
+    def __init__(self, ids: np.ndarray):
+        self._order = np.argsort(ids, kind="stable").astype(np.int32)
+        self._sorted = ids[self._order]
+
+    def indices(self, x: np.ndarray) -> np.ndarray:
+        """Each id's index; -1 where it is not in the step."""
+        if not len(self._sorted):
+            return np.full(len(x), -1, dtype=np.int64)
+        j = np.minimum(np.searchsorted(self._sorted, x), len(self._sorted) - 1)
+        return np.where(self._sorted[j] == x, self._order[j], -1)
+
+    def get(self, o, default=None):
+        j = int(np.searchsorted(self._sorted, o))
+        return int(self._order[j]) if j < len(self._sorted) and self._sorted[j] == o else default
+
+    def __contains__(self, o) -> bool:
+        return self.get(o) is not None
+
+    def __getitem__(self, o) -> int:
+        i = self.get(o)
+        if i is None:
+            raise KeyError(o)
+        return i
 
 
 def _union(cuts: list) -> list:
@@ -459,9 +608,9 @@ class _Host:
     (`cuts`, sorted, disjoint) bring every later call earlier; a synchronizing call returns when the
     op it waited for ends in the replay, so the host re-anchors there (unless syncs are removed)."""
 
-    def __init__(self, syncs: list, cuts: list, anchor: bool, pos: dict, end_m: list):
-        self.syncs = syncs if anchor else []
-        self.pos, self.end_m = pos, end_m
+    def __init__(self, syncs: list, cuts: list, anchor: bool, end_m):
+        self.syncs = syncs if anchor else []  # (start, end, index of the op it waited for or -1)
+        self.end_m = end_m
         self.cut_start = np.array([a for a, _ in cuts], dtype=np.float64)
         self.cut_end = np.array([b for _, b in cuts], dtype=np.float64)
         self.cum = np.concatenate([[0.0], np.cumsum(self.cut_end - self.cut_start)])
@@ -483,12 +632,12 @@ class _Host:
             return -self.removed(t)
         return self.a_shift[j] - (self.removed(t) - self.removed(self.a_end[j]))
 
-    def shift(self, t: float, end2: list) -> float:
+    def shift(self, t: float, end2: Sequence[float]) -> float:
         while self.k < len(self.syncs) and self.syncs[self.k][1] <= t:
             s, e, w = self.syncs[self.k]
             self.k += 1
-            if w in self.pos:
-                wi = self.pos[w]
+            if w >= 0:
+                wi = w
                 arrive = s + self._at(s)
                 release = max(arrive, end2[wi])
                 self.a_end.append(e)

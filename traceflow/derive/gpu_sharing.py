@@ -34,7 +34,7 @@ Size: the detection of turns and the clock fit that uses them share the kernels'
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -56,15 +56,19 @@ DECLARED = sqlmodules.declared("""
 -- @column turns BIGINT figure:count hand-overs counted
 """, __file__)
 
+# the candidate devices: host:device keys with kernels of two ranks or more, in key order
+_DEVICES = """
+WITH t AS (SELECT rank, any_value(hostname) AS hostname FROM traces GROUP BY rank)
+SELECT coalesce(t.hostname, '') || ':' || g.device AS device_key FROM gpu_ops g JOIN t USING (rank)
+WHERE g.kind = 'kernel' AND g.device IS NOT NULL GROUP BY 1 HAVING count(DISTINCT g.rank) > 1 ORDER BY 1
+"""
+# one device's compute kernels, sorted by start (no key string per kernel: 2.1 M of them at 4,096 ranks)
 _KERNELS = """
-SELECT coalesce(t.hostname, '') || ':' || g.device AS device_key, g.rank, g.start_ns, g.end_ns
-FROM gpu_ops g JOIN (SELECT rank, any_value(hostname) AS hostname FROM traces GROUP BY rank) t USING (rank)
+WITH t AS (SELECT rank, any_value(hostname) AS hostname FROM traces GROUP BY rank)
+SELECT g.rank, g.start_ns, g.end_ns FROM gpu_ops g JOIN t USING (rank)
 WHERE g.kind = 'kernel' AND g.category = 'compute' AND g.device IS NOT NULL AND g.end_ns > g.start_ns
-  AND (coalesce(t.hostname, '') || ':' || g.device) IN (
-      SELECT coalesce(t2.hostname, '') || ':' || g2.device FROM gpu_ops g2
-      JOIN (SELECT rank, any_value(hostname) AS hostname FROM traces GROUP BY rank) t2 USING (rank)
-      WHERE g2.kind = 'kernel' AND g2.device IS NOT NULL GROUP BY 1 HAVING count(DISTINCT g2.rank) > 1)
-ORDER BY device_key, start_ns, end_ns
+  AND coalesce(t.hostname, '') || ':' || g.device = ?
+ORDER BY g.start_ns, g.end_ns
 """
 
 
@@ -134,16 +138,16 @@ def measure(s: np.ndarray, e: np.ndarray, rank: np.ndarray) -> tuple[float, int,
     return overlap, len(idx), int(np.percentile(turn_ns, 90))
 
 
-def _device_kernels(con) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """{device key: (starts, ends, ranks)} of the candidate devices' compute kernels, sorted by start."""
-    k = con.execute(_KERNELS).fetchnumpy()
-    keys = np.asarray(k["device_key"], dtype=object)
-    out = {}
-    for key in dict.fromkeys(keys.tolist()):
-        sel = keys == key
-        out[key] = (np.asarray(k["start_ns"][sel], dtype=np.int64), np.asarray(k["end_ns"][sel], dtype=np.int64),
-                    np.asarray(k["rank"][sel], dtype=np.int64))
-    return out
+def _device_kernels(con, keys: Iterable[str] | None = None) -> Iterator[tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """(device key, (starts, ends, ranks)) of the candidate devices' compute kernels (of `keys` where
+    given), sorted by start: one device at a time (a device's are all fetched when the one before is done)."""
+    for (key,) in con.execute(_DEVICES).fetchall():
+        if keys is not None and key not in keys:
+            continue
+        k = con.execute(_KERNELS, [key]).fetchnumpy()
+        if len(k["rank"]):
+            yield key, (np.asarray(k["start_ns"], dtype=np.int64), np.asarray(k["end_ns"], dtype=np.int64),
+                        np.asarray(k["rank"], dtype=np.int64))
 
 
 def _sliced(s: np.ndarray, e: np.ndarray, rank: np.ndarray, idx: np.ndarray) -> tuple[bool, float, int, int | None]:
@@ -341,7 +345,7 @@ def detect(con) -> None:
     """Fill gpu_sharing from gpu_ops (times as they stand: clock alignment calls it on the recorded ones)."""
     con.execute(sqlmodules.create_table("gpu_sharing", DECLARED["gpu_sharing"]))
     rows = []
-    for key, (s, e, rank) in _device_kernels(con).items():
+    for key, (s, e, rank) in _device_kernels(con):
         where = ("the same device index (no host recorded)" if key.startswith(":")
                  else "the same host and device index")
         at = _by_rank(rank)
@@ -381,7 +385,7 @@ def fit_offset(con, rank: int, estimate_ns: float) -> float | None:
     A shift found from collective ends carries the ranks' natural offsets on a shared GPU (bundled
     ddp4_sync_stall, rank 3 moved +20 ms: estimate 21.44 ms); the kernels' interleaving is exact."""
     groups = con.execute("SELECT device_key, ranks FROM gpu_sharing WHERE time_sliced").fetchall()
-    for key, (s, e, rk) in _device_kernels(con).items():
+    for key, (s, e, rk) in _device_kernels(con, {k for k, g in groups if rank not in g}):
         group = next((list(g) for k, g in groups if k == key and rank not in g), None)
         if group is None or rank not in set(rk.tolist()):
             continue
