@@ -76,6 +76,8 @@ def rows(con, tables: list[str] | None = None) -> list[dict]:
 def findings(con) -> dict:
     """Structured findings: `findings` (rows, each with its `sentence`), `sentences` (the verdict in
     words: why a stopped job stopped, the steps analysed, then one sentence per finding)."""
+    # Long because: the verdict's one order of parts (stop, steps, findings, caveats) read from their
+    # tables in one place, so the terminal, the report and the JSON show the same rows
     out: dict[str, Any] = {"sentences": [], "findings": []}
     if (hang := hang_findings(con)) is not None:  # a stopped job: why it stopped comes first
         out["hang"] = hang
@@ -902,6 +904,7 @@ def _headline(r: dict) -> str:
 
 def _short(r: dict) -> str:
     """One finding in at most LINE_MAX characters: the fact, its figure against its baseline, the fix and gain."""
+    # Long because: one short form per claim kind, side by side so their words stay alike
     k = r["kind"]
     if k == "step_outlier":
         s = (f"Rank {r['rank']}, step {r['step']}: {_ms(r['value_ns'])} of {_what(r['class'], r['cause']).split(' (')[0]} "

@@ -71,6 +71,8 @@ class StepGraph:
     their launching threads that can move them."""
 
     def __init__(self, con, step: int):
+        # Long because: one pass that fills every column from Arrow batches and drops each batch, so the
+        # step's whole Arrow table is never held beside the columns (84 bytes an op kept at 256 ranks)
         # Columns, not a Python object per op (docs/scale-out.md, "The claims' step graph in columns"):
         # 466 bytes an op kept as lists, dicts and tuples (256 ranks of bench/cluster.py's copies:
         # 54,016 ops), 84 here; 548 and 185 at the build's peak (bench/step_graph_bytes.py). array.array where the replay's Python loop reads one op at
