@@ -15,25 +15,7 @@ import traceflow
 
 sys.path.insert(0, str(Path(__file__).parent))
 import claim_oracle
-
-_DBS: dict[str, tuple[str, dict]] = {}
-
-
-def _job(path: Path, tmp_path_factory) -> tuple[str, dict]:
-    """(database, findings) of one input file, ingested once."""
-    if not path.exists():
-        pytest.skip(f"{path} not found (set TRACEFLOW_WILD / TRACEFLOW_SHARED)")
-    if str(path) not in _DBS:
-        db = str(tmp_path_factory.mktemp("left41") / "job.duckdb")
-        traceflow.ingest([str(path)], db)
-        with traceflow.open(db) as j:
-            _DBS[str(path)] = (db, j.findings())
-    return _DBS[str(path)]
-
-
-def _con(db: str):
-    import duckdb
-    return duckdb.connect(db, read_only=True)
+from test_claims_read18 import _con, _job  # one input ingested once, for every read's tests
 
 
 def test_start_up_blocking_is_said_once_not_per_step(tmp_path_factory):

@@ -11,27 +11,11 @@ import sqlite3
 import sys
 from pathlib import Path
 
-import pytest
 from conftest import WILD
-
-import traceflow
 
 sys.path.insert(0, str(Path(__file__).parent))
 import intervals
-
-_DBS: dict[str, tuple[str, dict]] = {}
-
-
-def _job(path: Path, tmp_path_factory) -> tuple[str, dict]:
-    """(database, findings) of one input file, ingested once."""
-    if not path.exists():
-        pytest.skip(f"{path} not found (set TRACEFLOW_WILD)")
-    if str(path) not in _DBS:
-        db = str(tmp_path_factory.mktemp("read19") / "job.duckdb")
-        traceflow.ingest([str(path)], db)
-        with traceflow.open(db) as j:
-            _DBS[str(path)] = (db, j.findings())
-    return _DBS[str(path)]
+from test_claims_read18 import _job  # one input ingested once, for every read's tests
 
 
 def _rows(db: str, sql: str) -> list[tuple]:
